@@ -1,0 +1,16 @@
+# Every dependency is a Debian 12 package; a missing one stops configuration with the package
+# to install.
+function(xgrad_require package debian_package)
+  find_package(${package} ${ARGN} QUIET)
+  if(NOT ${package}_FOUND)
+    message(FATAL_ERROR "xgrad needs ${package}: install it with `apt-get install ${debian_package}` "
+                        "(or run scripts/setup.sh)")
+  endif()
+endfunction()
+
+xgrad_require(xtensor libxtensor-dev)
+xgrad_require(xsimd libxsimd-dev)
+xgrad_require(xtensor-blas libxtensor-blas-dev)
+xgrad_require(cereal libcereal-dev)
+set(BLA_VENDOR OpenBLAS)
+xgrad_require(BLAS libopenblas-dev)

@@ -1,0 +1,68 @@
+// Helpers shared by the test suites: each op test is a line or two.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <vector>
+
+#include "xgrad.hpp"
+
+namespace xgrad::testing {
+
+using T64 = Tensor<double>;
+using Inputs = std::vector<T64>;
+
+// Random double input of the given shape, requiring grad; values away from 0 when
+// `away_from_zero` (for abs, relu, sqrt, log and other kinks).
+inline T64 input(const Shape& shape, std::uint64_t seed = 1, bool away_from_zero = false) {
+  Generator g(seed);
+  T64 t = randn<double>(shape, g, false);
+  if (away_from_zero) {
+    for (auto& v : t.mutable_value()) v = (v >= 0 ? 0.2 : -0.2) + v;
+  }
+  t.requires_grad_(true);
+  return t;
+}
+
+// Positive random input (for log, sqrt, pow with fractional exponents, div denominators).
+inline T64 positive_input(const Shape& shape, std::uint64_t seed = 1) {
+  Generator g(seed);
+  T64 t = rand<double>(shape, g, false);
+  for (auto& v : t.mutable_value()) v += 0.5;
+  t.requires_grad_(true);
+  return t;
+}
+
+// Asserts that gradcheck passes, printing the report when it does not.
+inline void expect_gradcheck(const GradcheckFunction& f, const Inputs& inputs, const GradcheckOptions& options = {}) {
+  GradcheckResult r = gradcheck(f, inputs, options);
+  EXPECT_TRUE(r.passed) << r.summary();
+  EXPECT_FALSE(r.inputs.empty()) << "no input requires grad: nothing was checked";
+}
+
+// Max |a - b| over two arrays of the same shape (fails the test on a shape mismatch).
+template <class A, class B>
+double max_abs_diff(const A& a, const B& b) {
+  EXPECT_EQ(shape_of(a), shape_of(b));
+  double m = 0;
+  auto ia = a.begin();
+  for (auto ib = b.begin(); ib != b.end() && ia != a.end(); ++ia, ++ib)
+    m = std::max(m, std::abs(static_cast<double>(*ia) - static_cast<double>(*ib)));
+  return m;
+}
+
+// Expects a call to throw std::invalid_argument whose message contains every fragment.
+#define XGRAD_EXPECT_THROW_MSG(statement, ...)                                              \
+  do {                                                                                      \
+    try {                                                                                   \
+      statement;                                                                            \
+      ADD_FAILURE() << "expected std::invalid_argument from: " #statement;                 \
+    } catch (const std::invalid_argument& e) {                                              \
+      for (const char* fragment : {__VA_ARGS__})                                            \
+        EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos)                  \
+            << "message \"" << e.what() << "\" lacks \"" << fragment << "\"";             \
+    }                                                                                       \
+  } while (0)
+
+}  // namespace xgrad::testing

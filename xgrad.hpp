@@ -1,0 +1,8 @@
+// The umbrella header: everything a user of xgrad needs.
+#pragma once
+
+#include "autograd/check.hpp"
+#include "autograd/gradcheck.hpp"
+#include "autograd/ops.hpp"
+#include "autograd/random.hpp"
+#include "autograd/tensor.hpp"
