@@ -64,10 +64,16 @@ TEST(Elementwise, PointwiseFunctionsGradcheck) {
 
 TEST(Elementwise, GeluGoldenValues) {
   // SEMANTICS.md: gelu(-1) = -0.15865529, gelu(0.5) = 0.34573123, gelu(1) = 0.84134471
-  auto y = gelu(from_vector<double>({-1.0, 0.5, 1.0}, {3}));
-  EXPECT_NEAR(y.value()(0), -0.15865529, 1e-8);
-  EXPECT_NEAR(y.value()(1), 0.34573123, 1e-8);
-  EXPECT_NEAR(y.value()(2), 0.84134471, 1e-8);
+  // (PyTorch's float32 results; the exact values are x Phi(x), e.g. gelu(-1) = -0.1586552539...)
+  auto y = gelu(from_vector<float>({-1.0f, 0.5f, 1.0f}, {3}));
+  EXPECT_NEAR(y.value()(0), -0.15865529f, 1e-7);
+  EXPECT_NEAR(y.value()(1), 0.34573123f, 1e-7);
+  EXPECT_NEAR(y.value()(2), 0.84134471f, 1e-7);
+  auto yd = gelu(from_vector<double>({-1.0, 0.5, 1.0}, {3}));
+  for (std::size_t i = 0; i < 3; ++i) {
+    const double v = yd.value()(i) / std::vector<double>{-1.0, 0.5, 1.0}[i];  // Phi(x)
+    EXPECT_NEAR(v, 0.5 * std::erfc(-std::vector<double>{-1.0, 0.5, 1.0}[i] / std::sqrt(2.0)), 1e-15);
+  }
   // tanh form against its formula
   auto x = from_vector<double>({-2.0, 0.3, 1.7}, {3});
   auto yt = gelu(x, "tanh");
