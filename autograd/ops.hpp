@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <variant>
@@ -69,13 +70,18 @@ template <class T> Tensor<T> operator-(const Tensor<T>& a) { return neg(a); }
 // Over all elements: a 0-d (scalar) tensor.
 template <class T> Tensor<T> sum(const Tensor<T>& a);
 template <class T> Tensor<T> mean(const Tensor<T>& a);
-// Over the given dims (each once; may be negative); keepdim keeps them with size 1.
+// Over the given dims (a non-empty list, each once; may be negative); keepdim keeps them with size 1.
 template <class T> Tensor<T> sum(const Tensor<T>& a, const std::vector<int>& dims, bool keepdim = false);
 template <class T> Tensor<T> mean(const Tensor<T>& a, const std::vector<int>& dims, bool keepdim = false);
 // unbiased=true divides by n - 1 (torch.var's default), else by n.
 template <class T> Tensor<T> var(const Tensor<T>& a, bool unbiased = true);
 template <class T>
 Tensor<T> var(const Tensor<T>& a, const std::vector<int>& dims, bool unbiased = true, bool keepdim = false);
+// Without this overload, var(a, {1}) would convert {1} to bool and mean var(a, unbiased=true).
+template <class T>
+Tensor<T> var(const Tensor<T>& a, std::initializer_list<int> dims, bool unbiased = true, bool keepdim = false) {
+  return var(a, std::vector<int>(dims), unbiased, keepdim);
+}
 // torch.amax: the maximum over dims; the gradient is shared evenly among tied maxima.
 template <class T> Tensor<T> amax(const Tensor<T>& a, const std::vector<int>& dims, bool keepdim = false);
 // torch.max(a): the maximum of all elements (gradient shared evenly among ties).
@@ -119,7 +125,8 @@ Tensor<T> embedding(const IndexArray& indices, const Tensor<T>& weight,
                     std::optional<std::int64_t> padding_idx = std::nullopt);
 // mask broadcasts to a's shape; true positions are set to value (and get no gradient).
 template <class T> Tensor<T> masked_fill(const Tensor<T>& a, const BoolArray& mask, Scalar<T> value);
-// condition ? a : b, all three broadcast together.
+// condition ? a : b, all three broadcast together. Call it as xgrad::where: with an xt::xarray
+// condition, an unqualified call also finds xt::where by ADL and fails to compile.
 template <class T> Tensor<T> where(const BoolArray& condition, const Tensor<T>& a, const Tensor<T>& b);
 
 // ---- matmul.cpp: BLAS gemm (the one file that includes xtensor-blas) -------------------------

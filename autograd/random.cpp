@@ -11,7 +11,6 @@ std::uint64_t splitmix64(std::uint64_t& x) {
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
   return z ^ (z >> 31);
 }
-std::uint64_t rotl(std::uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 }  // namespace
 
 void Generator::manual_seed(std::uint64_t seed) {
@@ -19,23 +18,6 @@ void Generator::manual_seed(std::uint64_t seed) {
   std::uint64_t x = seed;
   for (auto& word : s_) word = splitmix64(x);
 }
-
-// xoshiro256** (Blackman and Vigna).
-std::uint64_t Generator::next_u64() {
-  const std::uint64_t result = rotl(s_[1] * 5, 7) * 9;
-  const std::uint64_t t = s_[1] << 17;
-  s_[2] ^= s_[0];
-  s_[3] ^= s_[1];
-  s_[1] ^= s_[2];
-  s_[0] ^= s_[3];
-  s_[2] ^= t;
-  s_[3] = rotl(s_[3], 45);
-  return result;
-}
-
-double Generator::uniform() { return static_cast<double>(next_u64() >> 11) * 0x1.0p-53; }
-
-float Generator::uniform_float() { return static_cast<float>(next_u64() >> 40) * 0x1.0p-24f; }
 
 double Generator::normal() {
   // Box-Muller; u1 in (0, 1] so that log(u1) is finite.

@@ -30,13 +30,25 @@ class Generator {
   GeneratorState get_state() const { return {seed_, s_}; }
   void set_state(const GeneratorState& state) { seed_ = state.seed; s_ = state.s; }
 
-  std::uint64_t next_u64();
-  double uniform();        // [0, 1), 53 random bits
-  float uniform_float();   // [0, 1), 24 random bits
+  // xoshiro256** (Blackman and Vigna); inline because dropout draws one per element.
+  std::uint64_t next_u64() {
+    const std::uint64_t result = rotl(s_[1] * 5, 7) * 9;
+    const std::uint64_t t = s_[1] << 17;
+    s_[2] ^= s_[0];
+    s_[3] ^= s_[1];
+    s_[1] ^= s_[2];
+    s_[0] ^= s_[3];
+    s_[2] ^= t;
+    s_[3] = rotl(s_[3], 45);
+    return result;
+  }
+  double uniform() { return static_cast<double>(next_u64() >> 11) * 0x1.0p-53; }        // [0, 1)
+  float uniform_float() { return static_cast<float>(next_u64() >> 40) * 0x1.0p-24f; }  // [0, 1)
   double normal();         // standard normal (Box-Muller, one draw per call, no cached value)
   bool bernoulli(double p) { return uniform() < p; }
 
  private:
+  static std::uint64_t rotl(std::uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
   std::uint64_t seed_ = 0;
   std::array<std::uint64_t, 4> s_{};
 };

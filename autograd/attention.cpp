@@ -1,0 +1,269 @@
+// F.scaled_dot_product_attention
+// (https://pytorch.org/docs/stable/generated/torch.nn.functional.scaled_dot_product_attention.html)
+// as one fused node: hand-derived forward and backward over contiguous data, gemm for the
+// products (llm.c's attention_forward / attention_backward), looped over the batch.
+//
+// Per batch b (batch = product of the leading dims), q: (L, E), k: (S, E), v: (S, Ev):
+//   A  = scale * q k^T + M        (L, S)   M: the float mask, or -inf where masked (bool, causal)
+//   P  = softmax(A) along S       (L, S)   max-subtracted; a row whose keys are all masked gets
+//                                          P = 0 (PyTorch gives NaN there on some paths)
+//   Pd = P * D                    (L, S)   D: dropout mask, 0 or 1/(1-p); D = 1 when p = 0
+//   O  = Pd v                     (L, Ev)
+// Backward from dO (L, Ev):
+//   dV  = Pd^T dO                 (S, Ev)
+//   dPd = dO v^T                  (L, S)
+//   dP  = dPd * D
+//   dA  = P * (dP - rowsum(dP * P))        zero wherever P = 0: masked keys and fully masked
+//                                          rows pass no gradient (and stay finite)
+//   dQ  = scale * dA k            (L, E)
+//   dK  = scale * dA^T q          (S, E)
+// A float mask is a constant array: it gets no gradient. A bool mask follows
+// nn.MultiheadAttention's convention, true = may NOT attend (ops.hpp, SEMANTICS.md); note that
+// torch's F.scaled_dot_product_attention reads its bool masks the other way (true = attend).
+
+// GCC 12's avx512fintrin.h trips -W(maybe-)uninitialized inside xsimd's AVX-512 kernels (GCC bug
+// 105593, fixed in GCC 13). The warning fires where the intrinsics are inlined, in this file, so
+// simd.hpp's push/pop around its include does not cover it: ignore it for the whole unit.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "autograd/broadcast.hpp"
+#include "autograd/gemm.hpp"
+#include "autograd/ops.hpp"
+#include "autograd/simd.hpp"
+
+namespace xgrad {
+
+namespace {
+
+constexpr const char* kOp = "scaled_dot_product_attention";
+
+// Where the (L, S) block of the mask for each batch starts, and its strides along L and S
+// (0 on broadcast dims).
+struct MaskLayout {
+  std::vector<std::size_t> batch_offset;
+  std::size_t stride_l = 0;
+  std::size_t stride_s = 0;
+};
+
+// mask broadcast (NumPy rules, no new dims beyond target's) against target = (..., L, S).
+MaskLayout mask_layout(const Shape& mask, const Shape& target, std::size_t batch, const std::string& got) {
+  bool ok = mask.size() <= target.size();
+  for (std::size_t d = 0; ok && d < mask.size(); ++d) {
+    const std::size_t md = mask[mask.size() - 1 - d], td = target[target.size() - 1 - d];
+    ok = md == td || md == 1;
+  }
+  XGRAD_CHECK(ok, kOp, ": attn_mask of shape ", mask, " cannot be broadcast to (..., L, S) = ", target,
+              " (", got, ")");
+  const std::vector<std::size_t> strides = detail::broadcast_strides(mask, target);
+  const std::size_t nd = target.size();
+  MaskLayout layout;
+  layout.stride_l = strides[nd - 2];
+  layout.stride_s = strides[nd - 1];
+  layout.batch_offset.resize(batch);
+  // Walk the leading dims row-major, carrying the offset along.
+  std::vector<std::size_t> idx(nd - 2, 0);
+  std::size_t offset = 0;
+  for (std::size_t b = 0; b < batch; ++b) {
+    layout.batch_offset[b] = offset;
+    for (std::size_t d = nd - 2; d-- > 0;) {
+      if (++idx[d] < target[d]) {
+        offset += strides[d];
+        break;
+      }
+      offset -= strides[d] * (idx[d] - 1);
+      idx[d] = 0;
+    }
+  }
+  return layout;
+}
+
+// row <- softmax(row), max-subtracted; all zeros when every entry is -inf.
+template <class T>
+void softmax_row(T* row, std::size_t n) {
+  const T m = detail::simd_max(row, n);
+  if (m == -std::numeric_limits<T>::infinity()) {
+    std::fill(row, row + n, T(0));
+    return;
+  }
+  const T inv = T(1) / detail::simd_exp_sub_sum(row, m, row, n);
+  for (std::size_t j = 0; j < n; ++j) row[j] *= inv;
+}
+
+}  // namespace
+
+template <class T>
+Tensor<T> scaled_dot_product_attention(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v,
+                                       const AttnMask<T>& attn_mask, double dropout_p, bool is_causal,
+                                       std::optional<double> scale, Generator* generator) {
+  const Shape sq = q.shape(), sk = k.shape(), sv = v.shape();
+  const std::string got = detail::concat("q ", sq, ", k ", sk, ", v ", sv);
+  const std::size_t nd = sq.size();
+  XGRAD_CHECK(nd >= 2 && sk.size() == nd && sv.size() == nd, kOp,
+              ": expected q (..., L, E), k (..., S, E) and v (..., S, Ev) of the same rank, at least 2, got ", got);
+  XGRAD_CHECK(std::equal(sq.begin(), sq.end() - 2, sk.begin()) && std::equal(sq.begin(), sq.end() - 2, sv.begin()),
+              kOp, ": q, k and v must have equal leading dims, got ", got);
+  XGRAD_CHECK(sk[nd - 1] == sq[nd - 1], kOp, ": q and k must have the same embedding size E, got ", got);
+  XGRAD_CHECK(sv[nd - 2] == sk[nd - 2], kOp, ": k and v must have the same sequence length S, got ", got);
+  XGRAD_CHECK(sq[nd - 1] > 0, kOp, ": the embedding size E must be positive, got ", got);
+  XGRAD_CHECK(!(is_causal && !attn_mask.empty()), kOp,
+              ": explicit attn_mask should not be set when is_causal=true (", got, ")");
+  XGRAD_CHECK(dropout_p >= 0.0 && dropout_p <= 1.0, kOp, ": dropout_p has to be between 0 and 1, but got ",
+              dropout_p);
+
+  const std::size_t L = sq[nd - 2], E = sq[nd - 1], S = sk[nd - 2], Ev = sv[nd - 1];
+  std::size_t batch = 1;
+  for (std::size_t d = 0; d + 2 < nd; ++d) batch *= sq[d];
+  const T alpha = T(scale ? *scale : 1.0 / std::sqrt(static_cast<double>(E)));
+
+  Shape target(sq.begin(), sq.end() - 2);  // (..., L, S)
+  target.push_back(L);
+  target.push_back(S);
+  MaskLayout layout;
+  if (!attn_mask.empty()) {
+    const Shape sm = attn_mask.is_bool() ? shape_of(attn_mask.bool_mask()) : shape_of(attn_mask.float_mask());
+    layout = mask_layout(sm, target, batch, got);
+  }
+
+  Shape out_shape = sq;
+  out_shape.back() = Ev;
+  Array<T> out = empty_array<T>(out_shape);
+  Array<T> P = empty_array<T>({batch, L, S});  // softmax probabilities, before dropout
+  Array<T> D;                                  // dropout mask (batch, L, S); empty when p = 0
+  const bool dropping = dropout_p > 0.0;
+  // Nothing to compute: no queries, no keys (every row fully masked: O = 0) or Ev = 0.
+  const bool trivial = out.size() == 0 || S == 0;
+
+  if (dropping) {
+    D = empty_array<T>({batch, L, S});
+    T* pd = D.data();
+    if (dropout_p == 1.0) {
+      std::fill(pd, pd + D.size(), T(0));
+    } else {
+      Generator& gen = generator ? *generator : default_generator();
+      const T keep_scale = T(1.0 / (1.0 - dropout_p));
+      for (std::size_t i = 0, n = D.size(); i < n; ++i) pd[i] = T(gen.uniform() >= dropout_p) * keep_scale;
+    }
+  }
+
+  if (trivial) {
+    std::fill(out.data(), out.data() + out.size(), T(0));
+    std::fill(P.data(), P.data() + P.size(), T(0));
+  } else {
+    const T* qd = q.value().data();
+    const T* kd = k.value().data();
+    const T* vd = v.value().data();
+    const bool* bool_mask = !attn_mask.empty() && attn_mask.is_bool() ? attn_mask.bool_mask().data() : nullptr;
+    const T* float_mask = !attn_mask.empty() && !attn_mask.is_bool() ? attn_mask.float_mask().data() : nullptr;
+    const T neg_inf = -std::numeric_limits<T>::infinity();
+    std::vector<T> dropped(dropping ? L * S : 0);  // Pd of one batch
+    for (std::size_t b = 0; b < batch; ++b) {
+      const T* qb = qd + b * L * E;
+      const T* kb = kd + b * S * E;
+      const T* vb = vd + b * S * Ev;
+      T* pb = P.data() + b * L * S;
+      // A = scale * q k^T
+      detail::gemm<T>(false, true, L, S, E, alpha, qb, E, kb, E, T(0), pb, S);
+      for (std::size_t i = 0; i < L; ++i) {
+        T* row = pb + i * S;
+        if (bool_mask) {
+          const bool* m = bool_mask + layout.batch_offset[b] + i * layout.stride_l;
+          for (std::size_t j = 0; j < S; ++j)
+            if (m[j * layout.stride_s]) row[j] = neg_inf;
+        } else if (float_mask) {
+          const T* m = float_mask + layout.batch_offset[b] + i * layout.stride_l;
+          for (std::size_t j = 0; j < S; ++j) row[j] += m[j * layout.stride_s];
+        } else if (is_causal) {
+          for (std::size_t j = i + 1; j < S; ++j) row[j] = neg_inf;
+        }
+        softmax_row(row, S);
+      }
+      const T* pv = pb;
+      if (dropping) {
+        const T* db = D.data() + b * L * S;
+        for (std::size_t n = 0; n < L * S; ++n) dropped[n] = pb[n] * db[n];
+        pv = dropped.data();
+      }
+      // O = Pd v
+      detail::gemm<T>(false, false, L, Ev, S, T(1), pv, S, vb, Ev, T(0), out.data() + b * L * Ev, Ev);
+    }
+  }
+
+  return make_result<T>(
+      kOp, std::move(out), {q, k, v},
+      [P = std::move(P), D = std::move(D), alpha, batch, L, S, E, Ev, dropping, trivial](Node<T>& node) {
+        const bool need_q = node.input_needs_grad(0), need_k = node.input_needs_grad(1),
+                   need_v = node.input_needs_grad(2);
+        Array<T> dq, dk, dv;
+        if (need_q) dq = Array<T>::from_shape(node.input_value(0).shape());
+        if (need_k) dk = Array<T>::from_shape(node.input_value(1).shape());
+        if (need_v) dv = Array<T>::from_shape(node.input_value(2).shape());
+        if (trivial) {
+          if (need_q) dq.fill(T(0));
+          if (need_k) dk.fill(T(0));
+          if (need_v) dv.fill(T(0));
+        } else {
+          const T* qd = node.input_value(0).data();
+          const T* kd = node.input_value(1).data();
+          const T* vd = node.input_value(2).data();
+          const T* dO = node.grad.data();
+          const bool need_scores = need_q || need_k;
+          std::vector<T> dA(need_scores ? L * S : 0);
+          std::vector<T> dropped(dropping && need_v ? L * S : 0);
+          for (std::size_t b = 0; b < batch; ++b) {
+            const T* pb = P.data() + b * L * S;
+            const T* db = dropping ? D.data() + b * L * S : nullptr;
+            const T* dOb = dO + b * L * Ev;
+            if (need_v) {
+              // dV = Pd^T dO
+              const T* pv = pb;
+              if (dropping) {
+                for (std::size_t n = 0; n < L * S; ++n) dropped[n] = pb[n] * db[n];
+                pv = dropped.data();
+              }
+              detail::gemm<T>(true, false, S, Ev, L, T(1), pv, S, dOb, Ev, T(0), dv.data() + b * S * Ev, Ev);
+            }
+            if (!need_scores) continue;
+            // dPd = dO v^T, then dA = P * (dP - rowsum(dP * P)) with dP = dPd * D
+            detail::gemm<T>(false, true, L, S, Ev, T(1), dOb, Ev, vd + b * S * Ev, Ev, T(0), dA.data(), S);
+            for (std::size_t i = 0; i < L; ++i) {
+              T* g = dA.data() + i * S;
+              const T* p = pb + i * S;
+              if (dropping) {
+                const T* m = db + i * S;
+                for (std::size_t j = 0; j < S; ++j) g[j] *= m[j];
+              }
+              const T gp = detail::simd_dot(g, p, S);
+              for (std::size_t j = 0; j < S; ++j) g[j] = p[j] * (g[j] - gp);
+            }
+            // dQ = scale * dA k;  dK = scale * dA^T q
+            if (need_q)
+              detail::gemm<T>(false, false, L, E, S, alpha, dA.data(), S, kd + b * S * E, E, T(0),
+                              dq.data() + b * L * E, E);
+            if (need_k)
+              detail::gemm<T>(true, false, S, E, L, alpha, dA.data(), S, qd + b * L * E, E, T(0),
+                              dk.data() + b * S * E, E);
+          }
+        }
+        if (need_q) node.input(0).accumulate_grad(std::move(dq));
+        if (need_k) node.input(1).accumulate_grad(std::move(dk));
+        if (need_v) node.input(2).accumulate_grad(std::move(dv));
+      });
+}
+
+#define XGRAD_INSTANTIATE(T)                                                                          \
+  template Tensor<T> scaled_dot_product_attention<T>(const Tensor<T>&, const Tensor<T>&, const Tensor<T>&, \
+                                                     const AttnMask<T>&, double, bool, std::optional<double>, \
+                                                     Generator*);
+XGRAD_INSTANTIATE(float)
+XGRAD_INSTANTIATE(double)
+#undef XGRAD_INSTANTIATE
+
+}  // namespace xgrad

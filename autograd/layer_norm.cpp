@@ -1,0 +1,149 @@
+// layer_norm as one fused node, in the manner of llm.c's layernorm_forward/backward.
+//
+// x: (*, D...) is seen as (rows, D) with D the product of normalized_shape; mean, rstd: (rows).
+// Statistics are accumulated in double for float input too, with two passes (the mean, then the
+// squared deviations from it), so that a large common offset (float inputs around 1e4) does not
+// cancel the variance away. mean and rstd are saved in double for the backward for the same
+// reason: x - mean in float would lose the digits that matter.
+#include <algorithm>
+#include <cmath>
+#include <memory>
+
+#include "autograd/ops.hpp"
+
+namespace xgrad {
+
+namespace {
+
+struct LayerNormSaved {
+  std::size_t rows = 0, d = 0;
+  std::vector<double> mean, rstd;  // (rows)
+  int weight = -1, bias = -1;      // positions among the node's inputs, -1 when absent
+};
+
+}  // namespace
+
+// y = (x - mean) * rstd * w + b, rstd = 1 / sqrt(var + eps), biased var over each row.
+// https://pytorch.org/docs/stable/generated/torch.nn.functional.layer_norm.html
+template <class T>
+Tensor<T> layer_norm(const Tensor<T>& x, const Shape& normalized_shape, const Tensor<T>& weight,
+                     const Tensor<T>& bias, double eps) {
+  const Shape sx = x.shape();
+  const std::size_t nn = normalized_shape.size();
+  XGRAD_CHECK(nn >= 1, "layer_norm: expected normalized_shape to be at least 1-dimensional, got ",
+              normalized_shape);
+  XGRAD_CHECK(sx.size() >= nn && std::equal(normalized_shape.begin(), normalized_shape.end(), sx.end() - nn),
+              "layer_norm: expected input with trailing shape ", normalized_shape, ", got ", sx);
+  if (weight.defined())
+    XGRAD_CHECK(weight.shape() == normalized_shape, "layer_norm: expected weight of shape ", normalized_shape,
+                ", got ", weight.shape());
+  if (bias.defined())
+    XGRAD_CHECK(bias.shape() == normalized_shape, "layer_norm: expected bias of shape ", normalized_shape,
+                ", got ", bias.shape());
+  XGRAD_CHECK(eps >= 0, "layer_norm: eps must be non-negative, got ", eps);
+
+  auto saved = std::make_shared<LayerNormSaved>();
+  LayerNormSaved& s = *saved;
+  s.d = 1;
+  for (std::size_t v : normalized_shape) s.d *= v;
+  s.rows = s.d == 0 ? 0 : x.numel() / s.d;
+  s.mean.resize(s.rows);
+  s.rstd.resize(s.rows);
+
+  std::vector<Tensor<T>> inputs{x};
+  if (weight.defined()) {
+    s.weight = static_cast<int>(inputs.size());
+    inputs.push_back(weight);
+  }
+  if (bias.defined()) {
+    s.bias = static_cast<int>(inputs.size());
+    inputs.push_back(bias);
+  }
+
+  Array<T> y = empty_array<T>(sx);
+  const T* px = x.value().data();
+  const T* pw = weight.defined() ? weight.value().data() : nullptr;
+  const T* pb = bias.defined() ? bias.value().data() : nullptr;
+  T* py = y.data();
+  const std::size_t D = s.d;
+  for (std::size_t r = 0; r < s.rows; ++r) {
+    const T* xr = px + r * D;
+    T* yr = py + r * D;
+    double m = 0;
+    for (std::size_t j = 0; j < D; ++j) m += xr[j];
+    m /= static_cast<double>(D);
+    double v = 0;
+    for (std::size_t j = 0; j < D; ++j) {
+      const double dev = xr[j] - m;
+      v += dev * dev;
+    }
+    v /= static_cast<double>(D);
+    const double rs = 1.0 / std::sqrt(v + eps);
+    for (std::size_t j = 0; j < D; ++j) {
+      double o = (xr[j] - m) * rs;  // xhat
+      if (pw) o *= pw[j];
+      if (pb) o += pb[j];
+      yr[j] = static_cast<T>(o);
+    }
+    s.mean[r] = m;
+    s.rstd[r] = rs;
+  }
+
+  return make_result<T>("layer_norm", std::move(y), std::move(inputs), [saved](Node<T>& out) {
+    const LayerNormSaved& s = *saved;
+    const std::size_t D = s.d;
+    const bool need_x = out.input_needs_grad(0);
+    const bool need_w = s.weight >= 0 && out.input_needs_grad(s.weight);
+    const bool need_b = s.bias >= 0 && out.input_needs_grad(s.bias);
+    const T* px = out.input_value(0).data();
+    const T* pw = s.weight >= 0 ? out.input_value(s.weight).data() : nullptr;
+    const T* pdy = out.grad.data();
+    Array<T> dx;
+    if (need_x) dx = empty_array<T>(shape_of(out.input_value(0)));
+    std::vector<double> dw(need_w ? D : 0, 0.0), db(need_b ? D : 0, 0.0);
+    for (std::size_t r = 0; r < s.rows; ++r) {
+      const T* xr = px + r * D;
+      const T* dyr = pdy + r * D;
+      const double m = s.mean[r], rs = s.rstd[r];
+      // dxhat = dy * w;  dw += dy * xhat;  db += dy
+      double mean_dxhat = 0, mean_dxhat_xhat = 0;
+      for (std::size_t j = 0; j < D; ++j) {
+        const double xhat = (xr[j] - m) * rs;
+        const double g = dyr[j];
+        const double dxhat = pw ? g * pw[j] : g;
+        mean_dxhat += dxhat;
+        mean_dxhat_xhat += dxhat * xhat;
+        if (need_w) dw[j] += g * xhat;
+        if (need_b) db[j] += g;
+      }
+      if (!need_x) continue;
+      mean_dxhat /= static_cast<double>(D);
+      mean_dxhat_xhat /= static_cast<double>(D);
+      // dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
+      T* dxr = dx.data() + r * D;
+      for (std::size_t j = 0; j < D; ++j) {
+        const double xhat = (xr[j] - m) * rs;
+        const double dxhat = pw ? dyr[j] * static_cast<double>(pw[j]) : static_cast<double>(dyr[j]);
+        dxr[j] = static_cast<T>(rs * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat));
+      }
+    }
+    if (need_x) out.input(0).accumulate_grad(std::move(dx));
+    const auto to_array = [&out](const std::vector<double>& v, int input) {
+      Array<T> a = empty_array<T>(shape_of(out.input_value(static_cast<std::size_t>(input))));
+      T* pa = a.data();
+      for (std::size_t j = 0; j < v.size(); ++j) pa[j] = static_cast<T>(v[j]);
+      return a;
+    };
+    if (need_w) out.input(static_cast<std::size_t>(s.weight)).accumulate_grad(to_array(dw, s.weight));
+    if (need_b) out.input(static_cast<std::size_t>(s.bias)).accumulate_grad(to_array(db, s.bias));
+  });
+}
+
+#define XGRAD_INSTANTIATE(T)                                                                            \
+  template Tensor<T> layer_norm<T>(const Tensor<T>&, const Shape&, const Tensor<T>&, const Tensor<T>&, \
+                                   double);
+XGRAD_INSTANTIATE(float)
+XGRAD_INSTANTIATE(double)
+#undef XGRAD_INSTANTIATE
+
+}  // namespace xgrad
