@@ -6,3 +6,5 @@
 #include "autograd/ops.hpp"
 #include "autograd/random.hpp"
 #include "autograd/tensor.hpp"
+#include "nn/nn.hpp"
+#include "optim/optim.hpp"
