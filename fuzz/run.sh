@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets with clang (the whole library instrumented, ASan + UBSan) and runs
+# each for a bounded time, seeded with valid files written by fuzz_seeds. Exits non-zero when a
+# fuzzer finds a crash, a sanitizer report, an unexpected exception, a leak or a hang; the input
+# that triggered it is kept under <build>/artifacts/<fuzzer>/.
+#
+#   fuzz/run.sh [SECONDS]        seconds per fuzzer (default 60, or $XGRAD_FUZZ_SECONDS)
+#   XGRAD_FUZZ_BUILD_DIR=...     build tree (default <repo>/build-fuzz, kept between runs, so its
+#                                corpus/ grows from run to run)
+#   XGRAD_FUZZ_JOBS=N            build parallelism (default 2)
+#   XGRAD_FUZZERS="a b"          which fuzzers to run (default: every fuzz/fuzz_*.cpp)
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+seconds=${1:-${XGRAD_FUZZ_SECONDS:-60}}
+build=${XGRAD_FUZZ_BUILD_DIR:-$root/build-fuzz}
+jobs=${XGRAD_FUZZ_JOBS:-2}
+if [[ -n "${XGRAD_FUZZERS:-}" ]]; then
+  read -r -a fuzzers <<<"$XGRAD_FUZZERS"
+else
+  fuzzers=()
+  for source in "$root"/fuzz/fuzz_*.cpp; do
+    name=$(basename "$source" .cpp)
+    fuzzers+=("${name#fuzz_}")
+  done
+fi
+
+command -v clang++ >/dev/null || { echo "fuzz/run.sh: needs clang++ (apt-get install clang libclang-rt-14-dev)" >&2; exit 2; }
+
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
+  -DXGRAD_BUILD_FUZZERS=ON -DXGRAD_BUILD_TESTS=OFF -DXGRAD_BUILD_EXAMPLES=OFF \
+  -DXGRAD_BUILD_BENCHMARKS=OFF -DXGRAD_INSTALL=OFF >/dev/null
+targets=(fuzz_seeds)
+for f in "${fuzzers[@]}"; do targets+=("fuzz_$f"); done
+cmake --build "$build" --target "${targets[@]}" -j "$jobs"
+
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=0}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+rm -rf "$build/seeds"
+"$build/fuzz/fuzz_seeds" "$build/seeds"
+
+status=0
+for f in "${fuzzers[@]}"; do
+  corpus=$build/corpus/$f
+  artifacts=$build/artifacts/$f
+  mkdir -p "$corpus" "$artifacts" "$build/seeds/$f"
+  options=(-max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1
+           -artifact_prefix="$artifacts/")
+  [[ -f "$root/fuzz/$f.dict" ]] && options+=(-dict="$root/fuzz/$f.dict")
+  echo "== fuzz_$f for ${seconds}s"
+  if ! "$build/fuzz/fuzz_$f" "${options[@]}" "$corpus" "$build/seeds/$f"; then
+    echo "fuzz/run.sh: fuzz_$f found a problem; reproduce with: $build/fuzz/fuzz_$f $artifacts/<file>" >&2
+    status=1
+  fi
+done
+exit $status

@@ -1,0 +1,36 @@
+// Saving a file so that it is never half written: readers see either the previous file or the
+// complete new one, whatever happens during the save.
+//
+//   write_file_atomically("model.safetensors", [&](std::ostream& out) { out.write(...); });
+#pragma once
+
+#include <functional>
+#include <ostream>
+#include <string>
+
+namespace xgrad {
+
+// Calls `write` with a binary stream onto a new temporary file in the folder of `path`
+// (".<name>.tmp-<pid>-<counter>-<clock>", created exclusively, so concurrent saves never share
+// one), then flushes it, fsyncs it, closes it and renames it over `path` -- atomic on POSIX file
+// systems -- and finally fsyncs the folder (best effort) so the rename survives a power loss.
+// The new file keeps the permission bits of the file it replaces, or gets 0666 minus the umask.
+//
+// On any failure the temporary file is removed, the file at `path` is left as it was, and a
+// std::runtime_error is thrown whose message names `path` and the reason:
+//  - `write` throws: the message quotes its what(), and the exception stays attached
+//    (std::throw_with_nested; std::rethrow_if_nested gives it back);
+//  - a write, flush, fsync or close fails (full disk, file size limit, I/O error): strerror;
+//  - the folder cannot take a new file (missing, not a folder, read-only, no permission);
+//  - the rename fails (e.g. `path` is a folder).
+// `write` may also stop early by leaving the stream in a failed state (badbit/failbit).
+//
+// Replacing a symbolic link replaces the link, not the file it points to.
+//
+// tests/test_safetensors.cpp forces each failure for real, also as root (who ignores
+// permission bits): a `write` that throws halfway; RLIMIT_FSIZE, which makes write(2) fail
+// with EFBIG halfway as a full disk would with ENOSPC; a parent path that is a regular file or
+// missing; a target that is a folder (the rename fails).
+void write_file_atomically(const std::string& path, const std::function<void(std::ostream&)>& write);
+
+}  // namespace xgrad
