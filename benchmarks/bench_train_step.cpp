@@ -1,0 +1,378 @@
+// bench_train_step: the time of one float32 training step of xgrad's pre-norm GELU
+// TransformerEncoder (dropout 0, batch_first), and the machine's sgemm rate through the same
+// BLAS, so that a step's GFLOP/s can be read as a fraction of what the machine can do.
+//
+//   step:  opt.zero_grad();  loss = mse_loss(encoder(x), target);  loss.backward();  opt.step();
+//   x, target: fixed (B, N, d) standard-normal tensors; Adam(lr=1e-4); torch defaults otherwise.
+//
+// Usage:
+//   bench_train_step                  the sgemm rate, then every configuration, each in its own
+//                                     child process (so that each peak RSS is its own)
+//   bench_train_step --config small   one configuration, in this process
+//   bench_train_step --gemm           the sgemm rate only
+//   --configs tiny,small   subset for the default mode      --no-gemm   skip the sgemm rate
+//   --json                 one JSON object per line          --quick     shorter runs
+//   --breakdown            also the median of each phase (zero_grad, forward+loss, backward, step)
+//   --min-time S  --min-reps R  --max-reps R  --warmup W  --warmup-time S
+// BLAS threads come from OPENBLAS_NUM_THREADS (xgrad itself runs single-threaded); the count in
+// use is printed. benchmarks/compare.py runs the same steps in PyTorch beside this program.
+#include <dlfcn.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "autograd/gemm.hpp"
+#include "xgrad.hpp"
+
+namespace {
+
+struct Config {
+  const char* name;
+  std::size_t B, N, d, h, ff, L;  // batch, sequence, d_model, heads, dim_feedforward, layers
+};
+
+constexpr Config kConfigs[] = {
+    {"tiny", 2, 3, 4, 2, 64, 3},
+    {"small", 16, 32, 64, 4, 256, 2},
+    {"medium", 32, 64, 256, 8, 1024, 4},
+    {"large", 8, 128, 512, 8, 2048, 2},
+};
+
+// Model FLOPs of one training step: the matmuls only (LayerNorm, softmax, GELU, the loss and
+// Adam are not counted). With T = B*N tokens, one layer's forward is
+//   QKV projection 2*T*d*3d + out-projection 2*T*d*d           = 8*T*d^2
+//   Q K^T and P V: 2 * (2 * B*h * N*N * d/h)                   = 4*B*N^2*d
+//   linear1 2*T*d*ff + linear2 2*T*ff*d                        = 4*T*d*ff
+// and backward costs twice the forward (a gradient for each matmul operand).
+constexpr const char* kFlopFormula = "3 * L * (8*T*d^2 + 4*T*d*ff + 4*B*N^2*d), T = B*N";
+
+double step_flops(const Config& c) {
+  const double B = double(c.B), N = double(c.N), d = double(c.d), ff = double(c.ff), L = double(c.L);
+  const double T = B * N;
+  return 3.0 * L * (8.0 * T * d * d + 4.0 * T * d * ff + 4.0 * B * N * N * d);
+}
+
+struct Options {
+  std::string config;                // --config: run this one in-process
+  std::vector<std::string> configs;  // --configs: the default mode's subset
+  bool gemm_only = false, no_gemm = false, json = false, breakdown = false;
+  double min_time = 3.0, warmup_time = 0.5;
+  std::size_t min_reps = 5, max_reps = 100000, warmup = 3;
+};
+
+struct Stats {
+  std::size_t reps = 0;
+  double median = 0, p25 = 0, p75 = 0, min = 0, max = 0;  // ms
+};
+
+double quantile(const std::vector<double>& sorted, double q) {
+  const double pos = q * double(sorted.size() - 1);
+  const std::size_t lo = std::size_t(pos), hi = std::min(lo + 1, sorted.size() - 1);
+  return sorted[lo] + (pos - double(lo)) * (sorted[hi] - sorted[lo]);
+}
+
+Stats summarize(std::vector<double> ms) {
+  std::sort(ms.begin(), ms.end());
+  Stats s;
+  s.reps = ms.size();
+  s.median = quantile(ms, 0.5);
+  s.p25 = quantile(ms, 0.25);
+  s.p75 = quantile(ms, 0.75);
+  s.min = ms.front();
+  s.max = ms.back();
+  return s;
+}
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Warm-up (at least `warmup` calls and `warmup_time` seconds), then on_timed_start(), then times
+// each call until both min_reps calls and min_time seconds are reached, or max_reps calls.
+template <class F, class G>
+Stats time_calls(F&& call, const Options& o, G&& on_timed_start) {
+  const auto warm_start = Clock::now();
+  for (std::size_t i = 0; i < o.warmup || seconds_since(warm_start) < o.warmup_time; ++i) call();
+  on_timed_start();
+  std::vector<double> ms;
+  const auto start = Clock::now();
+  while (ms.size() < o.max_reps && (ms.size() < o.min_reps || seconds_since(start) < o.min_time)) {
+    const auto t0 = Clock::now();
+    call();
+    ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  return summarize(std::move(ms));
+}
+
+double peak_rss_mib() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return double(usage.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
+}
+
+// OpenBLAS's own report of its threads and build, looked up at run time so that the program
+// still runs (reporting -1) on another BLAS.
+int blas_threads() {
+  using Fn = int (*)();
+  auto fn = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  return fn ? fn() : -1;
+}
+std::string blas_config() {
+  using Fn = const char* (*)();
+  auto fn = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "openblas_get_config"));
+  std::string s = fn ? fn() : "unknown BLAS";
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  return s;
+}
+
+std::string json_escape(const std::string& s) {
+  std::string r;
+  for (char ch : s) {
+    if (ch == '"' || ch == '\\') r += '\\';
+    r += ch;
+  }
+  return r;
+}
+
+void print_stats_json(const Stats& s) {
+  std::printf("\"reps\":%zu,\"median_ms\":%.6g,\"p25_ms\":%.6g,\"p75_ms\":%.6g,\"min_ms\":%.6g,\"max_ms\":%.6g", s.reps,
+              s.median, s.p25, s.p75, s.min, s.max);
+}
+
+// C = A B with A, B: (1024, 1024) standard normal, through xgrad's BLAS entry point.
+int run_gemm(const Options& o) {
+  constexpr std::size_t n = 1024;
+  xgrad::manual_seed(0);
+  const xgrad::Array<float> a = xgrad::randn<float>({n, n}).value();
+  const xgrad::Array<float> b = xgrad::randn<float>({n, n}).value();
+  xgrad::Array<float> c = xgrad::zeros<float>({n, n}).value();
+  Options g = o;
+  g.min_time = std::min(o.min_time, 1.5);
+  g.min_reps = std::max<std::size_t>(o.min_reps, 10);
+  const Stats s = time_calls(
+      [&] { xgrad::detail::gemm<float>(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n); },
+      g, [] {});
+  const double flops = 2.0 * double(n) * n * n;
+  const double gflops = flops / (s.median * 1e6), best = flops / (s.min * 1e6);
+  if (o.json) {
+    std::printf("{\"kind\":\"gemm\",\"framework\":\"xgrad\",\"n\":%zu,\"blas_threads\":%d,\"blas\":\"%s\",", n,
+                blas_threads(), json_escape(blas_config()).c_str());
+    print_stats_json(s);
+    std::printf(",\"gflops\":%.6g,\"gflops_best\":%.6g,\"peak_rss_mib\":%.6g}\n", gflops, best, peak_rss_mib());
+  } else {
+    std::printf("sgemm 1024x1024x1024 (%d BLAS threads): median %.2f ms = %.1f GFLOP/s (best %.1f), %zu runs\n",
+                blas_threads(), s.median, gflops, best, s.reps);
+  }
+  return 0;
+}
+
+int run_config(const Config& c, const Options& o) {
+  using namespace xgrad;
+  const double baseline_mib = peak_rss_mib();
+  manual_seed(0);
+  std::shared_ptr<nn::TransformerEncoder<float>> encoder;
+  {
+    // The prototype layer is only copied from; dropping it keeps its parameters out of the peak.
+    auto layer = std::make_shared<nn::TransformerEncoderLayer<float>>(
+        nn::TransformerEncoderLayerOptions(std::int64_t(c.d), std::int64_t(c.h))
+            .dim_feedforward(std::int64_t(c.ff))
+            .dropout(0.0)
+            .activation("gelu")
+            .batch_first(true)
+            .norm_first(true));
+    encoder = std::make_shared<nn::TransformerEncoder<float>>(layer, std::int64_t(c.L));
+  }
+  optim::Adam<float> opt(encoder->parameters(), optim::AdamOptions(1e-4));
+  const Tensor<float> x = randn<float>({c.B, c.N, c.d});       // (B, N, d)
+  const Tensor<float> target = randn<float>({c.B, c.N, c.d});  // (B, N, d)
+
+  // Each timed step also records its phases: zero_grad | forward and loss | backward | Adam step.
+  float loss_value = 0;
+  bool timing = false;
+  std::vector<double> phase_ms[4];
+  const auto step = [&] {
+    const auto t0 = Clock::now();
+    opt.zero_grad();
+    const auto t1 = Clock::now();
+    Tensor<float> loss = mse_loss(encoder->forward(x), target);
+    const auto t2 = Clock::now();
+    loss.backward();
+    const auto t3 = Clock::now();
+    opt.step();
+    const auto t4 = Clock::now();
+    loss_value = loss.value().data()[0];
+    if (!timing) return;
+    const Clock::time_point t[] = {t0, t1, t2, t3, t4};
+    for (int i = 0; i < 4; ++i)
+      phase_ms[i].push_back(std::chrono::duration<double, std::milli>(t[i + 1] - t[i]).count());
+  };
+  const Stats s = time_calls(step, o, [&] { timing = true; });
+  double phase_median[4];
+  for (int i = 0; i < 4; ++i) phase_median[i] = summarize(phase_ms[i]).median;
+  if (!std::isfinite(loss_value)) {
+    std::fprintf(stderr, "bench_train_step: %s: the loss is not finite (%g)\n", c.name, double(loss_value));
+    return 1;
+  }
+  const double flops = step_flops(c), gflops = flops / (s.median * 1e6), peak = peak_rss_mib();
+  if (o.json) {
+    std::printf("{\"kind\":\"train_step\",\"framework\":\"xgrad\",\"config\":\"%s\",\"B\":%zu,\"N\":%zu,\"d\":%zu,"
+                "\"h\":%zu,\"ff\":%zu,\"L\":%zu,\"blas_threads\":%d,\"flops\":%.6g,",
+                c.name, c.B, c.N, c.d, c.h, c.ff, c.L, blas_threads(), flops);
+    print_stats_json(s);
+    std::printf(",\"gflops\":%.6g,\"peak_rss_mib\":%.6g,\"baseline_rss_mib\":%.6g,\"final_loss\":%.6g,"
+                "\"phases_median_ms\":{\"zero_grad\":%.6g,\"forward_loss\":%.6g,\"backward\":%.6g,\"step\":%.6g}}\n",
+                gflops, peak, baseline_mib, double(loss_value), phase_median[0], phase_median[1], phase_median[2],
+                phase_median[3]);
+  } else {
+    std::printf("%-7s %3zu %4zu %4zu %3zu %5zu %2zu %7zu %11.3f  [%9.3f, %9.3f]  %9.3f .. %9.3f %8.2f %9.1f\n", c.name,
+                c.B, c.N, c.d, c.h, c.ff, c.L, s.reps, s.median, s.p25, s.p75, s.min, s.max, gflops, peak);
+    if (o.breakdown)
+      std::printf("        phases (median ms): zero_grad %.4g, forward+loss %.4g, backward %.4g, Adam step %.4g\n",
+                  phase_median[0], phase_median[1], phase_median[2], phase_median[3]);
+  }
+  return 0;
+}
+
+// Re-runs this program with `args` and waits; the child writes to our stdout.
+int run_child(const std::vector<std::string>& args) {
+  std::fflush(stdout);
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) return 1;
+  if (pid == 0) {
+    execv("/proc/self/exe", argv.data());
+    std::perror("bench_train_step: execv");
+    _exit(127);
+  }
+  int status = 0;
+  if (waitpid(pid, &status, 0) < 0) return 1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
+
+const Config* find_config(const std::string& name) {
+  for (const auto& c : kConfigs)
+    if (name == c.name) return &c;
+  return nullptr;
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  while (start <= s.size()) {
+    const std::size_t comma = std::min(s.find(',', start), s.size());
+    if (comma > start) parts.push_back(s.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return parts;
+}
+
+void usage() {
+  std::fprintf(stderr,
+               "usage: bench_train_step [--config NAME | --gemm | --configs A,B,...] [--no-gemm] [--json]\n"
+               "                        [--breakdown] [--quick] [--min-time S] [--min-reps R] [--max-reps R]\n"
+               "                        [--warmup W] [--warmup-time S]\n"
+               "configurations: tiny small medium large\n");
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--config") o.config = value();
+    else if (a == "--configs") o.configs = split(value());
+    else if (a == "--gemm") o.gemm_only = true;
+    else if (a == "--no-gemm") o.no_gemm = true;
+    else if (a == "--json") o.json = true;
+    else if (a == "--breakdown") o.breakdown = true;
+    else if (a == "--quick") { o.min_time = 1.0; o.min_reps = 3; o.warmup = 1; o.warmup_time = 0.2; }
+    else if (a == "--min-time") o.min_time = std::stod(value());
+    else if (a == "--min-reps") o.min_reps = std::stoul(value());
+    else if (a == "--max-reps") o.max_reps = std::stoul(value());
+    else if (a == "--warmup") o.warmup = std::stoul(value());
+    else if (a == "--warmup-time") o.warmup_time = std::stod(value());
+    else throw std::invalid_argument("unknown argument " + a);
+  }
+  if (o.min_reps < 1) o.min_reps = 1;
+  if (o.max_reps < o.min_reps) o.max_reps = o.min_reps;
+  for (const auto& name : o.configs)
+    if (!find_config(name)) throw std::invalid_argument("unknown configuration " + name);
+  if (!o.config.empty() && !find_config(o.config)) throw std::invalid_argument("unknown configuration " + o.config);
+  return o;
+}
+
+// The timing flags, passed on to the children.
+std::vector<std::string> timing_args(const Options& o) {
+  return {"--min-time", std::to_string(o.min_time), "--min-reps", std::to_string(o.min_reps),
+          "--max-reps", std::to_string(o.max_reps), "--warmup", std::to_string(o.warmup),
+          "--warmup-time", std::to_string(o.warmup_time)};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  try {
+    o = parse(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_train_step: %s\n", e.what());
+    usage();
+    return 2;
+  }
+  try {
+    if (o.gemm_only) return run_gemm(o);
+    if (!o.config.empty()) return run_config(*find_config(o.config), o);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_train_step: %s\n", e.what());
+    return 1;
+  }
+
+  // The default mode: every step in its own process.
+  if (o.configs.empty())
+    for (const auto& c : kConfigs) o.configs.push_back(c.name);
+  std::vector<std::string> base = {argv[0]};
+  if (o.json) base.push_back("--json");
+  if (o.breakdown) base.push_back("--breakdown");
+  for (const auto& a : timing_args(o)) base.push_back(a);
+  if (o.json) {
+    std::printf("{\"kind\":\"header\",\"flop_formula\":\"%s\",\"blas\":\"%s\"}\n", kFlopFormula,
+                json_escape(blas_config()).c_str());
+  } else {
+    std::printf("xgrad float32 training step: zero_grad, forward, mse_loss(encoder(x), target), backward, Adam\n"
+                "model: pre-norm GELU TransformerEncoder, dropout 0, batch_first; BLAS: %s, %d threads\n"
+                "GFLOP/s = model matmul FLOPs / median step time, FLOPs = %s (backward = 2x forward)\n"
+                "each configuration runs in its own process: peak MiB is that process's ru_maxrss\n",
+                blas_config().c_str(), blas_threads(), kFlopFormula);
+  }
+  int failures = 0;
+  if (!o.no_gemm) {
+    std::vector<std::string> args = base;
+    args.push_back("--gemm");
+    failures += run_child(args) != 0;
+  }
+  if (!o.json)
+    std::printf("\n%-7s %3s %4s %4s %3s %5s %2s %7s %11s  [%9s, %9s]  %9s .. %9s %8s %9s\n", "config", "B", "N", "d",
+                "h", "ff", "L", "reps", "median ms", "p25", "p75", "min", "max", "GFLOP/s", "peak MiB");
+  for (const auto& name : o.configs) {
+    std::vector<std::string> args = base;
+    args.push_back("--config");
+    args.push_back(name);
+    failures += run_child(args) != 0;
+  }
+  return failures == 0 ? 0 : 1;
+}

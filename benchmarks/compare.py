@@ -1,0 +1,478 @@
+#!/usr/bin/python3
+"""xgrad against PyTorch: the float32 training step of a pre-norm GELU TransformerEncoder.
+
+Runs, in one invocation, xgrad's bench_train_step and the same step in PyTorch
+(torch.nn.TransformerEncoder, enable_nested_tensor=False, norm_first=True, activation="gelu",
+dropout=0, batch_first=True; torch.optim.Adam(lr=1e-4); mse_loss against a fixed random target)
+for the configurations tiny, small, medium and large. Every (framework, configuration, thread
+count) runs in its own process, so each peak memory (the process's ru_maxrss) is its own; each
+framework is reported at its fastest thread count for each configuration.
+
+Threads: xgrad's only parallelism is OpenBLAS (OPENBLAS_NUM_THREADS); PyTorch gets
+torch.set_num_threads(n) and the same OPENBLAS_NUM_THREADS / OMP_NUM_THREADS, since Debian's
+torch calls OpenBLAS for its matmuls and torch.set_num_threads does not reach it.
+
+    /usr/bin/python3 benchmarks/compare.py            # full run, a few minutes on 2 cores
+    /usr/bin/python3 benchmarks/compare.py --quick    # shorter timing loops
+    /usr/bin/python3 benchmarks/compare.py --rounds 3 # three sweeps; each cell the median run
+
+It builds bench_train_step in --build-dir (default build/release) unless --xgrad-bin is given,
+prints the side-by-side table and writes it as markdown (--markdown, default
+benchmarks/results.md) with the command that reproduces it. Needs Debian's python3-torch, hence
+/usr/bin/python3.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import resource
+import shlex
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# name: (B batch, N sequence, d model, h heads, ff feed-forward, L layers); the same as
+# bench_train_step.cpp's kConfigs.
+CONFIGS = {
+    "tiny": (2, 3, 4, 2, 64, 3),
+    "small": (16, 32, 64, 4, 256, 2),
+    "medium": (32, 64, 256, 8, 1024, 4),
+    "large": (8, 128, 512, 8, 2048, 2),
+}
+
+# The issue's targets: PyTorch ms / xgrad ms at least this.
+SPEEDUP_TARGETS = {"tiny": 20.0, "small": 2.0, "medium": 1.3, "large": 1.3}
+LARGE_GEMM_FRACTION_TARGET = 0.60
+
+# Model matmul FLOPs per training step (see bench_train_step.cpp): forward
+# 8*T*d^2 (QKV and out-projections) + 4*B*N^2*d (QK^T and PV) + 4*T*d*ff (feed-forward) per
+# layer, T = B*N, and backward = 2x forward.
+FLOP_FORMULA = "3 * L * (8*T*d^2 + 4*T*d*ff + 4*B*N^2*d), T = B*N"
+
+
+def step_flops(name):
+    B, N, d, h, ff, L = CONFIGS[name]
+    T = B * N
+    return 3.0 * L * (8.0 * T * d * d + 4.0 * T * d * ff + 4.0 * B * N * N * d)
+
+
+def peak_rss_mib():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
+
+
+def quantile(sorted_ms, q):
+    pos = q * (len(sorted_ms) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_ms) - 1)
+    return sorted_ms[lo] + (pos - lo) * (sorted_ms[hi] - sorted_ms[lo])
+
+
+def time_calls(call, t, on_timed_start=lambda: None):
+    """Warm-up (at least t.warmup calls and t.warmup_time s), then on_timed_start(), then each
+    call timed until both t.min_reps calls and t.min_time seconds are reached (or t.max_reps); as
+    bench_train_step."""
+    start = time.perf_counter()
+    i = 0
+    while i < t.warmup or time.perf_counter() - start < t.warmup_time:
+        call()
+        i += 1
+    on_timed_start()
+    ms = []
+    start = time.perf_counter()
+    while len(ms) < t.max_reps and (len(ms) < t.min_reps or time.perf_counter() - start < t.min_time):
+        t0 = time.perf_counter()
+        call()
+        ms.append((time.perf_counter() - t0) * 1e3)
+    ms.sort()
+    return {"reps": len(ms), "median_ms": quantile(ms, 0.5), "p25_ms": quantile(ms, 0.25),
+            "p75_ms": quantile(ms, 0.75), "min_ms": ms[0], "max_ms": ms[-1]}
+
+
+# ---- the PyTorch side, run in a child process (--worker) ---------------------------------------
+
+def torch_worker(args):
+    baseline = peak_rss_mib()
+    import torch
+    import torch.nn.functional as F
+
+    torch.set_num_threads(args.threads)
+    baseline_torch = peak_rss_mib()
+    torch.manual_seed(0)
+    if args.worker == "gemm":
+        n = 1024
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        c = torch.empty(n, n)
+        args.min_time = min(args.min_time, 1.5)
+        args.min_reps = max(args.min_reps, 10)
+        s = time_calls(lambda: torch.mm(a, b, out=c), args)
+        flops = 2.0 * n ** 3
+        print(json.dumps(dict(kind="gemm", framework="torch", n=n, threads=args.threads, **s,
+                              gflops=flops / (s["median_ms"] * 1e6), gflops_best=flops / (s["min_ms"] * 1e6),
+                              peak_rss_mib=peak_rss_mib())))
+        return 0
+
+    B, N, d, h, ff, L = CONFIGS[args.config]
+    layer = torch.nn.TransformerEncoderLayer(d, h, dim_feedforward=ff, dropout=0.0, activation="gelu",
+                                             batch_first=True, norm_first=True)
+    model = torch.nn.TransformerEncoder(layer, L, enable_nested_tensor=False)
+    del layer  # only copied from, as in bench_train_step
+    model.train()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    x = torch.randn(B, N, d)       # (B, N, d)
+    target = torch.randn(B, N, d)  # (B, N, d)
+    last = {}
+    phases = None  # per timed step: zero_grad | forward and loss | backward | Adam step
+
+    def step():
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        t1 = time.perf_counter()
+        loss = F.mse_loss(model(x), target)
+        t2 = time.perf_counter()
+        loss.backward()
+        t3 = time.perf_counter()
+        opt.step()
+        t4 = time.perf_counter()
+        last["loss"] = loss
+        if phases is not None:
+            for i, (a, b) in enumerate(((t0, t1), (t1, t2), (t2, t3), (t3, t4))):
+                phases[i].append((b - a) * 1e3)
+
+    def start_phases():
+        nonlocal phases
+        phases = [[], [], [], []]
+
+    s = time_calls(step, args, start_phases)
+    phase_median = [quantile(sorted(p), 0.5) for p in phases]
+    loss = float(last["loss"].item())
+    flops = step_flops(args.config)
+    print(json.dumps(dict(kind="train_step", framework="torch", config=args.config, B=B, N=N, d=d, h=h, ff=ff, L=L,
+                          threads=args.threads, torch_version=torch.__version__, flops=flops, **s,
+                          gflops=flops / (s["median_ms"] * 1e6), peak_rss_mib=peak_rss_mib(),
+                          baseline_rss_mib=baseline_torch, interpreter_rss_mib=baseline, final_loss=loss,
+                          phases_median_ms=dict(zip(("zero_grad", "forward_loss", "backward", "step"),
+                                                    phase_median)))))
+    return 0 if loss == loss and abs(loss) != float("inf") else 1
+
+
+# ---- the driver ---------------------------------------------------------------------------------
+
+def thread_env(threads):
+    env = dict(os.environ)
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        env[var] = str(threads)
+    return env
+
+
+def run_json(cmd, threads, timeout):
+    """Runs cmd with `threads` BLAS/OpenMP threads; returns its JSON lines."""
+    try:
+        p = subprocess.run(cmd, env=thread_env(threads), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        sys.exit(f"compare.py: timed out after {timeout} s: {shlex.join(cmd)}")
+    if p.returncode != 0:
+        sys.exit(f"compare.py: failed ({p.returncode}): {shlex.join(cmd)}\n{p.stderr}")
+    return [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
+
+
+def timing_flags(t):
+    return ["--min-time", str(t.min_time), "--min-reps", str(t.min_reps), "--max-reps", str(t.max_reps),
+            "--warmup", str(t.warmup), "--warmup-time", str(t.warmup_time)]
+
+
+def build_xgrad(build_dir):
+    if not os.path.exists(os.path.join(build_dir, "CMakeCache.txt")):
+        subprocess.run(["cmake", "-S", REPO, "-B", build_dir, "-DCMAKE_BUILD_TYPE=Release",
+                        "-DXGRAD_BUILD_BENCHMARKS=ON"], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(["cmake", "--build", build_dir, "--target", "bench_train_step", "-j2"], check=True,
+                   stdout=subprocess.DEVNULL)
+    return os.path.join(build_dir, "benchmarks", "bench_train_step")
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def ms_decimals(ms):
+    return 4 if ms < 0.1 else 3 if ms < 10 else 1
+
+
+def fmt_ms(r):
+    return f"{r['median_ms']:.{ms_decimals(r['median_ms'])}f}"
+
+
+def fmt_spread(r):
+    """The interquartile range, to the median's precision."""
+    n = ms_decimals(r["median_ms"])
+    return f"{r['p25_ms']:.{n}f}-{r['p75_ms']:.{n}f}"
+
+
+def fmt_mem(r):
+    return f"{r['peak_rss_mib']:.0f} (+{r['peak_rss_mib'] - r['baseline_rss_mib']:.0f})"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="shorter timing loops (about 1 s per run)")
+    ap.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset of " + ",".join(CONFIGS))
+    ap.add_argument("--threads", default="1,2", help="thread counts to try for each framework (default 1,2)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="repeat the whole sweep; each cell is then the run with the median time (default 1)")
+    ap.add_argument("--xgrad-bin", help="a built bench_train_step (default: build it in --build-dir)")
+    ap.add_argument("--build-dir", default=os.path.join(REPO, "build", "release"))
+    ap.add_argument("--no-build", action="store_true", help="use --build-dir's binary as it is")
+    ap.add_argument("--markdown", default=os.path.join(REPO, "benchmarks", "results.md"),
+                    help="where to write the markdown table ('' for nowhere)")
+    ap.add_argument("--json", help="also write every measurement here, one JSON object per line")
+    ap.add_argument("--from-json", help="only print and write the tables of an earlier run's --json file")
+    ap.add_argument("--min-time", type=float, help="seconds of timed steps per run (default 3, quick 1)")
+    ap.add_argument("--min-reps", type=int, help="timed steps per run at least (default 5, quick 3)")
+    ap.add_argument("--max-reps", type=int, default=100000)
+    ap.add_argument("--warmup", type=int, help="warm-up steps at least (default 3, quick 1)")
+    ap.add_argument("--warmup-time", type=float, help="warm-up seconds at least (default 0.5, quick 0.2)")
+    ap.add_argument("--timeout", type=float, default=600, help="seconds allowed per child process")
+    # The PyTorch child: --worker train --config NAME --threads N, or --worker gemm --threads N.
+    ap.add_argument("--worker", choices=["train", "gemm"], help=argparse.SUPPRESS)
+    ap.add_argument("--config", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    for name, quick, full in (("min_time", 1.0, 3.0), ("min_reps", 3, 5), ("warmup", 1, 3),
+                              ("warmup_time", 0.2, 0.5)):
+        if getattr(args, name) is None:
+            setattr(args, name, quick if args.quick else full)
+
+    if args.worker:
+        args.threads = int(args.threads)
+        return torch_worker(args)
+
+    configs = [c for c in args.configs.split(",") if c]
+    for c in configs:
+        if c not in CONFIGS:
+            ap.error(f"unknown configuration {c}; choose from {', '.join(CONFIGS)}")
+    thread_counts = [int(t) for t in args.threads.split(",") if t]
+    command = shlex.join([sys.executable, os.path.relpath(os.path.abspath(__file__), os.getcwd())] + sys.argv[1:])
+
+    records = []
+    if args.from_json:
+        # Re-render the tables of an earlier run (its --json file) without measuring again.
+        with open(args.from_json) as f:
+            records = [json.loads(line) for line in f if line.strip()]
+        meta = next(r for r in records if r["kind"] == "meta")
+        command, args.rounds, thread_counts = meta["command"], meta["rounds"], meta["threads"]
+        configs = [c for c in meta["configs"]]
+        return report(args, records, configs, thread_counts, command)
+
+    xgrad_bin = args.xgrad_bin
+    if not xgrad_bin:
+        xgrad_bin = (os.path.join(args.build_dir, "benchmarks", "bench_train_step") if args.no_build
+                     else build_xgrad(args.build_dir))
+    if not os.access(xgrad_bin, os.X_OK):
+        sys.exit(f"compare.py: no bench_train_step at {xgrad_bin}")
+
+    flags = timing_flags(args)
+    torch_cmd = [sys.executable, os.path.abspath(__file__)] + flags
+    records.append(dict(kind="meta", framework="", command=command, rounds=args.rounds, threads=thread_counts,
+                        configs=configs))
+    started = time.time()
+
+    def log(msg):
+        print(f"[{time.time() - started:6.1f} s] {msg}", file=sys.stderr, flush=True)
+
+    def run_xgrad(extra, t, rnd):
+        rs = run_json([xgrad_bin] + extra + ["--json"] + flags, t, args.timeout)
+        for r in rs:
+            r.update(threads=t, round=rnd)
+        records.extend(rs)
+        return rs[-1]
+
+    def run_torch(extra, t, rnd):
+        rs = run_json(torch_cmd + extra + ["--threads", str(t)], t, args.timeout)
+        for r in rs:
+            r["round"] = rnd
+        records.extend(rs)
+        return rs[-1]
+
+    # Rounds of: the machine's sgemm rate through xgrad's BLAS (and torch.mm for reference), then
+    # every configuration, per thread count, the two frameworks alternating (and swapping which
+    # goes first each round) so that drifting load hits both alike.
+    for rnd in range(args.rounds):
+        for t in thread_counts:
+            gx, gt = run_xgrad(["--gemm"], t, rnd), run_torch(["--worker", "gemm"], t, rnd)
+            log(f"round {rnd + 1}: sgemm 1024^3 with {t} thread(s): xgrad {gx['gflops']:.1f}, "
+                f"torch.mm {gt['gflops']:.1f} GFLOP/s")
+        for c in configs:
+            for t in thread_counts:
+                runs = [("xgrad", lambda: run_xgrad(["--config", c], t, rnd)),
+                        ("torch", lambda: run_torch(["--worker", "train", "--config", c], t, rnd))]
+                for name, run in (runs if rnd % 2 == 0 else runs[::-1]):
+                    log(f"round {rnd + 1}: {c:6s} {name} {t} thread(s): {run()['median_ms']:.3f} ms")
+
+    if args.json:
+        with open(args.json, "w") as f:
+            for r in records:
+                f.write(json.dumps(r) + "\n")
+    log("done")
+    return report(args, records, configs, thread_counts, command)
+
+
+def report(args, records, configs, thread_counts, command):
+    """Prints the side-by-side table of `records` and writes it as markdown."""
+
+    def typical(kind, framework, config, threads):
+        """The run with the median step time over the rounds (the lower middle one for even counts)."""
+        rs = sorted((r for r in records if r["kind"] == kind and r["framework"] == framework
+                     and r.get("config") == config and r["threads"] == threads), key=lambda r: r["median_ms"])
+        return rs[(len(rs) - 1) // 2] if rs else None
+
+    def best(kind, framework, config=None):
+        """The fastest thread count's typical run."""
+        rs = [typical(kind, framework, config, t) for t in thread_counts]
+        return min((r for r in rs if r), key=lambda r: r["median_ms"])
+
+    gemm_x = best("gemm", "xgrad")
+    gemm_t = best("gemm", "torch")
+    gemm_rate = gemm_x["gflops"]
+
+    def round_gemm_rate(rnd):
+        """xgrad's sgemm rate at its best thread count in round rnd: what a run of that round is
+        read against (the load of a shared machine changes between rounds)."""
+        return max(r["gflops"] for r in records if r["kind"] == "gemm" and r["framework"] == "xgrad"
+                   and r["round"] == rnd)
+    torch_version = next(r["torch_version"] for r in records if r["framework"] == "torch" and "torch_version" in r)
+    blas = next((r["blas"] for r in records if "blas" in r), "unknown BLAS")
+
+    rows = []
+    for c in configs:
+        x, p = best("train_step", "xgrad", c), best("train_step", "torch", c)
+        speedup = p["median_ms"] / x["median_ms"]
+        frac = x["gflops"] / round_gemm_rate(x["round"])
+        checks = [(f">= {SPEEDUP_TARGETS[c]:g}x", speedup >= SPEEDUP_TARGETS[c])]
+        if c == "large":
+            checks.append((f">= {100 * LARGE_GEMM_FRACTION_TARGET:.0f}% sgemm", frac >= LARGE_GEMM_FRACTION_TARGET))
+        if c == "medium":
+            checks.append(("peak <= PyTorch", x["peak_rss_mib"] <= p["peak_rss_mib"]))
+        ok = all(met for _, met in checks)
+        target = ", ".join(f"{name} {'met' if met else 'MISSED'}" for name, met in checks)
+        rows.append(dict(config=c, shape="B{} N{} d{} h{} ff{} L{}".format(*CONFIGS[c]), x=x, p=p, speedup=speedup,
+                         frac=frac, target=target, ok=ok))
+
+    # ---- the console table ----
+    print(f"\nxgrad vs PyTorch {torch_version}: float32 training step of a pre-norm GELU TransformerEncoder "
+          f"(dropout 0, batch_first), Adam")
+    print(f"{cpu_model()}, {os.cpu_count()} CPUs; {blas}")
+    if args.rounds > 1:
+        print("sgemm 1024^3 by round (each round's runs are read against its own): "
+              + ", ".join(f"{round_gemm_rate(i):.1f}" for i in range(args.rounds)) + " GFLOP/s")
+    print(f"sgemm 1024^3: xgrad (OpenBLAS) {gemm_rate:.1f} GFLOP/s with {gemm_x['threads']} thread(s) "
+          f"[best single run {gemm_x['gflops_best']:.1f}]; torch.mm {gemm_t['gflops']:.1f} GFLOP/s "
+          f"with {gemm_t['threads']}")
+    print(f"GFLOP/s = model matmul FLOPs / median step; FLOPs = {FLOP_FORMULA}, backward = 2x forward")
+    print("ms: median step [p25-p75] (threads); speedup = PyTorch ms / xgrad ms; MiB: process peak RSS "
+          "(ru_maxrss) and, in parentheses, its growth once the model was built\n")
+    header = (f"{'config':7s} {'xgrad ms':>22s} {'PyTorch ms':>22s} {'speedup':>8s} {'GFLOP/s':>8s} {'%sgemm':>7s} "
+              f"{'xgrad MiB':>12s} {'torch MiB':>12s}  target")
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        x, p = r["x"], r["p"]
+        xs = f"{fmt_ms(x)} [{fmt_spread(x)}] ({x['threads']})"
+        ps = f"{fmt_ms(p)} [{fmt_spread(p)}] ({p['threads']})"
+        print(f"{r['config']:7s} {xs:>22s} {ps:>22s} {r['speedup']:7.2f}x {x['gflops']:8.2f} {100 * r['frac']:6.1f}% "
+              f"{fmt_mem(x):>12s} {fmt_mem(p):>12s}  {r['target']}")
+    print("\nphases at the chosen thread counts (median ms): zero_grad / forward+loss / backward / Adam step")
+    for r in rows:
+        cells = []
+        for fw, rec in (("xgrad", r["x"]), ("PyTorch", r["p"])):
+            ph = rec["phases_median_ms"]
+            cells.append(f"{fw} " + " / ".join(fmt_ms(dict(median_ms=ph[k]))
+                                               for k in ("zero_grad", "forward_loss", "backward", "step")))
+        print(f"  {r['config']:7s} " + "   ".join(cells))
+    print("\nevery run (median ms by thread count):")
+    for c in configs:
+        parts = []
+        for fw in ("xgrad", "torch"):
+            for r in records:
+                if r["kind"] == "train_step" and r["framework"] == fw and r["config"] == c:
+                    tag = f" r{r['round'] + 1}" if args.rounds > 1 else ""
+                    parts.append(f"{fw}/{r['threads']}t{tag} {r['median_ms']:.3f}")
+        print(f"  {c:7s} " + "   ".join(parts))
+
+    if args.markdown:
+        write_markdown(args.markdown, rows, typical, thread_counts, args.rounds,
+                       [round_gemm_rate(i) for i in range(args.rounds)], command, torch_version, blas, gemm_x, gemm_t,
+                       configs)
+        print(f"\nmarkdown written to {os.path.relpath(args.markdown)}")
+    return 0
+
+
+def write_markdown(path, rows, typical, thread_counts, rounds, round_rates, command, torch_version, blas, gemm_x,
+                   gemm_t, configs):
+    lines = [
+        "# Training step: xgrad vs PyTorch",
+        "",
+        f"Measured {datetime.date.today().isoformat()} on {cpu_model()} ({os.cpu_count()} CPUs), "
+        f"PyTorch {torch_version} (Debian), {blas}. Reproduce with:",
+        "",
+        "```bash",
+        command,
+        "```",
+        "",
+        "One float32 training step (`zero_grad`, forward, `mse_loss` against a fixed random target, backward, "
+        "Adam step) of a pre-norm GELU `TransformerEncoder`, dropout 0, batch_first. Each cell is the median "
+        "over the timed steps after warm-up, with the interquartile range; each framework at its fastest thread "
+        "count for that configuration (in brackets)"
+        + (f"; of {rounds} rounds of the whole sweep, the run with the median time" if rounds > 1 else "")
+        + ". Speedup = PyTorch ms / xgrad ms. GFLOP/s counts model "
+        f"matmul FLOPs, `{FLOP_FORMULA}` (backward = 2x forward), against the machine's sgemm rate "
+        f"(1024x1024x1024 through OpenBLAS): **{gemm_x['gflops']:.1f} GFLOP/s** with {gemm_x['threads']} "
+        f"thread(s) (torch.mm: {gemm_t['gflops']:.1f})"
+        + (f"; by round {', '.join(f'{g:.1f}' for g in round_rates)}, and each run is read against its own "
+           "round's rate" if rounds > 1 else "")
+        + ". Peak MiB is each run's own process peak RSS "
+        "(`ru_maxrss`; each configuration runs in a separate process; the PyTorch process includes the "
+        "interpreter and libtorch); (+model) is the growth over the process's peak before the model was built.",
+        "",
+        "| config | B N d h ff L | xgrad ms | PyTorch ms | speedup | xgrad GFLOP/s | % of sgemm "
+        "| xgrad peak MiB (+model) | PyTorch peak MiB (+model) | target (issue 7) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        x, p = r["x"], r["p"]
+        lines.append(
+            f"| {r['config']} | {' '.join(str(v) for v in CONFIGS[r['config']])} "
+            f"| {fmt_ms(x)} ({fmt_spread(x)}) [{x['threads']}t] | {fmt_ms(p)} ({fmt_spread(p)}) [{p['threads']}t] "
+            f"| {r['speedup']:.2f}x | {x['gflops']:.2f} | {100 * r['frac']:.1f}% "
+            f"| {fmt_mem(x)} | {fmt_mem(p)} | {r['target']} |")
+    lines += ["", "Phases at those thread counts (median ms): zero_grad / forward+loss / backward / Adam step.", "",
+              "| config | xgrad | PyTorch |", "|---|---:|---:|"]
+    for r in rows:
+        cells = [" / ".join(fmt_ms(dict(median_ms=rec["phases_median_ms"][k]))
+                            for k in ("zero_grad", "forward_loss", "backward", "step")) for rec in (r["x"], r["p"])]
+        lines.append(f"| {r['config']} | {cells[0]} | {cells[1]} |")
+    lines += ["", "Every thread count (median ms):", "",
+              "| config | " + " | ".join(f"{fw} {t}t" for fw in ("xgrad", "PyTorch") for t in thread_counts) + " |",
+              "|---|" + "---:|" * (2 * len(thread_counts))]
+    for c in configs:
+        cells = []
+        for fw in ("xgrad", "torch"):
+            for t in thread_counts:
+                r = typical("train_step", fw, c, t)
+                cells.append(fmt_ms(r) if r else "")
+        lines.append(f"| {c} | " + " | ".join(cells) + " |")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
