@@ -8,3 +8,4 @@
 #include "autograd/tensor.hpp"
 #include "nn/nn.hpp"
 #include "optim/optim.hpp"
+#include "serialize/serialize.hpp"

@@ -31,6 +31,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,16 @@ namespace {
 
 constexpr const char* kOp = "scaled_dot_product_attention";
 
+// "q (..), k (..), v (..)" for error messages, formatted only when a check fails.
+struct QkvShapes {
+  const Shape& q;
+  const Shape& k;
+  const Shape& v;
+};
+std::ostream& operator<<(std::ostream& s, const QkvShapes& g) {
+  return s << "q " << shape_str(g.q) << ", k " << shape_str(g.k) << ", v " << shape_str(g.v);
+}
+
 // Where the (L, S) block of the mask for each batch starts, and its strides along L and S
 // (0 on broadcast dims).
 struct MaskLayout {
@@ -54,7 +65,7 @@ struct MaskLayout {
 };
 
 // mask broadcast (NumPy rules, no new dims beyond target's) against target = (..., L, S).
-MaskLayout mask_layout(const Shape& mask, const Shape& target, std::size_t batch, const std::string& got) {
+MaskLayout mask_layout(const Shape& mask, const Shape& target, std::size_t batch, const QkvShapes& got) {
   bool ok = mask.size() <= target.size();
   for (std::size_t d = 0; ok && d < mask.size(); ++d) {
     const std::size_t md = mask[mask.size() - 1 - d], td = target[target.size() - 1 - d];
@@ -97,33 +108,18 @@ void softmax_row(T* row, std::size_t n) {
   for (std::size_t j = 0; j < n; ++j) row[j] *= inv;
 }
 
-}  // namespace
-
+// The node of both entry points. inputs: {q, k, v}, or {qkv} when packed: qkv (3, lead..., L, E)
+// holds q, k and v one after the other (S = L, Ev = E). Shapes are checked by the caller.
 template <class T>
-Tensor<T> scaled_dot_product_attention(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v,
-                                       const AttnMask<T>& attn_mask, double dropout_p, bool is_causal,
-                                       std::optional<double> scale, Generator* generator) {
-  const Shape sq = q.shape(), sk = k.shape(), sv = v.shape();
-  const std::string got = detail::concat("q ", sq, ", k ", sk, ", v ", sv);
-  const std::size_t nd = sq.size();
-  XGRAD_CHECK(nd >= 2 && sk.size() == nd && sv.size() == nd, kOp,
-              ": expected q (..., L, E), k (..., S, E) and v (..., S, Ev) of the same rank, at least 2, got ", got);
-  XGRAD_CHECK(std::equal(sq.begin(), sq.end() - 2, sk.begin()) && std::equal(sq.begin(), sq.end() - 2, sv.begin()),
-              kOp, ": q, k and v must have equal leading dims, got ", got);
-  XGRAD_CHECK(sk[nd - 1] == sq[nd - 1], kOp, ": q and k must have the same embedding size E, got ", got);
-  XGRAD_CHECK(sv[nd - 2] == sk[nd - 2], kOp, ": k and v must have the same sequence length S, got ", got);
-  XGRAD_CHECK(sq[nd - 1] > 0, kOp, ": the embedding size E must be positive, got ", got);
-  XGRAD_CHECK(!(is_causal && !attn_mask.empty()), kOp,
-              ": explicit attn_mask should not be set when is_causal=true (", got, ")");
-  XGRAD_CHECK(dropout_p >= 0.0 && dropout_p <= 1.0, kOp, ": dropout_p has to be between 0 and 1, but got ",
-              dropout_p);
-
-  const std::size_t L = sq[nd - 2], E = sq[nd - 1], S = sk[nd - 2], Ev = sv[nd - 1];
+Tensor<T> attention_node(std::vector<Tensor<T>> inputs, bool packed, const Shape& lead, std::size_t L,
+                         std::size_t S, std::size_t E, std::size_t Ev, const AttnMask<T>& attn_mask,
+                         double dropout_p, bool is_causal, std::optional<double> scale, Generator* generator,
+                         const QkvShapes& got) {
   std::size_t batch = 1;
-  for (std::size_t d = 0; d + 2 < nd; ++d) batch *= sq[d];
+  for (std::size_t d : lead) batch *= d;
   const T alpha = T(scale ? *scale : 1.0 / std::sqrt(static_cast<double>(E)));
 
-  Shape target(sq.begin(), sq.end() - 2);  // (..., L, S)
+  Shape target = lead;  // (..., L, S)
   target.push_back(L);
   target.push_back(S);
   MaskLayout layout;
@@ -132,8 +128,9 @@ Tensor<T> scaled_dot_product_attention(const Tensor<T>& q, const Tensor<T>& k, c
     layout = mask_layout(sm, target, batch, got);
   }
 
-  Shape out_shape = sq;
-  out_shape.back() = Ev;
+  Shape out_shape = lead;  // (..., L, Ev)
+  out_shape.push_back(L);
+  out_shape.push_back(Ev);
   Array<T> out = empty_array<T>(out_shape);
   Array<T> P = empty_array<T>({batch, L, S});  // softmax probabilities, before dropout
   Array<T> D;                                  // dropout mask (batch, L, S); empty when p = 0
@@ -157,9 +154,9 @@ Tensor<T> scaled_dot_product_attention(const Tensor<T>& q, const Tensor<T>& k, c
     std::fill(out.data(), out.data() + out.size(), T(0));
     std::fill(P.data(), P.data() + P.size(), T(0));
   } else {
-    const T* qd = q.value().data();
-    const T* kd = k.value().data();
-    const T* vd = v.value().data();
+    const T* qd = inputs[0].value().data();
+    const T* kd = packed ? qd + batch * L * E : inputs[1].value().data();
+    const T* vd = packed ? kd + batch * S * E : inputs[2].value().data();
     const bool* bool_mask = !attn_mask.empty() && attn_mask.is_bool() ? attn_mask.bool_mask().data() : nullptr;
     const T* float_mask = !attn_mask.empty() && !attn_mask.is_bool() ? attn_mask.float_mask().data() : nullptr;
     const T neg_inf = -std::numeric_limits<T>::infinity();
@@ -197,22 +194,26 @@ Tensor<T> scaled_dot_product_attention(const Tensor<T>& q, const Tensor<T>& k, c
   }
 
   return make_result<T>(
-      kOp, std::move(out), {q, k, v},
-      [P = std::move(P), D = std::move(D), alpha, batch, L, S, E, Ev, dropping, trivial](Node<T>& node) {
-        const bool need_q = node.input_needs_grad(0), need_k = node.input_needs_grad(1),
-                   need_v = node.input_needs_grad(2);
+      kOp, std::move(out), std::move(inputs),
+      [P = std::move(P), D = std::move(D), alpha, batch, L, S, E, Ev, dropping, trivial, packed](Node<T>& node) {
+        const bool need_q = node.input_needs_grad(0), need_k = node.input_needs_grad(packed ? 0 : 1),
+                   need_v = node.input_needs_grad(packed ? 0 : 2);
+        // dq, dk, dv: three arrays, or one (3, ..., L, E) array for the packed input.
         Array<T> dq, dk, dv;
         if (need_q) dq = Array<T>::from_shape(node.input_value(0).shape());
-        if (need_k) dk = Array<T>::from_shape(node.input_value(1).shape());
-        if (need_v) dv = Array<T>::from_shape(node.input_value(2).shape());
+        if (need_k && !packed) dk = Array<T>::from_shape(node.input_value(1).shape());
+        if (need_v && !packed) dv = Array<T>::from_shape(node.input_value(2).shape());
+        T* dqp = need_q ? dq.data() : nullptr;
+        T* dkp = packed ? (need_q ? dqp + batch * L * E : nullptr) : (need_k ? dk.data() : nullptr);
+        T* dvp = packed ? (need_q ? dkp + batch * S * E : nullptr) : (need_v ? dv.data() : nullptr);
         if (trivial) {
           if (need_q) dq.fill(T(0));
-          if (need_k) dk.fill(T(0));
-          if (need_v) dv.fill(T(0));
+          if (need_k && !packed) dk.fill(T(0));
+          if (need_v && !packed) dv.fill(T(0));
         } else {
           const T* qd = node.input_value(0).data();
-          const T* kd = node.input_value(1).data();
-          const T* vd = node.input_value(2).data();
+          const T* kd = packed ? qd + batch * L * E : node.input_value(1).data();
+          const T* vd = packed ? kd + batch * S * E : node.input_value(2).data();
           const T* dO = node.grad.data();
           const bool need_scores = need_q || need_k;
           std::vector<T> dA(need_scores ? L * S : 0);
@@ -228,7 +229,7 @@ Tensor<T> scaled_dot_product_attention(const Tensor<T>& q, const Tensor<T>& k, c
                 for (std::size_t n = 0; n < L * S; ++n) dropped[n] = pb[n] * db[n];
                 pv = dropped.data();
               }
-              detail::gemm<T>(true, false, S, Ev, L, T(1), pv, S, dOb, Ev, T(0), dv.data() + b * S * Ev, Ev);
+              detail::gemm<T>(true, false, S, Ev, L, T(1), pv, S, dOb, Ev, T(0), dvp + b * S * Ev, Ev);
             }
             if (!need_scores) continue;
             // dPd = dO v^T, then dA = P * (dP - rowsum(dP * P)) with dP = dPd * D
@@ -246,22 +247,65 @@ Tensor<T> scaled_dot_product_attention(const Tensor<T>& q, const Tensor<T>& k, c
             // dQ = scale * dA k;  dK = scale * dA^T q
             if (need_q)
               detail::gemm<T>(false, false, L, E, S, alpha, dA.data(), S, kd + b * S * E, E, T(0),
-                              dq.data() + b * L * E, E);
+                              dqp + b * L * E, E);
             if (need_k)
               detail::gemm<T>(true, false, S, E, L, alpha, dA.data(), S, qd + b * L * E, E, T(0),
-                              dk.data() + b * S * E, E);
+                              dkp + b * S * E, E);
           }
         }
         if (need_q) node.input(0).accumulate_grad(std::move(dq));
+        if (packed) return;
         if (need_k) node.input(1).accumulate_grad(std::move(dk));
         if (need_v) node.input(2).accumulate_grad(std::move(dv));
       });
 }
 
+}  // namespace
+
+template <class T>
+Tensor<T> scaled_dot_product_attention(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v,
+                                       const AttnMask<T>& attn_mask, double dropout_p, bool is_causal,
+                                       std::optional<double> scale, Generator* generator) {
+  const Shape sq = q.shape(), sk = k.shape(), sv = v.shape();
+  const QkvShapes got{sq, sk, sv};
+  const std::size_t nd = sq.size();
+  XGRAD_CHECK(nd >= 2 && sk.size() == nd && sv.size() == nd, kOp,
+              ": expected q (..., L, E), k (..., S, E) and v (..., S, Ev) of the same rank, at least 2, got ", got);
+  XGRAD_CHECK(std::equal(sq.begin(), sq.end() - 2, sk.begin()) && std::equal(sq.begin(), sq.end() - 2, sv.begin()),
+              kOp, ": q, k and v must have equal leading dims, got ", got);
+  XGRAD_CHECK(sk[nd - 1] == sq[nd - 1], kOp, ": q and k must have the same embedding size E, got ", got);
+  XGRAD_CHECK(sv[nd - 2] == sk[nd - 2], kOp, ": k and v must have the same sequence length S, got ", got);
+  XGRAD_CHECK(sq[nd - 1] > 0, kOp, ": the embedding size E must be positive, got ", got);
+  XGRAD_CHECK(!(is_causal && !attn_mask.empty()), kOp,
+              ": explicit attn_mask should not be set when is_causal=true (", got, ")");
+  XGRAD_CHECK(dropout_p >= 0.0 && dropout_p <= 1.0, kOp, ": dropout_p has to be between 0 and 1, but got ",
+              dropout_p);
+
+  return attention_node<T>({q, k, v}, false, Shape(sq.begin(), sq.end() - 2), sq[nd - 2], sk[nd - 2], sq[nd - 1],
+                           sv[nd - 1], attn_mask, dropout_p, is_causal, scale, generator, got);
+}
+template <class T>
+Tensor<T> detail::self_attention_packed(const Tensor<T>& qkv, const AttnMask<T>& attn_mask, double dropout_p,
+                                        bool is_causal, Generator* generator) {
+  const Shape s = qkv.shape();
+  XGRAD_CHECK(s.size() >= 3 && s[0] == 3 && s.back() > 0, kOp, ": expected a packed qkv of shape (3, ..., L, E), got ",
+              s);
+  XGRAD_CHECK(!(is_causal && !attn_mask.empty()), kOp, ": explicit attn_mask should not be set when is_causal=true");
+  XGRAD_CHECK(dropout_p >= 0.0 && dropout_p <= 1.0, kOp, ": dropout_p has to be between 0 and 1, but got ",
+              dropout_p);
+  const Shape one(s.begin() + 1, s.end());  // the shape of each of q, k, v
+  const std::size_t nd = one.size();
+  return attention_node<T>({qkv}, true, Shape(one.begin(), one.end() - 2), one[nd - 2], one[nd - 2], one[nd - 1],
+                           one[nd - 1], attn_mask, dropout_p, is_causal, std::nullopt, generator,
+                           QkvShapes{one, one, one});
+}
+
 #define XGRAD_INSTANTIATE(T)                                                                          \
   template Tensor<T> scaled_dot_product_attention<T>(const Tensor<T>&, const Tensor<T>&, const Tensor<T>&, \
                                                      const AttnMask<T>&, double, bool, std::optional<double>, \
-                                                     Generator*);
+                                                     Generator*);                                             \
+  template Tensor<T> detail::self_attention_packed<T>(const Tensor<T>&, const AttnMask<T>&, double, bool,      \
+                                                      Generator*);
 XGRAD_INSTANTIATE(float)
 XGRAD_INSTANTIATE(double)
 #undef XGRAD_INSTANTIATE

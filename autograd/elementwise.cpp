@@ -1,6 +1,10 @@
 // Arithmetic and pointwise functions. Each forward computes a concrete array; its backward,
 // right below, accumulates d(loss)/d(input) = d(loss)/d(out) * d(out)/d(input) into each input
 // that requires grad. Broadcast operands get their gradient summed back with sum_to.
+
+// First, so that its pragma covers xsimd wherever xtensor includes it (see simd.hpp).
+#include "autograd/simd.hpp"
+
 #include <cmath>
 
 #include "autograd/broadcast.hpp"
@@ -24,15 +28,60 @@ Array<T> unary_map(const Array<T>& a, F f) {
 template <class T, class Fwd, class Der>
 Tensor<T> pointwise(const char* op, const Tensor<T>& a, Fwd forward, Der derivative) {
   return make_result<T>(op, unary_map(a.value(), forward), {a}, [derivative](Node<T>& out) {
-    const Array<T>& x = out.input_value(0);
-    const T* px = x.data();
+    const T* px = out.input_value(0).data();
     const T* py = out.value.data();
-    const T* pg = out.grad.data();
-    Array<T> gx = Array<T>::from_shape(x.shape());
+    Array<T> gx = std::move(out.grad);  // dx = dy * dy/dx, in place
     T* pgx = gx.data();
-    for (std::size_t i = 0, n = gx.size(); i < n; ++i) pgx[i] = pg[i] * derivative(px[i], py[i]);
+    for (std::size_t i = 0, n = gx.size(); i < n; ++i) pgx[i] = pgx[i] * derivative(px[i], py[i]);
     out.input(0).accumulate_grad(std::move(gx));
   });
+}
+
+// GELU over contiguous data, xsimd batches with a scalar tail (same formulas; xsimd's erf, exp
+// and tanh agree with the C library to ~2e-7 relative in float and ~1e-14 in double).
+//   exact:  y = x Phi(x) = 0.5 x (1 + erf(x / sqrt 2));   dy/dx = Phi(x) + x phi(x),
+//           phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
+//   tanh:   y = 0.5 x (1 + t),  t = tanh(u),  u = sqrt(2/pi) (x + 0.044715 x^3)
+//           dy/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2)
+// Backward (kBackward) writes out = g * dy/dx (out may be g); forward writes out = y (g unused).
+template <class T, bool kTanh, bool kBackward>
+void gelu_kernel(const T* x, const T* g, T* out, std::size_t n) {
+  const T inv_sqrt2 = T(M_SQRT1_2);
+  const T inv_sqrt_2pi = T(0.5 * M_2_SQRTPI * M_SQRT1_2);  // 1/sqrt(2 pi)
+  const T k = T(M_2_SQRTPI * M_SQRT1_2);                    // sqrt(2/pi)
+  const T c = T(0.044715);
+  const T half(0.5), one(1), three_c = 3 * c;
+  auto f = [&](auto v, auto dy, auto erf_, auto exp_, auto tanh_) {
+    using V = decltype(v);
+    if constexpr (kTanh) {
+      const V t = tanh_(V(k) * (v + V(c) * v * v * v));
+      if constexpr (!kBackward) {
+        return V(half) * v * (V(one) + t);
+      } else {
+        return dy * (V(half) * (V(one) + t) + V(half) * v * (V(one) - t * t) * V(k) * (V(one) + V(three_c) * v * v));
+      }
+    } else {
+      const V e = erf_(v * V(inv_sqrt2));
+      if constexpr (!kBackward) {
+        return V(half) * v * (V(one) + e);
+      } else {
+        return dy * (V(half) * (V(one) + e) + v * V(inv_sqrt_2pi) * exp_(V(-half) * v * v));
+      }
+    }
+  };
+  using B = detail::simd_batch<T>;
+  constexpr std::size_t W = B::size;
+  std::size_t i = 0;
+  for (; i + W <= n; i += W) {
+    const B v = B::load_unaligned(x + i);
+    const B dy = kBackward ? B::load_unaligned(g + i) : B(T(0));
+    f(v, dy, [](const B& z) { return xsimd::erf(z); }, [](const B& z) { return xsimd::exp(z); },
+      [](const B& z) { return xsimd::tanh(z); })
+        .store_unaligned(out + i);
+  }
+  for (; i < n; ++i)
+    out[i] = f(x[i], kBackward ? g[i] : T(0), [](T z) { return std::erf(z); }, [](T z) { return std::exp(z); },
+               [](T z) { return std::tanh(z); });
 }
 
 }  // namespace
@@ -43,9 +92,12 @@ template <class T>
 Tensor<T> add(const Tensor<T>& a, const Tensor<T>& b) {
   Array<T> y = binary_map(a.value(), b.value(), "add", [](T x, T z) { return x + z; });
   return make_result<T>("add", std::move(y), {a, b}, [](Node<T>& out) {
-    // y = a + b: da = dy, db = dy (summed over broadcast dims)
-    for (std::size_t i = 0; i < 2; ++i)
-      if (out.input_needs_grad(i)) out.input(i).accumulate_grad(sum_to(out.grad, shape_of(out.input_value(i))));
+    // y = a + b: da = dy, db = dy (summed over broadcast dims); the last use takes dy over.
+    const bool both = out.input_needs_grad(0) && out.input_needs_grad(1);
+    if (out.input_needs_grad(0))
+      out.input(0).accumulate_grad(both ? sum_to(out.grad, shape_of(out.input_value(0)))
+                                        : sum_to(std::move(out.grad), shape_of(out.input_value(0))));
+    if (out.input_needs_grad(1)) out.input(1).accumulate_grad(sum_to(std::move(out.grad), shape_of(out.input_value(1))));
   });
 }
 
@@ -53,10 +105,13 @@ template <class T>
 Tensor<T> sub(const Tensor<T>& a, const Tensor<T>& b) {
   Array<T> y = binary_map(a.value(), b.value(), "sub", [](T x, T z) { return x - z; });
   return make_result<T>("sub", std::move(y), {a, b}, [](Node<T>& out) {
-    // y = a - b: da = dy, db = -dy
-    if (out.input_needs_grad(0)) out.input(0).accumulate_grad(sum_to(out.grad, shape_of(out.input_value(0))));
+    // y = a - b: da = dy, db = -dy; the last use takes dy over.
+    const bool both = out.input_needs_grad(0) && out.input_needs_grad(1);
+    if (out.input_needs_grad(0))
+      out.input(0).accumulate_grad(both ? sum_to(out.grad, shape_of(out.input_value(0)))
+                                        : sum_to(std::move(out.grad), shape_of(out.input_value(0))));
     if (out.input_needs_grad(1)) {
-      Array<T> g = sum_to(out.grad, shape_of(out.input_value(1)));
+      Array<T> g = sum_to(std::move(out.grad), shape_of(out.input_value(1)));
       for (auto& v : g) v = -v;
       out.input(1).accumulate_grad(std::move(g));
     }
@@ -72,7 +127,7 @@ Tensor<T> mul(const Tensor<T>& a, const Tensor<T>& b) {
       if (!out.input_needs_grad(i)) continue;
       const Array<T>& other = out.input_value(1 - i);
       Array<T> g = binary_map(out.grad, other, "mul", [](T dy, T o) { return dy * o; });
-      out.input(i).accumulate_grad(sum_to(g, shape_of(out.input_value(i))));
+      out.input(i).accumulate_grad(sum_to(std::move(g), shape_of(out.input_value(i))));
     }
   });
 }
@@ -85,13 +140,13 @@ Tensor<T> div(const Tensor<T>& a, const Tensor<T>& b) {
     // y = a / b: da = dy / b
     if (out.input_needs_grad(0)) {
       Array<T> g = binary_map(out.grad, bv, "div", [](T dy, T z) { return dy / z; });
-      out.input(0).accumulate_grad(sum_to(g, shape_of(out.input_value(0))));
+      out.input(0).accumulate_grad(sum_to(std::move(g), shape_of(out.input_value(0))));
     }
     // db = -dy * a / b^2 = -dy * y / b
     if (out.input_needs_grad(1)) {
       Array<T> dy_y = binary_map(out.grad, out.value, "div", [](T dy, T q) { return -dy * q; });
       Array<T> g = binary_map(dy_y, bv, "div", [](T v, T z) { return v / z; });
-      out.input(1).accumulate_grad(sum_to(g, shape_of(bv)));
+      out.input(1).accumulate_grad(sum_to(std::move(g), shape_of(bv)));
     }
   });
 }
@@ -183,26 +238,18 @@ template <class T>
 Tensor<T> gelu(const Tensor<T>& a, const std::string& approximate) {
   XGRAD_CHECK(approximate == "none" || approximate == "tanh",
               "gelu: approximate must be \"none\" or \"tanh\", got \"", approximate, "\"");
-  if (approximate == "none") {
-    // y = x Phi(x) = 0.5 x (1 + erf(x / sqrt 2));  dy/dx = Phi(x) + x phi(x)
-    const T inv_sqrt2 = T(M_SQRT1_2);
-    const T inv_sqrt_2pi = T(0.5 * M_2_SQRTPI * M_SQRT1_2);  // 1/sqrt(2 pi)
-    return pointwise<T>(
-        "gelu", a, [inv_sqrt2](T x) { return T(0.5) * x * (1 + std::erf(x * inv_sqrt2)); },
-        [inv_sqrt2, inv_sqrt_2pi](T x, T) {
-          return T(0.5) * (1 + std::erf(x * inv_sqrt2)) + x * inv_sqrt_2pi * std::exp(T(-0.5) * x * x);
-        });
-  }
-  // y = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3)
-  // dy/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2)
-  const T k = T(M_2_SQRTPI * M_SQRT1_2);  // sqrt(2/pi)
-  const T c = T(0.044715);
-  return pointwise<T>(
-      "gelu", a, [k, c](T x) { return T(0.5) * x * (1 + std::tanh(k * (x + c * x * x * x))); },
-      [k, c](T x, T) {
-        const T t = std::tanh(k * (x + c * x * x * x));
-        return T(0.5) * (1 + t) + T(0.5) * x * (1 - t * t) * k * (1 + 3 * c * x * x);
-      });
+  const bool tanh_form = approximate == "tanh";
+  const Array<T>& x = a.value();
+  Array<T> y = Array<T>::from_shape(x.shape());
+  if (tanh_form) gelu_kernel<T, true, false>(x.data(), nullptr, y.data(), y.size());
+  else gelu_kernel<T, false, false>(x.data(), nullptr, y.data(), y.size());
+  return make_result<T>("gelu", std::move(y), {a}, [tanh_form](Node<T>& out) {
+    const Array<T>& xv = out.input_value(0);
+    Array<T> gx = std::move(out.grad);  // dx = dy * dy/dx, in place
+    if (tanh_form) gelu_kernel<T, true, true>(xv.data(), gx.data(), gx.data(), gx.size());
+    else gelu_kernel<T, false, true>(xv.data(), gx.data(), gx.data(), gx.size());
+    out.input(0).accumulate_grad(std::move(gx));
+  });
 }
 
 template <class T>

@@ -1,7 +1,7 @@
 // The engine: grad mode, anomaly mode, graph construction, sum_to and backward.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
-#include <unordered_set>
 #include <utility>
 
 #include "autograd/tensor.hpp"
@@ -12,6 +12,8 @@ namespace {
 thread_local bool grad_enabled = true;
 thread_local bool anomaly_enabled = false;
 thread_local const char* running_backward_op = nullptr;  // for anomaly messages
+// Numbers run_backward's traversals: a node is visited in pass p once its visit_mark == p.
+std::atomic<std::uint64_t> backward_pass{0};
 
 template <class T>
 std::string released_message(const char* op) {
@@ -67,24 +69,35 @@ void Node<T>::accumulate_grad(Array<T>&& g) {
   for (std::size_t i = 0; i < n; ++i) dst[i] += src[i];
 }
 
-template <class T>
-Tensor<T> make_result(const char* op, Array<T>&& value, std::vector<Tensor<T>> inputs,
-                      std::function<void(Node<T>&)> backward_fn) {
+namespace {
+template <class T, class It>
+Tensor<T> make_result_from(const char* op, Array<T>&& value, It first, It last,
+                           std::function<void(Node<T>&)>&& backward_fn) {
   auto node = std::make_shared<Node<T>>();
   node->value = std::move(value);
   node->op = op;
-  if (grad_enabled) {
-    const bool any = std::any_of(inputs.begin(), inputs.end(),
-                                 [](const Tensor<T>& t) { return t.defined() && t.requires_grad(); });
-    if (any) {
-      node->requires_grad = true;
-      node->is_leaf = false;
-      node->inputs.reserve(inputs.size());
-      for (auto& t : inputs) node->inputs.push_back(t.node());
-      node->backward_fn = std::move(backward_fn);
-    }
+  if (grad_enabled &&
+      std::any_of(first, last, [](const Tensor<T>& t) { return t.defined() && t.requires_grad(); })) {
+    node->requires_grad = true;
+    node->is_leaf = false;
+    node->inputs.reserve(static_cast<std::size_t>(last - first));
+    for (It t = first; t != last; ++t) node->inputs.push_back(t->node());
+    node->backward_fn = std::move(backward_fn);
   }
   return Tensor<T>(std::move(node));
+}
+}  // namespace
+
+template <class T>
+Tensor<T> make_result(const char* op, Array<T>&& value, std::vector<Tensor<T>> inputs,
+                      std::function<void(Node<T>&)> backward_fn) {
+  return make_result_from<T>(op, std::move(value), inputs.begin(), inputs.end(), std::move(backward_fn));
+}
+
+template <class T>
+Tensor<T> make_result(const char* op, Array<T>&& value, std::initializer_list<Tensor<T>> inputs,
+                      std::function<void(Node<T>&)> backward_fn) {
+  return make_result_from<T>(op, std::move(value), inputs.begin(), inputs.end(), std::move(backward_fn));
 }
 
 template <class T>
@@ -102,20 +115,24 @@ void run_backward(const Tensor<T>& root, Array<T> gradient, bool retain_graph) {
   // Iterative depth-first post-order over the nodes that need a gradient; reversed, it is a
   // topological order (every node before its inputs). Leaves are not listed: their gradients
   // arrive through accumulate_grad.
-  std::vector<std::shared_ptr<Node<T>>> order;
-  std::unordered_set<Node<T>*> visited{r.get()};
-  std::vector<std::pair<std::shared_ptr<Node<T>>, std::size_t>> stack;
-  stack.emplace_back(r, 0);
+  // Raw pointers suffice: the caller's root keeps the graph alive, and the inputs are released
+  // only after the last backward, in post-order (each node before the consumers that own it).
+  const std::uint64_t pass = ++backward_pass;
+  std::vector<Node<T>*> order;
+  std::vector<std::pair<Node<T>*, std::size_t>> stack;
+  r->visit_mark = pass;
+  stack.emplace_back(r.get(), 0);
   while (!stack.empty()) {
     auto& [node, next] = stack.back();
     if (next < node->inputs.size()) {
-      const std::shared_ptr<Node<T>>& in = node->inputs[next++];
-      if (in && in->requires_grad && !in->is_leaf && visited.insert(in.get()).second) {
+      Node<T>* in = node->inputs[next++].get();
+      if (in && in->requires_grad && !in->is_leaf && in->visit_mark != pass) {
         XGRAD_CHECK(!in->released, released_message<T>(in->op));
+        in->visit_mark = pass;
         stack.emplace_back(in, 0);
       }
     } else {
-      order.push_back(std::move(node));
+      order.push_back(node);
       stack.pop_back();
     }
   }
@@ -137,18 +154,32 @@ void run_backward(const Tensor<T>& root, Array<T> gradient, bool retain_graph) {
       node.has_grad = false;
     }
     if (!retain_graph) {
-      node.backward_fn = nullptr;
-      node.inputs.clear();
+      node.backward_fn = nullptr;  // frees what the closure saved
       node.released = true;
     }
   }
+  if (!retain_graph)
+    for (Node<T>* node : order) node->inputs.clear();
+}
+
+namespace {
+template <class T>
+bool has_shape(const Array<T>& a, const Shape& shape) {
+  return a.dimension() == shape.size() && std::equal(shape.begin(), shape.end(), a.shape().begin());
+}
+}  // namespace
+
+template <class T>
+Array<T> sum_to(Array<T>&& grad, const Shape& shape) {
+  if (has_shape(grad, shape)) return std::move(grad);
+  return sum_to(static_cast<const Array<T>&>(grad), shape);
 }
 
 template <class T>
 Array<T> sum_to(const Array<T>& grad, const Shape& shape) {
   const std::size_t gd = grad.dimension();
   const std::size_t sd = shape.size();
-  if (gd == sd && std::equal(shape.begin(), shape.end(), grad.shape().begin())) return grad;
+  if (has_shape(grad, shape)) return grad;
   XGRAD_CHECK(gd >= sd, "sum_to: cannot sum a gradient of shape ", grad.shape(), " to shape ", shape);
   // Output stride of each grad dim: 0 where the target broadcast (absent or 1), else the
   // target's row-major stride.
@@ -189,8 +220,11 @@ Array<T> sum_to(const Array<T>& grad, const Shape& shape) {
   template struct Node<T>;                                                                  \
   template Tensor<T> make_result<T>(const char*, Array<T>&&, std::vector<Tensor<T>>,        \
                                     std::function<void(Node<T>&)>);                         \
+  template Tensor<T> make_result<T>(const char*, Array<T>&&, std::initializer_list<Tensor<T>>, \
+                                    std::function<void(Node<T>&)>);                         \
   template void run_backward<T>(const Tensor<T>&, Array<T>, bool);                          \
-  template Array<T> sum_to<T>(const Array<T>&, const Shape&);
+  template Array<T> sum_to<T>(const Array<T>&, const Shape&);                               \
+  template Array<T> sum_to<T>(Array<T>&&, const Shape&);
 XGRAD_INSTANTIATE(float)
 XGRAD_INSTANTIATE(double)
 #undef XGRAD_INSTANTIATE

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "autograd/tensor.hpp"
@@ -35,6 +36,7 @@ struct GradcheckOptions {
 // One input's verdict. Elements are flat (row-major) indices.
 struct GradcheckInputReport {
   std::size_t input = 0;       // position in the inputs vector
+  std::string name;            // gradcheck_parameters: the tensor's name; gradcheck: empty
   Shape shape;
   double max_abs_error = 0;    // max |analytic - numeric|
   double max_rel_error = 0;    // max |analytic - numeric| / max(|numeric|, atol)
@@ -57,5 +59,17 @@ using GradcheckFunction = std::function<Tensor<double>(const std::vector<Tensor<
 // deterministic (re-seed any generator it uses inside it). The inputs are not modified.
 GradcheckResult gradcheck(const GradcheckFunction& function, const std::vector<Tensor<double>>& inputs,
                           const GradcheckOptions& options = {});
+
+// The same check for tensors the function reads by handle rather than as arguments: a module's
+// parameters (`module->named_parameters()`), or inputs the function captured. Each is perturbed
+// in place, one element at a time, and restored. The function must be deterministic (re-seed
+// any generator it uses, e.g. `manual_seed(s)` first thing for dropout). Tensors that do not
+// require grad are skipped; the others must be leaves. Their gradients are left as they were.
+//
+//   auto r = xgrad::gradcheck_parameters(
+//       [&] { return xgrad::mse_loss(model->forward(x), target); }, model->named_parameters());
+using NamedTensors = std::vector<std::pair<std::string, Tensor<double>>>;
+GradcheckResult gradcheck_parameters(const std::function<Tensor<double>()>& function, const NamedTensors& tensors,
+                                     const GradcheckOptions& options = {});
 
 }  // namespace xgrad

@@ -4,7 +4,13 @@
 // Statistics are accumulated in double for float input too, with two passes (the mean, then the
 // squared deviations from it), so that a large common offset (float inputs around 1e4) does not
 // cancel the variance away. mean and rstd are saved in double for the backward for the same
-// reason: x - mean in float would lose the digits that matter.
+// reason: x - mean in float would lose the digits that matter. The row loops run on xsimd
+// batches of doubles (float data converted on load and store); sums are lane-wise, then across
+// lanes, so they may differ from a sequential loop in the last bits.
+
+// First, so that its pragma covers xsimd wherever xtensor includes it (see simd.hpp).
+#include "autograd/simd.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -14,6 +20,60 @@
 namespace xgrad {
 
 namespace {
+
+using DB = xsimd::batch<double>;
+constexpr std::size_t kW = DB::size;
+
+// A batch of doubles from / to kW values of T. xsimd 8 converts float <-> double one lane at a
+// time through memory; with AVX the conversion is one instruction.
+inline DB load_d(const double* p) { return DB::load_unaligned(p); }
+inline void store_d(const DB& b, double* p) { b.store_unaligned(p); }
+inline DB load_d(const float* p) {
+#if defined(__AVX512F__)
+  if constexpr (kW == 8) return DB(_mm512_cvtps_pd(_mm256_loadu_ps(p)));
+#elif defined(__AVX__)
+  if constexpr (kW == 4) return DB(_mm256_cvtps_pd(_mm_loadu_ps(p)));
+#endif
+  return DB::load_unaligned(p);
+}
+inline void store_d(const DB& b, float* p) {
+#if defined(__AVX512F__)
+  if constexpr (kW == 8) return _mm256_storeu_ps(p, _mm512_cvtpd_ps(b));
+#elif defined(__AVX__)
+  if constexpr (kW == 4) return _mm_storeu_ps(p, _mm256_cvtpd_ps(b));
+#endif
+  b.store_unaligned(p);
+}
+
+// sum_j f(j) over a row of n: f maps a lane start j to a batch (full batches) or a double (tail).
+template <class FB, class FS>
+double row_sum(std::size_t n, FB fb, FS fs) {
+  DB acc(0.0);
+  std::size_t j = 0;
+  for (; j + kW <= n; j += kW) acc += fb(j);
+  double total = xsimd::hadd(acc);
+  for (; j < n; ++j) total += fs(j);
+  return total;
+}
+
+// One row of the forward: y = (x - m) * rs [* w] [+ b].
+template <class T>
+void normalize_row(const T* x, const T* w, const T* b, T* y, double m, double rs, std::size_t n) {
+  const DB mb(m), rb(rs);
+  std::size_t j = 0;
+  for (; j + kW <= n; j += kW) {
+    DB o = (load_d(x + j) - mb) * rb;
+    if (w) o *= load_d(w + j);
+    if (b) o += load_d(b + j);
+    store_d(o, y + j);
+  }
+  for (; j < n; ++j) {
+    double o = (x[j] - m) * rs;
+    if (w) o *= w[j];
+    if (b) o += b[j];
+    y[j] = static_cast<T>(o);
+  }
+}
 
 struct LayerNormSaved {
   std::size_t rows = 0, d = 0;
@@ -68,23 +128,22 @@ Tensor<T> layer_norm(const Tensor<T>& x, const Shape& normalized_shape, const Te
   const std::size_t D = s.d;
   for (std::size_t r = 0; r < s.rows; ++r) {
     const T* xr = px + r * D;
-    T* yr = py + r * D;
-    double m = 0;
-    for (std::size_t j = 0; j < D; ++j) m += xr[j];
-    m /= static_cast<double>(D);
-    double v = 0;
-    for (std::size_t j = 0; j < D; ++j) {
-      const double dev = xr[j] - m;
-      v += dev * dev;
-    }
-    v /= static_cast<double>(D);
+    const double m = row_sum(D, [xr](std::size_t j) { return load_d(xr + j); },
+                             [xr](std::size_t j) { return static_cast<double>(xr[j]); }) /
+                     static_cast<double>(D);
+    const DB mb(m);
+    const double v = row_sum(D,
+                             [xr, mb](std::size_t j) {
+                               const DB dev = load_d(xr + j) - mb;
+                               return dev * dev;
+                             },
+                             [xr, m](std::size_t j) {
+                               const double dev = xr[j] - m;
+                               return dev * dev;
+                             }) /
+                     static_cast<double>(D);
     const double rs = 1.0 / std::sqrt(v + eps);
-    for (std::size_t j = 0; j < D; ++j) {
-      double o = (xr[j] - m) * rs;  // xhat
-      if (pw) o *= pw[j];
-      if (pb) o += pb[j];
-      yr[j] = static_cast<T>(o);
-    }
+    normalize_row(xr, pw, pb, py + r * D, m, rs, D);
     s.mean[r] = m;
     s.rstd[r] = rs;
   }
@@ -106,8 +165,20 @@ Tensor<T> layer_norm(const Tensor<T>& x, const Shape& normalized_shape, const Te
       const T* dyr = pdy + r * D;
       const double m = s.mean[r], rs = s.rstd[r];
       // dxhat = dy * w;  dw += dy * xhat;  db += dy
-      double mean_dxhat = 0, mean_dxhat_xhat = 0;
-      for (std::size_t j = 0; j < D; ++j) {
+      const DB mb(m), rb(rs);
+      DB acc_dxhat(0.0), acc_dxhat_xhat(0.0);
+      std::size_t j = 0;
+      for (; j + kW <= D; j += kW) {
+        const DB xhat = (load_d(xr + j) - mb) * rb;
+        const DB g = load_d(dyr + j);
+        const DB dxhat = pw ? g * load_d(pw + j) : g;
+        acc_dxhat += dxhat;
+        acc_dxhat_xhat = xsimd::fma(dxhat, xhat, acc_dxhat_xhat);
+        if (need_w) xsimd::fma(g, xhat, DB::load_unaligned(dw.data() + j)).store_unaligned(dw.data() + j);
+        if (need_b) (DB::load_unaligned(db.data() + j) + g).store_unaligned(db.data() + j);
+      }
+      double mean_dxhat = xsimd::hadd(acc_dxhat), mean_dxhat_xhat = xsimd::hadd(acc_dxhat_xhat);
+      for (; j < D; ++j) {
         const double xhat = (xr[j] - m) * rs;
         const double g = dyr[j];
         const double dxhat = pw ? g * pw[j] : g;
@@ -121,7 +192,14 @@ Tensor<T> layer_norm(const Tensor<T>& x, const Shape& normalized_shape, const Te
       mean_dxhat_xhat /= static_cast<double>(D);
       // dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
       T* dxr = dx.data() + r * D;
-      for (std::size_t j = 0; j < D; ++j) {
+      const DB md(mean_dxhat), mdx(mean_dxhat_xhat);
+      for (j = 0; j + kW <= D; j += kW) {
+        const DB xhat = (load_d(xr + j) - mb) * rb;
+        const DB g = load_d(dyr + j);
+        const DB dxhat = pw ? g * load_d(pw + j) : g;
+        store_d(rb * (dxhat - md - xhat * mdx), dxr + j);
+      }
+      for (; j < D; ++j) {
         const double xhat = (xr[j] - m) * rs;
         const double dxhat = pw ? dyr[j] * static_cast<double>(pw[j]) : static_cast<double>(dyr[j]);
         dxr[j] = static_cast<T>(rs * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat));

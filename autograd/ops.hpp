@@ -113,6 +113,13 @@ template <class T> Tensor<T> narrow(const Tensor<T>& a, int dim, std::int64_t st
 // a[..., start:end:step, ...] along dim; negative start/end count from the end, clamped as Python.
 template <class T>
 Tensor<T> slice(const Tensor<T>& a, int dim, std::int64_t start, std::int64_t end, std::int64_t step = 1);
+namespace detail {
+// reshape(permute(reshape(a, view), perm), out) as one copy and one node (MultiheadAttention's
+// head split and merge); view and out hold a's number of elements.
+template <class T>
+Tensor<T> permute_reshape(const Tensor<T>& a, const Shape& view, const std::vector<std::size_t>& perm,
+                          const Shape& out);
+}  // namespace detail
 
 // ---- indexing.cpp: index_select, embedding, masked_fill, where ---------------------------------
 
@@ -189,6 +196,13 @@ Tensor<T> scaled_dot_product_attention(const Tensor<T>& q, const Tensor<T>& k, c
                                        const AttnMask<T>& attn_mask = {}, double dropout_p = 0.0,
                                        bool is_causal = false, std::optional<double> scale = std::nullopt,
                                        Generator* generator = nullptr);
+namespace detail {
+// Self-attention on a packed qkv (3, ..., L, E): q, k and v are its three blocks, one node with
+// one gradient (MultiheadAttention's fast path); otherwise scaled_dot_product_attention.
+template <class T>
+Tensor<T> self_attention_packed(const Tensor<T>& qkv, const AttnMask<T>& attn_mask = {}, double dropout_p = 0.0,
+                                bool is_causal = false, Generator* generator = nullptr);
+}  // namespace detail
 
 // ---- loss.cpp ---------------------------------------------------------------------------------
 

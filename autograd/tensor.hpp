@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,9 +43,11 @@ struct Node {
   bool requires_grad = false;
   bool is_leaf = true;       // made by the user, not by an op
   bool released = false;     // its graph was freed by a backward without retain_graph
+  std::uint64_t visit_mark = 0;  // run_backward's traversal: equal to its pass number once visited
   const char* op = "leaf";   // the op that produced it, for error messages and to_dot
   std::vector<std::shared_ptr<Node<T>>> inputs;
-  // Reads this node's grad (and value, inputs) and accumulates into the inputs' grads.
+  // Reads this node's grad (and value, inputs) and accumulates into the inputs' grads. It may
+  // move from `grad` (the engine drops a non-leaf's gradient right after its backward).
   std::function<void(Node<T>&)> backward_fn;
 
   Node<T>& input(std::size_t i) { return *inputs[i]; }
@@ -144,6 +147,10 @@ class DetectAnomalyGuard {
 template <class T>
 Tensor<T> make_result(const char* op, Array<T>&& value, std::vector<Tensor<T>> inputs,
                       std::function<void(Node<T>&)> backward_fn);
+// The same for a braced list of inputs, `make_result<T>(op, y, {a, b}, ...)` (no vector built).
+template <class T>
+Tensor<T> make_result(const char* op, Array<T>&& value, std::initializer_list<Tensor<T>> inputs,
+                      std::function<void(Node<T>&)> backward_fn);
 
 // Runs reverse-mode differentiation from root with the given seed gradient.
 template <class T>
@@ -152,6 +159,9 @@ void run_backward(const Tensor<T>& root, Array<T> gradient, bool retain_graph);
 // Sums a (broadcast) gradient back to `shape`: the reverse of NumPy broadcasting.
 template <class T>
 Array<T> sum_to(const Array<T>& grad, const Shape& shape);
+// The same, taking the gradient over (no copy) when it already has `shape`.
+template <class T>
+Array<T> sum_to(Array<T>&& grad, const Shape& shape);
 
 // ---- factories ---------------------------------------------------------------------------
 

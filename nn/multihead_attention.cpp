@@ -170,42 +170,49 @@ std::pair<Tensor<T>, Tensor<T>> MultiheadAttention<T>::forward(const Tensor<T>& 
   }
   const AttnMask<T> mask = combine(masks);
 
-  // ---- in-projection: q, k, v in the input layout, (.., .., E) each ----
-  Tensor<T> q, k, v;
+  // ---- in-projection, then heads: q (N H, L, d), k and v (N H, S, d) ----
+  // (len, N, E) or (N, len, E) -> (N H, len, d); head h takes columns [h d, (h+1) d). Each split
+  // is one permute-copy (detail::permute_reshape).
+  const std::vector<std::size_t> head_perm = bf ? std::vector<std::size_t>{0, 2, 1, 3} : std::vector<std::size_t>{1, 2, 0, 3};
+  auto split_heads = [&](const Tensor<T>& x, std::size_t len) {
+    return detail::permute_reshape(x, bf ? Shape{N, len, H, d} : Shape{len, N, H, d}, head_perm, Shape{N * H, len, d});
+  };
   auto rows = [](const Tensor<T>& t, std::size_t start, std::size_t length) {
     return t.defined() ? narrow(t, 0, static_cast<i64>(start), static_cast<i64>(length)) : Tensor<T>();
   };
+  Tensor<T> q, k, v;
   if (self_attention) {
+    // qkv (.., .., 3E) viewed (.., .., 3, H, d) -> (3, N, H, L, d) = (3, N H, L, d) in one copy;
+    // q, k and v are its contiguous blocks (the fused attention reads them in place).
     Tensor<T> qkv = linear(q_in, in_proj_weight, in_proj_bias);
-    q = narrow(qkv, -1, 0, static_cast<i64>(E));
-    k = narrow(qkv, -1, static_cast<i64>(E), static_cast<i64>(E));
-    v = narrow(qkv, -1, static_cast<i64>(2 * E), static_cast<i64>(E));
+    qkv = detail::permute_reshape(qkv, bf ? Shape{N, L, 3, H, d} : Shape{L, N, 3, H, d},
+                                  bf ? std::vector<std::size_t>{2, 0, 3, 1, 4} : std::vector<std::size_t>{2, 1, 3, 0, 4},
+                                  need_weights ? Shape{3 * N * H, L, d} : Shape{3, N * H, L, d});
+    if (need_weights) {
+      const i64 nh = static_cast<i64>(N * H);
+      q = narrow(qkv, 0, 0, nh);
+      k = narrow(qkv, 0, nh, nh);
+      v = narrow(qkv, 0, 2 * nh, nh);
+    } else {
+      q = qkv;  // packed
+    }
   } else if (shared_kv) {
-    q = linear(q_in, rows(in_proj_weight, 0, E), rows(in_proj_bias, 0, E));
+    q = split_heads(linear(q_in, rows(in_proj_weight, 0, E), rows(in_proj_bias, 0, E)), L);
     Tensor<T> kv = linear(k_in, rows(in_proj_weight, E, 2 * E), rows(in_proj_bias, E, 2 * E));
-    k = narrow(kv, -1, 0, static_cast<i64>(E));
-    v = narrow(kv, -1, static_cast<i64>(E), static_cast<i64>(E));
+    k = split_heads(narrow(kv, -1, 0, static_cast<i64>(E)), S);
+    v = split_heads(narrow(kv, -1, static_cast<i64>(E), static_cast<i64>(E)), S);
   } else {
-    q = linear(q_in, rows(in_proj_weight, 0, E), rows(in_proj_bias, 0, E));
-    k = linear(k_in, rows(in_proj_weight, E, E), rows(in_proj_bias, E, E));
-    v = linear(v_in, rows(in_proj_weight, 2 * E, E), rows(in_proj_bias, 2 * E, E));
+    q = split_heads(linear(q_in, rows(in_proj_weight, 0, E), rows(in_proj_bias, 0, E)), L);
+    k = split_heads(linear(k_in, rows(in_proj_weight, E, E), rows(in_proj_bias, E, E)), S);
+    v = split_heads(linear(v_in, rows(in_proj_weight, 2 * E, E), rows(in_proj_bias, 2 * E, E)), S);
   }
-
-  // (len, N, E) or (N, len, E) -> (N H, len, d); head h takes columns [h d, (h+1) d).
-  const i64 n = static_cast<i64>(N), h = static_cast<i64>(H), dd = static_cast<i64>(d);
-  auto split_heads = [&](const Tensor<T>& x, std::size_t len_) {
-    const i64 len = static_cast<i64>(len_);
-    Tensor<T> r = bf ? reshape(x, {n, len, h, dd}) : reshape(x, {len, n, h, dd});
-    r = permute(r, bf ? std::vector<int>{0, 2, 1, 3} : std::vector<int>{1, 2, 0, 3});  // (N, H, len, d)
-    return reshape(r, {n * h, len, dd});
-  };
-  q = split_heads(q, L);
-  k = split_heads(k, S);
-  v = split_heads(v, S);
+  const i64 n = static_cast<i64>(N), h = static_cast<i64>(H);
 
   const double p = this->is_training() ? options_.dropout() : 0.0;
   Tensor<T> o, weights;  // o: (N H, L, d)
-  if (!need_weights) {
+  if (!need_weights && self_attention) {
+    o = detail::self_attention_packed(q, mask, p, causal_only);
+  } else if (!need_weights) {
     o = scaled_dot_product_attention(q, k, v, mask, p, causal_only);
   } else {
     // The same computation composed from ops, so that the probabilities can be returned:
@@ -230,11 +237,10 @@ std::pair<Tensor<T>, Tensor<T>> MultiheadAttention<T>::forward(const Tensor<T>& 
     if (unbatched) weights = squeeze(weights, 0);
   }
 
-  // (N H, L, d) -> (N, L, E) or (L, N, E) -> out_proj.
-  Tensor<T> merged = reshape(o, {n, h, static_cast<i64>(L), dd});
-  merged = permute(merged, bf ? std::vector<int>{0, 2, 1, 3} : std::vector<int>{2, 0, 1, 3});
-  merged = bf ? reshape(merged, {n, static_cast<i64>(L), static_cast<i64>(E)})
-              : reshape(merged, {static_cast<i64>(L), n, static_cast<i64>(E)});
+  // (N H, L, d) viewed (N, H, L, d) -> (N, L, E) or (L, N, E), one copy -> out_proj.
+  const Tensor<T> merged = detail::permute_reshape(
+      o, Shape{N, H, L, d}, bf ? std::vector<std::size_t>{0, 2, 1, 3} : std::vector<std::size_t>{2, 0, 1, 3},
+      bf ? Shape{N, L, E} : Shape{L, N, E});
   Tensor<T> out = out_proj->forward(merged);
   if (unbatched) out = squeeze(out, 0);
   return {out, weights};

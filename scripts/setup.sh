@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages xgrad needs to build and test, only those missing. On a machine
+# that has them all it touches nothing (no apt-get at all). Runs apt-get as root, or through
+# sudo when not root.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config
+  libxtensor-dev libxtensor-blas-dev libxsimd-dev libopenblas-dev libcereal-dev
+  libgtest-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev libfmt-dev
+)
+
+missing=()
+for package in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$package" 2>/dev/null || true)
+  [[ "$status" == "install ok installed" ]] || missing+=("$package")
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "setup: all ${#packages[@]} packages are installed"
+  exit 0
+fi
+
+if ((EUID == 0)); then
+  as_root=()
+elif command -v sudo >/dev/null 2>&1; then
+  as_root=(sudo)
+else
+  echo "setup: missing packages: ${missing[*]}" >&2
+  echo "setup: not root and no sudo: install them as root with apt-get install ${missing[*]}" >&2
+  exit 1
+fi
+
+echo "setup: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update
+"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" </dev/null

@@ -1,0 +1,150 @@
+// Helpers of the test_serialize_* suites: temporary folders, file bytes, bit-exact comparisons
+// of state dicts and optimizer states, and the small training objects they save.
+#pragma once
+
+#include <stdlib.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <set>
+#include <string>
+
+#include "serialize/serialize.hpp"
+#include "test_util.hpp"
+
+namespace xgrad::testing {
+
+// A fresh folder under /tmp, removed with everything in it at the end of the test.
+class TempDir {
+ public:
+  TempDir() {
+    char name[] = "/tmp/xgrad-serialize-XXXXXX";
+    EXPECT_NE(::mkdtemp(name), nullptr);
+    path_ = name;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+  // The names in the folder, to show that no temporary file was left behind.
+  std::set<std::string> entries() const {
+    std::set<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator(path_)) names.insert(e.path().filename().string());
+    return names;
+  }
+
+ private:
+  std::string path_;
+};
+
+inline std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+inline void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+template <class T>
+bool same_bits(const Array<T>& a, const Array<T>& b) {
+  return shape_of(a) == shape_of(b) && (a.size() == 0 || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
+}
+
+template <class T>
+void expect_same_state_dict(const nn::StateDict<T>& expected, const nn::StateDict<T>& actual) {
+  ASSERT_EQ(expected.keys(), actual.keys());
+  for (const auto& [key, value] : expected) EXPECT_TRUE(same_bits(value, actual.at(key))) << key;
+}
+
+template <class T>
+void expect_same_param_state(const optim::ParamState<T>& a, const optim::ParamState<T>& b, const std::string& name) {
+  EXPECT_EQ(a.step, b.step) << name;
+  const std::pair<const std::optional<Array<T>>*, const std::optional<Array<T>>*> slots[] = {
+      {&a.momentum_buffer, &b.momentum_buffer},
+      {&a.exp_avg, &b.exp_avg},
+      {&a.exp_avg_sq, &b.exp_avg_sq},
+      {&a.max_exp_avg_sq, &b.max_exp_avg_sq}};
+  for (const auto& [x, y] : slots) {
+    ASSERT_EQ(x->has_value(), y->has_value()) << name;
+    if (x->has_value()) {
+      EXPECT_TRUE(same_bits(**x, **y)) << name;
+    }
+  }
+}
+
+template <class T>
+void expect_same_optimizer_state(const optim::Optimizer<T>& a, const optim::Optimizer<T>& b) {
+  const auto sa = a.state(), sb = b.state();
+  ASSERT_EQ(sa.size(), sb.size());
+  for (std::size_t i = 0; i < sa.size(); ++i) expect_same_param_state(sa[i], sb[i], "parameter " + std::to_string(i));
+  ASSERT_EQ(a.param_groups().size(), b.param_groups().size());
+  for (std::size_t g = 0; g < a.param_groups().size(); ++g) {
+    EXPECT_EQ(a.param_groups()[g].options().get_lr(), b.param_groups()[g].options().get_lr()) << "group " << g;
+    EXPECT_EQ(a.param_groups()[g].initial_lr, b.param_groups()[g].initial_lr) << "group " << g;
+  }
+}
+
+inline void expect_same_scheduler_state(const optim::LRSchedulerState& a, const optim::LRSchedulerState& b) {
+  EXPECT_EQ(a.last_epoch, b.last_epoch);
+  EXPECT_EQ(a.step_count, b.step_count);
+  EXPECT_EQ(a.base_lrs, b.base_lrs);
+  EXPECT_EQ(a.last_lr, b.last_lr);
+  ASSERT_EQ(a.schedulers.size(), b.schedulers.size());
+  for (std::size_t i = 0; i < a.schedulers.size(); ++i) expect_same_scheduler_state(a.schedulers[i], b.schedulers[i]);
+}
+
+// Expects `f` to throw E whose message contains every fragment.
+template <class E>
+void expect_error(const std::function<void()>& f, std::initializer_list<std::string> fragments) {
+  try {
+    f();
+    ADD_FAILURE() << "expected an exception";
+  } catch (const E& e) {
+    const std::string message = e.what();
+    for (const auto& fragment : fragments)
+      EXPECT_NE(message.find(fragment), std::string::npos) << "\"" << message << "\" lacks \"" << fragment << "\"";
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "an exception of another type: " << e.what();
+  }
+}
+
+// A small model, its Adam (amsgrad) optimizer with two parameter groups and a LinearLR schedule,
+// after a few steps: state in every slot.
+struct SmallRun {
+  std::shared_ptr<nn::Linear<float>> model;
+  std::unique_ptr<optim::Adam<float>> optimizer;
+  std::unique_ptr<optim::LinearLR<float>> scheduler;
+  Generator generator;
+
+  explicit SmallRun(std::uint64_t seed, int steps = 2) : generator(seed) {
+    manual_seed(seed);
+    model = std::make_shared<nn::Linear<float>>(3, 2);
+    optimizer = std::make_unique<optim::Adam<float>>(
+        std::vector<optim::ParamGroup<float>>{
+            optim::ParamGroup<float>({model->weight}),
+            optim::ParamGroup<float>({model->bias}, optim::AdamOptions(0.02).betas({0.8, 0.99}).amsgrad(true))},
+        optim::AdamOptions(0.01).amsgrad(true).weight_decay(0.001));
+    scheduler = std::make_unique<optim::LinearLR<float>>(*optimizer, 0.5, 1.0, 4);
+    const Tensor<float> x = randn<float>({4, 3}, generator);
+    for (int i = 0; i < steps; ++i) {
+      optimizer->zero_grad();
+      mse_loss(model->forward(x), zeros<float>({4, 2})).backward();
+      optimizer->step();
+      scheduler->step();
+    }
+  }
+
+  Checkpoint<float> capture(std::int64_t step = 2) const {
+    return Checkpoint<float>::capture(*model, *optimizer, scheduler.get(), generator, step,
+                                      {{"run", "small"}, {"note", "caf\xC3\xA9"}});
+  }
+};
+
+}  // namespace xgrad::testing
