@@ -8,6 +8,7 @@ packages=(
   build-essential cmake pkg-config
   libxtensor-dev libxtensor-blas-dev libxsimd-dev libopenblas-dev libcereal-dev
   libgtest-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev libfmt-dev
+  clang libclang-rt-14-dev  # the libFuzzer targets (fuzz/run.sh)
 )
 
 missing=()

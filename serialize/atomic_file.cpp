@@ -39,6 +39,7 @@ class FdStreambuf : public std::streambuf {
   }
 
   std::streamsize xsputn(const char* s, std::streamsize n) override {
+    if (n <= 0) return 0;  // (an empty tensor's data() may be null: no memcpy from it)
     if (n <= epptr() - pptr()) {
       std::memcpy(pptr(), s, static_cast<std::size_t>(n));
       pbump(static_cast<int>(n));
