@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds the xgrad library and the main example in Release
+# Installs what is missing, builds the xgrad library and the main example, train_toy_encoder
+# (a small encoder learns to sort digits), in Release
 # (build/release; the tests are built by test.sh) and runs the example.
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -7,6 +8,7 @@ cd "$XGRAD_ROOT"
 
 phase "install missing packages" bash scripts/setup.sh
 phase "configure (Release)" configure build/release -DCMAKE_BUILD_TYPE=Release
-phase "build (Release)" build build/release xgrad train_tiny
-phase "run examples/train_tiny" build/release/examples/train_tiny
+phase "build (Release)" build build/release train_toy_encoder
+# It writes toy_encoder.csv, toy_encoder.ckpt (and toy_encoder.png with gnuplot) in build/toy.
+phase "run examples/train_toy_encoder" bash -c 'mkdir -p build/toy && cd build/toy && ../release/examples/train_toy_encoder'
 print_phase_times
