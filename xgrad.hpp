@@ -4,6 +4,7 @@
 #include "autograd/check.hpp"
 #include "autograd/gradcheck.hpp"
 #include "autograd/ops.hpp"
+#include "autograd/parallel.hpp"
 #include "autograd/random.hpp"
 #include "autograd/tensor.hpp"
 #include "nn/nn.hpp"

@@ -38,6 +38,7 @@
 #include "autograd/broadcast.hpp"
 #include "autograd/gemm.hpp"
 #include "autograd/ops.hpp"
+#include "autograd/parallel.hpp"
 #include "autograd/simd.hpp"
 
 namespace xgrad {
@@ -108,6 +109,12 @@ void softmax_row(T* row, std::size_t n) {
   for (std::size_t j = 0; j < n; ++j) row[j] *= inv;
 }
 
+// Batches per thread chunk: at least ~64K multiply-adds of score work, so that tiny attention stays
+// on one thread. Each batch (one head of one sequence) is independent, with its own gemms.
+std::size_t batch_grain(std::size_t L, std::size_t S, std::size_t E) {
+  return std::max<std::size_t>(1, (std::size_t(1) << 16) / std::max<std::size_t>(1, L * S * E));
+}
+
 // The node of both entry points. inputs: {q, k, v}, or {qkv} when packed: qkv (3, lead..., L, E)
 // holds q, k and v one after the other (S = L, Ev = E). Shapes are checked by the caller.
 template <class T>
@@ -160,37 +167,39 @@ Tensor<T> attention_node(std::vector<Tensor<T>> inputs, bool packed, const Shape
     const bool* bool_mask = !attn_mask.empty() && attn_mask.is_bool() ? attn_mask.bool_mask().data() : nullptr;
     const T* float_mask = !attn_mask.empty() && !attn_mask.is_bool() ? attn_mask.float_mask().data() : nullptr;
     const T neg_inf = -std::numeric_limits<T>::infinity();
-    std::vector<T> dropped(dropping ? L * S : 0);  // Pd of one batch
-    for (std::size_t b = 0; b < batch; ++b) {
-      const T* qb = qd + b * L * E;
-      const T* kb = kd + b * S * E;
-      const T* vb = vd + b * S * Ev;
-      T* pb = P.data() + b * L * S;
-      // A = scale * q k^T
-      detail::gemm<T>(false, true, L, S, E, alpha, qb, E, kb, E, T(0), pb, S);
-      for (std::size_t i = 0; i < L; ++i) {
-        T* row = pb + i * S;
-        if (bool_mask) {
-          const bool* m = bool_mask + layout.batch_offset[b] + i * layout.stride_l;
-          for (std::size_t j = 0; j < S; ++j)
-            if (m[j * layout.stride_s]) row[j] = neg_inf;
-        } else if (float_mask) {
-          const T* m = float_mask + layout.batch_offset[b] + i * layout.stride_l;
-          for (std::size_t j = 0; j < S; ++j) row[j] += m[j * layout.stride_s];
-        } else if (is_causal) {
-          for (std::size_t j = i + 1; j < S; ++j) row[j] = neg_inf;
+    detail::parallel_for(batch, batch_grain(L, S, std::max(E, Ev)), [&](std::size_t b0, std::size_t b1) {
+      std::vector<T> dropped(dropping ? L * S : 0);  // Pd of one batch
+      for (std::size_t b = b0; b < b1; ++b) {
+        const T* qb = qd + b * L * E;
+        const T* kb = kd + b * S * E;
+        const T* vb = vd + b * S * Ev;
+        T* pb = P.data() + b * L * S;
+        // A = scale * q k^T
+        detail::gemm<T>(false, true, L, S, E, alpha, qb, E, kb, E, T(0), pb, S);
+        for (std::size_t i = 0; i < L; ++i) {
+          T* row = pb + i * S;
+          if (bool_mask) {
+            const bool* m = bool_mask + layout.batch_offset[b] + i * layout.stride_l;
+            for (std::size_t j = 0; j < S; ++j)
+              if (m[j * layout.stride_s]) row[j] = neg_inf;
+          } else if (float_mask) {
+            const T* m = float_mask + layout.batch_offset[b] + i * layout.stride_l;
+            for (std::size_t j = 0; j < S; ++j) row[j] += m[j * layout.stride_s];
+          } else if (is_causal) {
+            for (std::size_t j = i + 1; j < S; ++j) row[j] = neg_inf;
+          }
+          softmax_row(row, S);
         }
-        softmax_row(row, S);
+        const T* pv = pb;
+        if (dropping) {
+          const T* db = D.data() + b * L * S;
+          for (std::size_t n = 0; n < L * S; ++n) dropped[n] = pb[n] * db[n];
+          pv = dropped.data();
+        }
+        // O = Pd v
+        detail::gemm<T>(false, false, L, Ev, S, T(1), pv, S, vb, Ev, T(0), out.data() + b * L * Ev, Ev);
       }
-      const T* pv = pb;
-      if (dropping) {
-        const T* db = D.data() + b * L * S;
-        for (std::size_t n = 0; n < L * S; ++n) dropped[n] = pb[n] * db[n];
-        pv = dropped.data();
-      }
-      // O = Pd v
-      detail::gemm<T>(false, false, L, Ev, S, T(1), pv, S, vb, Ev, T(0), out.data() + b * L * Ev, Ev);
-    }
+    });
   }
 
   return make_result<T>(
@@ -216,42 +225,44 @@ Tensor<T> attention_node(std::vector<Tensor<T>> inputs, bool packed, const Shape
           const T* vd = packed ? kd + batch * S * E : node.input_value(2).data();
           const T* dO = node.grad.data();
           const bool need_scores = need_q || need_k;
-          std::vector<T> dA(need_scores ? L * S : 0);
-          std::vector<T> dropped(dropping && need_v ? L * S : 0);
-          for (std::size_t b = 0; b < batch; ++b) {
-            const T* pb = P.data() + b * L * S;
-            const T* db = dropping ? D.data() + b * L * S : nullptr;
-            const T* dOb = dO + b * L * Ev;
-            if (need_v) {
-              // dV = Pd^T dO
-              const T* pv = pb;
-              if (dropping) {
-                for (std::size_t n = 0; n < L * S; ++n) dropped[n] = pb[n] * db[n];
-                pv = dropped.data();
+          detail::parallel_for(batch, batch_grain(L, S, std::max(E, Ev)), [&](std::size_t b0, std::size_t b1) {
+            std::vector<T> dA(need_scores ? L * S : 0);
+            std::vector<T> dropped(dropping && need_v ? L * S : 0);
+            for (std::size_t b = b0; b < b1; ++b) {
+              const T* pb = P.data() + b * L * S;
+              const T* db = dropping ? D.data() + b * L * S : nullptr;
+              const T* dOb = dO + b * L * Ev;
+              if (need_v) {
+                // dV = Pd^T dO
+                const T* pv = pb;
+                if (dropping) {
+                  for (std::size_t n = 0; n < L * S; ++n) dropped[n] = pb[n] * db[n];
+                  pv = dropped.data();
+                }
+                detail::gemm<T>(true, false, S, Ev, L, T(1), pv, S, dOb, Ev, T(0), dvp + b * S * Ev, Ev);
               }
-              detail::gemm<T>(true, false, S, Ev, L, T(1), pv, S, dOb, Ev, T(0), dvp + b * S * Ev, Ev);
-            }
-            if (!need_scores) continue;
-            // dPd = dO v^T, then dA = P * (dP - rowsum(dP * P)) with dP = dPd * D
-            detail::gemm<T>(false, true, L, S, Ev, T(1), dOb, Ev, vd + b * S * Ev, Ev, T(0), dA.data(), S);
-            for (std::size_t i = 0; i < L; ++i) {
-              T* g = dA.data() + i * S;
-              const T* p = pb + i * S;
-              if (dropping) {
-                const T* m = db + i * S;
-                for (std::size_t j = 0; j < S; ++j) g[j] *= m[j];
+              if (!need_scores) continue;
+              // dPd = dO v^T, then dA = P * (dP - rowsum(dP * P)) with dP = dPd * D
+              detail::gemm<T>(false, true, L, S, Ev, T(1), dOb, Ev, vd + b * S * Ev, Ev, T(0), dA.data(), S);
+              for (std::size_t i = 0; i < L; ++i) {
+                T* g = dA.data() + i * S;
+                const T* p = pb + i * S;
+                if (dropping) {
+                  const T* m = db + i * S;
+                  for (std::size_t j = 0; j < S; ++j) g[j] *= m[j];
+                }
+                const T gp = detail::simd_dot(g, p, S);
+                for (std::size_t j = 0; j < S; ++j) g[j] = p[j] * (g[j] - gp);
               }
-              const T gp = detail::simd_dot(g, p, S);
-              for (std::size_t j = 0; j < S; ++j) g[j] = p[j] * (g[j] - gp);
+              // dQ = scale * dA k;  dK = scale * dA^T q
+              if (need_q)
+                detail::gemm<T>(false, false, L, E, S, alpha, dA.data(), S, kd + b * S * E, E, T(0),
+                                dqp + b * L * E, E);
+              if (need_k)
+                detail::gemm<T>(true, false, S, E, L, alpha, dA.data(), S, qd + b * L * E, E, T(0),
+                                dkp + b * S * E, E);
             }
-            // dQ = scale * dA k;  dK = scale * dA^T q
-            if (need_q)
-              detail::gemm<T>(false, false, L, E, S, alpha, dA.data(), S, kd + b * S * E, E, T(0),
-                              dqp + b * L * E, E);
-            if (need_k)
-              detail::gemm<T>(true, false, S, E, L, alpha, dA.data(), S, qd + b * L * E, E, T(0),
-                              dkp + b * S * E, E);
-          }
+          });
         }
         if (need_q) node.input(0).accumulate_grad(std::move(dq));
         if (packed) return;

@@ -5,10 +5,12 @@
 // First, so that its pragma covers xsimd wherever xtensor includes it (see simd.hpp).
 #include "autograd/simd.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "autograd/broadcast.hpp"
 #include "autograd/ops.hpp"
+#include "autograd/parallel.hpp"
 
 namespace xgrad {
 
@@ -82,6 +84,18 @@ void gelu_kernel(const T* x, const T* g, T* out, std::size_t n) {
   for (; i < n; ++i)
     out[i] = f(x[i], kBackward ? g[i] : T(0), [](T z) { return std::erf(z); }, [](T z) { return std::exp(z); },
                [](T z) { return std::tanh(z); });
+}
+
+// gelu_kernel over blocks of 4096 elements split across threads (a block boundary is a multiple
+// of every SIMD width, so each element takes the same path whatever the thread count).
+template <class T, bool kBackward>
+void gelu_parallel(bool tanh_form, const T* x, const T* g, T* out, std::size_t n) {
+  constexpr std::size_t kBlock = 4096;
+  detail::parallel_for((n + kBlock - 1) / kBlock, 4, [&](std::size_t b0, std::size_t b1) {
+    const std::size_t i = b0 * kBlock, len = std::min(b1 * kBlock, n) - i;
+    if (tanh_form) gelu_kernel<T, true, kBackward>(x + i, g ? g + i : nullptr, out + i, len);
+    else gelu_kernel<T, false, kBackward>(x + i, g ? g + i : nullptr, out + i, len);
+  });
 }
 
 }  // namespace
@@ -241,13 +255,11 @@ Tensor<T> gelu(const Tensor<T>& a, const std::string& approximate) {
   const bool tanh_form = approximate == "tanh";
   const Array<T>& x = a.value();
   Array<T> y = Array<T>::from_shape(x.shape());
-  if (tanh_form) gelu_kernel<T, true, false>(x.data(), nullptr, y.data(), y.size());
-  else gelu_kernel<T, false, false>(x.data(), nullptr, y.data(), y.size());
+  gelu_parallel<T, false>(tanh_form, x.data(), nullptr, y.data(), y.size());
   return make_result<T>("gelu", std::move(y), {a}, [tanh_form](Node<T>& out) {
     const Array<T>& xv = out.input_value(0);
     Array<T> gx = std::move(out.grad);  // dx = dy * dy/dx, in place
-    if (tanh_form) gelu_kernel<T, true, true>(xv.data(), gx.data(), gx.data(), gx.size());
-    else gelu_kernel<T, false, true>(xv.data(), gx.data(), gx.data(), gx.size());
+    gelu_parallel<T, true>(tanh_form, xv.data(), gx.data(), gx.data(), gx.size());
     out.input(0).accumulate_grad(std::move(gx));
   });
 }

@@ -14,8 +14,11 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <tuple>
+#include <utility>
 
 #include "autograd/ops.hpp"
+#include "autograd/parallel.hpp"
 
 namespace xgrad {
 
@@ -81,6 +84,80 @@ struct LayerNormSaved {
   int weight = -1, bias = -1;      // positions among the node's inputs, -1 when absent
 };
 
+// One row of the forward: y = (x - m) * rs * w + b; returns (m, rs).
+template <class T>
+std::pair<double, double> forward_row(const T* xr, const T* pw, const T* pb, T* yr, std::size_t D, double eps) {
+  const double m = row_sum(D, [xr](std::size_t j) { return load_d(xr + j); },
+                           [xr](std::size_t j) { return static_cast<double>(xr[j]); }) /
+                   static_cast<double>(D);
+  const DB mb(m);
+  const double v = row_sum(D,
+                           [xr, mb](std::size_t j) {
+                             const DB dev = load_d(xr + j) - mb;
+                             return dev * dev;
+                           },
+                           [xr, m](std::size_t j) {
+                             const double dev = xr[j] - m;
+                             return dev * dev;
+                           }) /
+                   static_cast<double>(D);
+  const double rs = 1.0 / std::sqrt(v + eps);
+  normalize_row(xr, pw, pb, yr, m, rs, D);
+  return {m, rs};
+}
+
+// One row of the backward: dw += dy * xhat and db += dy (when not null), and, when dxr is not
+// null, dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)) with dxhat = dy * w.
+template <class T>
+void backward_row(const T* xr, const T* dyr, const T* pw, double m, double rs, std::size_t D, T* dxr, double* dw,
+                  double* db) {
+  const DB mb(m), rb(rs);
+  DB acc_dxhat(0.0), acc_dxhat_xhat(0.0);
+  std::size_t j = 0;
+  for (; j + kW <= D; j += kW) {
+    const DB xhat = (load_d(xr + j) - mb) * rb;
+    const DB g = load_d(dyr + j);
+    const DB dxhat = pw ? g * load_d(pw + j) : g;
+    acc_dxhat += dxhat;
+    acc_dxhat_xhat = xsimd::fma(dxhat, xhat, acc_dxhat_xhat);
+    if (dw) xsimd::fma(g, xhat, DB::load_unaligned(dw + j)).store_unaligned(dw + j);
+    if (db) (DB::load_unaligned(db + j) + g).store_unaligned(db + j);
+  }
+  double mean_dxhat = xsimd::hadd(acc_dxhat), mean_dxhat_xhat = xsimd::hadd(acc_dxhat_xhat);
+  for (; j < D; ++j) {
+    const double xhat = (xr[j] - m) * rs;
+    const double g = dyr[j];
+    const double dxhat = pw ? g * pw[j] : g;
+    mean_dxhat += dxhat;
+    mean_dxhat_xhat += dxhat * xhat;
+    if (dw) dw[j] += g * xhat;
+    if (db) db[j] += g;
+  }
+  if (!dxr) return;
+  mean_dxhat /= static_cast<double>(D);
+  mean_dxhat_xhat /= static_cast<double>(D);
+  const DB md(mean_dxhat), mdx(mean_dxhat_xhat);
+  for (j = 0; j + kW <= D; j += kW) {
+    const DB xhat = (load_d(xr + j) - mb) * rb;
+    const DB g = load_d(dyr + j);
+    const DB dxhat = pw ? g * load_d(pw + j) : g;
+    store_d(rb * (dxhat - md - xhat * mdx), dxr + j);
+  }
+  for (; j < D; ++j) {
+    const double xhat = (xr[j] - m) * rs;
+    const double dxhat = pw ? dyr[j] * static_cast<double>(pw[j]) : static_cast<double>(dyr[j]);
+    dxr[j] = static_cast<T>(rs * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat));
+  }
+}
+
+// Rows are split across threads in pieces of at least ~16K elements, so that small inputs stay on
+// one thread. The count depends only on the shape and the thread count (the backward sums dw and
+// db per piece, then across pieces in order).
+std::size_t row_pieces(std::size_t rows, std::size_t D) {
+  const std::size_t min_rows = std::max<std::size_t>(1, (std::size_t(1) << 14) / std::max<std::size_t>(D, 1));
+  return std::max<std::size_t>(1, std::min<std::size_t>(get_num_threads(), rows / min_rows));
+}
+
 }  // namespace
 
 // y = (x - mean) * rstd * w + b, rstd = 1 / sqrt(var + eps), biased var over each row.
@@ -125,32 +202,15 @@ Tensor<T> layer_norm(const Tensor<T>& x, const Shape& normalized_shape, const Te
   const T* pw = weight.defined() ? weight.value().data() : nullptr;
   const T* pb = bias.defined() ? bias.value().data() : nullptr;
   T* py = y.data();
-  const std::size_t D = s.d;
-  for (std::size_t r = 0; r < s.rows; ++r) {
-    const T* xr = px + r * D;
-    const double m = row_sum(D, [xr](std::size_t j) { return load_d(xr + j); },
-                             [xr](std::size_t j) { return static_cast<double>(xr[j]); }) /
-                     static_cast<double>(D);
-    const DB mb(m);
-    const double v = row_sum(D,
-                             [xr, mb](std::size_t j) {
-                               const DB dev = load_d(xr + j) - mb;
-                               return dev * dev;
-                             },
-                             [xr, m](std::size_t j) {
-                               const double dev = xr[j] - m;
-                               return dev * dev;
-                             }) /
-                     static_cast<double>(D);
-    const double rs = 1.0 / std::sqrt(v + eps);
-    normalize_row(xr, pw, pb, py + r * D, m, rs, D);
-    s.mean[r] = m;
-    s.rstd[r] = rs;
-  }
+  const std::size_t D = s.d, pieces = row_pieces(s.rows, D);
+  detail::parallel_for(pieces, 1, [&](std::size_t p0, std::size_t p1) {
+    for (std::size_t r = s.rows * p0 / pieces; r < s.rows * p1 / pieces; ++r)
+      std::tie(s.mean[r], s.rstd[r]) = forward_row(px + r * D, pw, pb, py + r * D, D, eps);
+  });
 
   return make_result<T>("layer_norm", std::move(y), std::move(inputs), [saved](Node<T>& out) {
     const LayerNormSaved& s = *saved;
-    const std::size_t D = s.d;
+    const std::size_t D = s.d, pieces = row_pieces(s.rows, D);
     const bool need_x = out.input_needs_grad(0);
     const bool need_w = s.weight >= 0 && out.input_needs_grad(s.weight);
     const bool need_b = s.bias >= 0 && out.input_needs_grad(s.bias);
@@ -159,57 +219,23 @@ Tensor<T> layer_norm(const Tensor<T>& x, const Shape& normalized_shape, const Te
     const T* pdy = out.grad.data();
     Array<T> dx;
     if (need_x) dx = empty_array<T>(shape_of(out.input_value(0)));
-    std::vector<double> dw(need_w ? D : 0, 0.0), db(need_b ? D : 0, 0.0);
-    for (std::size_t r = 0; r < s.rows; ++r) {
-      const T* xr = px + r * D;
-      const T* dyr = pdy + r * D;
-      const double m = s.mean[r], rs = s.rstd[r];
-      // dxhat = dy * w;  dw += dy * xhat;  db += dy
-      const DB mb(m), rb(rs);
-      DB acc_dxhat(0.0), acc_dxhat_xhat(0.0);
-      std::size_t j = 0;
-      for (; j + kW <= D; j += kW) {
-        const DB xhat = (load_d(xr + j) - mb) * rb;
-        const DB g = load_d(dyr + j);
-        const DB dxhat = pw ? g * load_d(pw + j) : g;
-        acc_dxhat += dxhat;
-        acc_dxhat_xhat = xsimd::fma(dxhat, xhat, acc_dxhat_xhat);
-        if (need_w) xsimd::fma(g, xhat, DB::load_unaligned(dw.data() + j)).store_unaligned(dw.data() + j);
-        if (need_b) (DB::load_unaligned(db.data() + j) + g).store_unaligned(db.data() + j);
-      }
-      double mean_dxhat = xsimd::hadd(acc_dxhat), mean_dxhat_xhat = xsimd::hadd(acc_dxhat_xhat);
-      for (; j < D; ++j) {
-        const double xhat = (xr[j] - m) * rs;
-        const double g = dyr[j];
-        const double dxhat = pw ? g * pw[j] : g;
-        mean_dxhat += dxhat;
-        mean_dxhat_xhat += dxhat * xhat;
-        if (need_w) dw[j] += g * xhat;
-        if (need_b) db[j] += g;
-      }
-      if (!need_x) continue;
-      mean_dxhat /= static_cast<double>(D);
-      mean_dxhat_xhat /= static_cast<double>(D);
-      // dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
-      T* dxr = dx.data() + r * D;
-      const DB md(mean_dxhat), mdx(mean_dxhat_xhat);
-      for (j = 0; j + kW <= D; j += kW) {
-        const DB xhat = (load_d(xr + j) - mb) * rb;
-        const DB g = load_d(dyr + j);
-        const DB dxhat = pw ? g * load_d(pw + j) : g;
-        store_d(rb * (dxhat - md - xhat * mdx), dxr + j);
-      }
-      for (; j < D; ++j) {
-        const double xhat = (xr[j] - m) * rs;
-        const double dxhat = pw ? dyr[j] * static_cast<double>(pw[j]) : static_cast<double>(dyr[j]);
-        dxr[j] = static_cast<T>(rs * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat));
-      }
-    }
+    // dw, db per piece of rows: (pieces, D) each, summed over pieces below.
+    std::vector<double> dw(need_w ? pieces * D : 0, 0.0), db(need_b ? pieces * D : 0, 0.0);
+    detail::parallel_for(pieces, 1, [&](std::size_t p0, std::size_t p1) {
+      for (std::size_t p = p0; p < p1; ++p)
+        for (std::size_t r = s.rows * p / pieces; r < s.rows * (p + 1) / pieces; ++r)
+          backward_row(px + r * D, pdy + r * D, pw, s.mean[r], s.rstd[r], D, need_x ? dx.data() + r * D : nullptr,
+                       need_w ? dw.data() + p * D : nullptr, need_b ? db.data() + p * D : nullptr);
+    });
     if (need_x) out.input(0).accumulate_grad(std::move(dx));
-    const auto to_array = [&out](const std::vector<double>& v, int input) {
+    const auto to_array = [&out, pieces, D](const std::vector<double>& v, int input) {
       Array<T> a = empty_array<T>(shape_of(out.input_value(static_cast<std::size_t>(input))));
       T* pa = a.data();
-      for (std::size_t j = 0; j < v.size(); ++j) pa[j] = static_cast<T>(v[j]);
+      for (std::size_t j = 0; j < D; ++j) {
+        double sum = v[j];
+        for (std::size_t p = 1; p < pieces; ++p) sum += v[p * D + j];
+        pa[j] = static_cast<T>(sum);
+      }
       return a;
     };
     if (need_w) out.input(static_cast<std::size_t>(s.weight)).accumulate_grad(to_array(dw, s.weight));

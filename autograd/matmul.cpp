@@ -13,6 +13,7 @@
 
 #include "autograd/gemm.hpp"
 #include "autograd/ops.hpp"
+#include "autograd/parallel.hpp"
 
 namespace xgrad {
 
@@ -44,11 +45,32 @@ void gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t 
   const int ilda = static_cast<int>(std::max(lda, min_lda));
   const int ildb = static_cast<int>(std::max(ldb, min_ldb));
   const int ildc = static_cast<int>(std::max(ldc, n));
-  const int im = static_cast<int>(m), in = static_cast<int>(n), ik = static_cast<int>(k);
-  if constexpr (std::is_same_v<T, float>)
-    ::cblas_sgemm(CblasRowMajor, ta, tb, im, in, ik, alpha, a, ilda, b, ildb, beta, c, ildc);
-  else
-    ::cblas_dgemm(CblasRowMajor, ta, tb, im, in, ik, alpha, a, ilda, b, ildb, beta, c, ildc);
+  const int ik = static_cast<int>(k);
+  // One single-threaded BLAS call on rows [r0, r1) and columns [c0, c1) of C.
+  auto block = [&](std::size_t r0, std::size_t r1, std::size_t c0, std::size_t c1) {
+    const T* ab = trans_a ? a + r0 : a + r0 * lda;  // op(A) rows r0.. (columns of a stored A^T)
+    const T* bb = trans_b ? b + c0 * ldb : b + c0;  // op(B) columns c0..
+    const int im = static_cast<int>(r1 - r0), in = static_cast<int>(c1 - c0);
+    T* cb = c + r0 * ldc + c0;
+    if constexpr (std::is_same_v<T, float>)
+      ::cblas_sgemm(CblasRowMajor, ta, tb, im, in, ik, alpha, ab, ilda, bb, ildb, beta, cb, ildc);
+    else
+      ::cblas_dgemm(CblasRowMajor, ta, tb, im, in, ik, alpha, ab, ilda, bb, ildb, beta, cb, ildc);
+  };
+  // A product of at least ~1M multiply-adds is cut into blocks of whole 16-row (or 16-column)
+  // tiles along the longer of m and n, one block per thread (see autograd/parallel.hpp).
+  constexpr std::size_t kTile = 16, kMinBlockTiles = 2, kMinMacs = std::size_t(1) << 20;
+  const bool split_rows = m >= n;
+  const std::size_t tiles = ((split_rows ? m : n) + kTile - 1) / kTile;
+  if (m * n * k < kMinMacs || get_num_threads() == 1 || in_parallel_region()) {
+    block(0, m, 0, n);
+    return;
+  }
+  parallel_for(tiles, kMinBlockTiles, [&](std::size_t t0, std::size_t t1) {
+    const std::size_t lo = t0 * kTile, hi = std::min(t1 * kTile, split_rows ? m : n);
+    if (split_rows) block(lo, hi, 0, n);
+    else block(0, m, lo, hi);
+  });
 }
 
 template void gemm<float>(bool, bool, std::size_t, std::size_t, std::size_t, float, const float*, std::size_t,

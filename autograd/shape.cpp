@@ -7,6 +7,7 @@
 
 #include "autograd/broadcast.hpp"
 #include "autograd/ops.hpp"
+#include "autograd/parallel.hpp"
 
 namespace xgrad {
 
@@ -33,20 +34,29 @@ void gather_strided(const T* src, const Shape& shape, const std::vector<std::siz
     dst[0] = src[0];
     return;
   }
-  const std::size_t inner = shape[nd - 1], inner_stride = src_stride[nd - 1];
-  std::vector<std::size_t> idx(nd, 0);
-  std::size_t off = 0;
-  for (std::size_t i = 0; i < n; i += inner) {
-    for (std::size_t j = 0, s = off; j < inner; ++j, s += inner_stride) dst[i + j] = src[s];
-    for (std::size_t d = nd - 1; d-- > 0;) {
-      if (++idx[d] < shape[d]) {
-        off += src_stride[d];
-        break;
-      }
-      off -= src_stride[d] * (idx[d] - 1);
-      idx[d] = 0;
+  // Runs along the last dim ("rows"), split across threads; each chunk starts its odometer (idx,
+  // and off, the source offset of the row) at its first row.
+  const std::size_t inner = shape[nd - 1], inner_stride = src_stride[nd - 1], rows = n / inner;
+  detail::parallel_for(rows, std::max<std::size_t>(1, 16384 / inner), [&](std::size_t r0, std::size_t r1) {
+    std::vector<std::size_t> idx(nd, 0);
+    std::size_t off = 0;
+    for (std::size_t d = nd - 1, rest = r0; d-- > 0; rest /= shape[d]) {
+      idx[d] = rest % shape[d];
+      off += idx[d] * src_stride[d];
     }
-  }
+    for (std::size_t r = r0; r < r1; ++r) {
+      T* out = dst + r * inner;
+      for (std::size_t j = 0, s = off; j < inner; ++j, s += inner_stride) out[j] = src[s];
+      for (std::size_t d = nd - 1; d-- > 0;) {
+        if (++idx[d] < shape[d]) {
+          off += src_stride[d];
+          break;
+        }
+        off -= src_stride[d] * (idx[d] - 1);
+        idx[d] = 0;
+      }
+    }
+  });
 }
 
 // y = x.permute(perm): y.shape[d] = x.shape[perm[d]]

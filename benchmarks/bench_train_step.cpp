@@ -14,8 +14,9 @@
 //   --json                 one JSON object per line          --quick     shorter runs
 //   --breakdown            also the median of each phase (zero_grad, forward+loss, backward, step)
 //   --min-time S  --min-reps R  --max-reps R  --warmup W  --warmup-time S
-// BLAS threads come from OPENBLAS_NUM_THREADS (xgrad itself runs single-threaded); the count in
-// use is printed. benchmarks/compare.py runs the same steps in PyTorch beside this program.
+//   --threads N            xgrad::set_num_threads(N) (default: xgrad's default, OMP_NUM_THREADS
+//                          or every core); xgrad splits gemms and kernels over its own threads and
+//                          keeps BLAS single-threaded. The count in use is printed. benchmarks/compare.py runs the same steps in PyTorch beside this program.
 #include <dlfcn.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -67,6 +68,7 @@ struct Options {
   std::string config;                // --config: run this one in-process
   std::vector<std::string> configs;  // --configs: the default mode's subset
   bool gemm_only = false, no_gemm = false, json = false, breakdown = false;
+  int threads = 0;                   // --threads: xgrad::set_num_threads (0: the default)
   double min_time = 3.0, warmup_time = 0.5;
   std::size_t min_reps = 5, max_reps = 100000, warmup = 3;
 };
@@ -165,13 +167,13 @@ int run_gemm(const Options& o) {
   const double flops = 2.0 * double(n) * n * n;
   const double gflops = flops / (s.median * 1e6), best = flops / (s.min * 1e6);
   if (o.json) {
-    std::printf("{\"kind\":\"gemm\",\"framework\":\"xgrad\",\"n\":%zu,\"blas_threads\":%d,\"blas\":\"%s\",", n,
-                blas_threads(), json_escape(blas_config()).c_str());
+    std::printf("{\"kind\":\"gemm\",\"framework\":\"xgrad\",\"n\":%zu,\"xgrad_threads\":%d,\"blas_threads\":%d,"
+                "\"blas\":\"%s\",", n, xgrad::get_num_threads(), blas_threads(), json_escape(blas_config()).c_str());
     print_stats_json(s);
     std::printf(",\"gflops\":%.6g,\"gflops_best\":%.6g,\"peak_rss_mib\":%.6g}\n", gflops, best, peak_rss_mib());
   } else {
-    std::printf("sgemm 1024x1024x1024 (%d BLAS threads): median %.2f ms = %.1f GFLOP/s (best %.1f), %zu runs\n",
-                blas_threads(), s.median, gflops, best, s.reps);
+    std::printf("sgemm 1024x1024x1024 (%d xgrad threads): median %.2f ms = %.1f GFLOP/s (best %.1f), %zu runs\n",
+                xgrad::get_num_threads(), s.median, gflops, best, s.reps);
   }
   return 0;
 }
@@ -226,8 +228,8 @@ int run_config(const Config& c, const Options& o) {
   const double flops = step_flops(c), gflops = flops / (s.median * 1e6), peak = peak_rss_mib();
   if (o.json) {
     std::printf("{\"kind\":\"train_step\",\"framework\":\"xgrad\",\"config\":\"%s\",\"B\":%zu,\"N\":%zu,\"d\":%zu,"
-                "\"h\":%zu,\"ff\":%zu,\"L\":%zu,\"blas_threads\":%d,\"flops\":%.6g,",
-                c.name, c.B, c.N, c.d, c.h, c.ff, c.L, blas_threads(), flops);
+                "\"h\":%zu,\"ff\":%zu,\"L\":%zu,\"xgrad_threads\":%d,\"blas_threads\":%d,\"flops\":%.6g,",
+                c.name, c.B, c.N, c.d, c.h, c.ff, c.L, get_num_threads(), blas_threads(), flops);
     print_stats_json(s);
     std::printf(",\"gflops\":%.6g,\"peak_rss_mib\":%.6g,\"baseline_rss_mib\":%.6g,\"final_loss\":%.6g,"
                 "\"phases_median_ms\":{\"zero_grad\":%.6g,\"forward_loss\":%.6g,\"backward\":%.6g,\"step\":%.6g}}\n",
@@ -282,7 +284,7 @@ void usage() {
   std::fprintf(stderr,
                "usage: bench_train_step [--config NAME | --gemm | --configs A,B,...] [--no-gemm] [--json]\n"
                "                        [--breakdown] [--quick] [--min-time S] [--min-reps R] [--max-reps R]\n"
-               "                        [--warmup W] [--warmup-time S]\n"
+               "                        [--warmup W] [--warmup-time S] [--threads N]\n"
                "configurations: tiny small medium large\n");
 }
 
@@ -306,6 +308,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--max-reps") o.max_reps = std::stoul(value());
     else if (a == "--warmup") o.warmup = std::stoul(value());
     else if (a == "--warmup-time") o.warmup_time = std::stod(value());
+    else if (a == "--threads") o.threads = std::stoi(value());
     else throw std::invalid_argument("unknown argument " + a);
   }
   if (o.min_reps < 1) o.min_reps = 1;
@@ -318,9 +321,14 @@ Options parse(int argc, char** argv) {
 
 // The timing flags, passed on to the children.
 std::vector<std::string> timing_args(const Options& o) {
-  return {"--min-time", std::to_string(o.min_time), "--min-reps", std::to_string(o.min_reps),
-          "--max-reps", std::to_string(o.max_reps), "--warmup", std::to_string(o.warmup),
-          "--warmup-time", std::to_string(o.warmup_time)};
+  std::vector<std::string> args = {"--min-time", std::to_string(o.min_time), "--min-reps", std::to_string(o.min_reps),
+                                   "--max-reps", std::to_string(o.max_reps), "--warmup", std::to_string(o.warmup),
+                                   "--warmup-time", std::to_string(o.warmup_time)};
+  if (o.threads > 0) {
+    args.push_back("--threads");
+    args.push_back(std::to_string(o.threads));
+  }
+  return args;
 }
 
 }  // namespace
@@ -335,6 +343,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
+    if (o.threads > 0) xgrad::set_num_threads(o.threads);
     if (o.gemm_only) return run_gemm(o);
     if (!o.config.empty()) return run_config(*find_config(o.config), o);
   } catch (const std::exception& e) {
@@ -354,10 +363,10 @@ int main(int argc, char** argv) {
                 json_escape(blas_config()).c_str());
   } else {
     std::printf("xgrad float32 training step: zero_grad, forward, mse_loss(encoder(x), target), backward, Adam\n"
-                "model: pre-norm GELU TransformerEncoder, dropout 0, batch_first; BLAS: %s, %d threads\n"
+                "model: pre-norm GELU TransformerEncoder, dropout 0, batch_first; BLAS: %s; %d xgrad threads\n"
                 "GFLOP/s = model matmul FLOPs / median step time, FLOPs = %s (backward = 2x forward)\n"
                 "each configuration runs in its own process: peak MiB is that process's ru_maxrss\n",
-                blas_config().c_str(), blas_threads(), kFlopFormula);
+                blas_config().c_str(), xgrad::get_num_threads(), kFlopFormula);
   }
   int failures = 0;
   if (!o.no_gemm) {

@@ -3,7 +3,10 @@
 
 #include "optim/adam.hpp"
 
+#include <algorithm>
 #include <cmath>
+
+#include "autograd/parallel.hpp"
 
 namespace xgrad::optim {
 
@@ -92,14 +95,24 @@ void adam_kernel(std::size_t n, const T* g, T* theta, T* m, T* v, T* vmax, const
   }
 }
 
+// The kernel over blocks of 4096 elements, split across threads (elementwise: the result does not
+// depend on the split).
 template <class T, bool kMaximize, bool kAmsgrad>
 void adam_dispatch_decay(Decay decay, std::size_t n, const T* g, T* theta, T* m, T* v, T* vmax,
                          const AdamScalars<T>& s) {
-  switch (decay) {
-    case Decay::kNone: return adam_kernel<T, kMaximize, kAmsgrad, Decay::kNone>(n, g, theta, m, v, vmax, s);
-    case Decay::kCoupled: return adam_kernel<T, kMaximize, kAmsgrad, Decay::kCoupled>(n, g, theta, m, v, vmax, s);
-    case Decay::kDecoupled: return adam_kernel<T, kMaximize, kAmsgrad, Decay::kDecoupled>(n, g, theta, m, v, vmax, s);
-  }
+  constexpr std::size_t kBlock = 4096;
+  detail::parallel_for((n + kBlock - 1) / kBlock, 8, [&](std::size_t b0, std::size_t b1) {
+    const std::size_t i = b0 * kBlock, len = std::min(b1 * kBlock, n) - i;
+    T* vm = kAmsgrad ? vmax + i : nullptr;
+    switch (decay) {
+      case Decay::kNone:
+        return adam_kernel<T, kMaximize, kAmsgrad, Decay::kNone>(len, g + i, theta + i, m + i, v + i, vm, s);
+      case Decay::kCoupled:
+        return adam_kernel<T, kMaximize, kAmsgrad, Decay::kCoupled>(len, g + i, theta + i, m + i, v + i, vm, s);
+      case Decay::kDecoupled:
+        return adam_kernel<T, kMaximize, kAmsgrad, Decay::kDecoupled>(len, g + i, theta + i, m + i, v + i, vm, s);
+    }
+  });
 }
 
 // One step for every parameter of a group that has a gradient; state_of(p) returns the
