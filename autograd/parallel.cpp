@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
+#include <algorithm>
 #include <exception>
 #include <mutex>
 #include <string>
@@ -51,7 +52,7 @@ class Pool {
   Pool() { start(default_num_threads()); }
   ~Pool() { stop(); }
 
-  int size() const { return static_cast<int>(workers_.size()) + 1; }
+  int size() const { return size_.load(std::memory_order_relaxed); }
 
   void resize(int n) {
     std::lock_guard<std::mutex> run(run_mutex_);
@@ -59,14 +60,15 @@ class Pool {
     start(n);
   }
 
-  // Runs task(i) for i in [0, chunks). Serial when another thread is running a job.
-  void run(std::size_t chunks, const std::function<void(std::size_t)>& task) {
+  // Runs fn(ctx, begin, end) over [0, n) in `chunks` balanced contiguous chunks (the first
+  // n % chunks get one more item). Serial when another thread is running a job.
+  void run(std::size_t n, std::size_t chunks, detail::RangeFn fn, const void* ctx) {
     std::unique_lock<std::mutex> run(run_mutex_, std::try_to_lock);
     if (!run.owns_lock() || workers_.empty()) {
-      for (std::size_t i = 0; i < chunks; ++i) task(i);
+      fn(ctx, 0, n);
       return;
     }
-    task_ = &task;
+    job_ = Job{fn, ctx, n / chunks, n % chunks};
     error_ = nullptr;
     pending_.store(chunks, std::memory_order_relaxed);
     generation_ = (generation_ + 1) & kGenMask;
@@ -83,7 +85,6 @@ class Pool {
       if (spins < 4096) XGRAD_CPU_RELAX();
       else std::this_thread::yield();
     }
-    task_ = nullptr;
     if (error_) std::rethrow_exception(error_);
   }
 
@@ -102,9 +103,10 @@ class Pool {
     std::uint64_t t = ticket_.load(std::memory_order_acquire);
     while (claimable(t)) {
       if (ticket_.compare_exchange_weak(t, t + 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
-        // The job cannot end while this chunk is pending, so task_ is this job's task.
+        // The job cannot end while this chunk is pending, so job_ is this chunk's job.
+        const std::size_t i = next_of(t), begin = i * job_.base + std::min(i, job_.extra);
         try {
-          (*task_)(next_of(t));
+          job_.fn(job_.ctx, begin, begin + job_.base + (i < job_.extra ? 1 : 0));
         } catch (...) {
           std::lock_guard<std::mutex> lock(error_mutex_);
           if (!error_) error_ = std::current_exception();
@@ -139,9 +141,11 @@ class Pool {
     openblas_set_num_threads(1);
     stopping_.store(false);
     for (int i = 1; i < n; ++i) workers_.emplace_back([this] { worker_loop(); });
+    size_.store(n, std::memory_order_relaxed);
   }
 
   void stop() {
+    size_.store(1, std::memory_order_relaxed);
     {
       std::lock_guard<std::mutex> lock(sleep_mutex_);
       stopping_.store(true);
@@ -152,10 +156,16 @@ class Pool {
   }
 
   std::vector<std::thread> workers_;
+  std::atomic<int> size_{1};  // workers_.size() + 1, read without run_mutex_
   std::mutex run_mutex_;  // one job at a time; held by resize too
   std::atomic<std::uint64_t> ticket_{0};
   std::atomic<std::size_t> pending_{0};
-  const std::function<void(std::size_t)>* task_ = nullptr;
+  struct Job {
+    detail::RangeFn fn = nullptr;
+    const void* ctx = nullptr;
+    std::size_t base = 0, extra = 0;  // chunk i: [i * base + min(i, extra), + base + (i < extra))
+  };
+  Job job_;
   std::uint64_t generation_ = 0;
   std::mutex error_mutex_;
   std::exception_ptr error_;
@@ -184,20 +194,15 @@ namespace detail {
 
 bool in_parallel_region() { return t_in_parallel_region; }
 
-void parallel_for(std::size_t n, std::size_t grain, const std::function<void(std::size_t, std::size_t)>& fn) {
+void parallel_for_impl(std::size_t n, std::size_t grain, RangeFn fn, const void* ctx) {
   if (n == 0) return;
   if (grain == 0) grain = 1;
-  std::size_t chunks = t_in_parallel_region ? 1 : std::min<std::size_t>(pool().size(), n / grain);
+  const std::size_t chunks = t_in_parallel_region ? 1 : std::min<std::size_t>(pool().size(), n / grain);
   if (chunks <= 1) {
-    fn(0, n);
+    fn(ctx, 0, n);
     return;
   }
-  // Balanced contiguous chunks: the first n % chunks get one more item.
-  const std::size_t base = n / chunks, extra = n % chunks;
-  pool().run(chunks, [&](std::size_t i) {
-    const std::size_t begin = i * base + std::min(i, extra);
-    fn(begin, begin + base + (i < extra ? 1 : 0));
-  });
+  pool().run(n, chunks, fn, ctx);
 }
 
 }  // namespace detail

@@ -11,7 +11,6 @@
 #pragma once
 
 #include <cstddef>
-#include <functional>
 
 namespace xgrad {
 
@@ -21,13 +20,28 @@ int get_num_threads();
 
 namespace detail {
 
+// The pool's entry point behind parallel_for: fn(ctx, begin, end) per chunk.
+using RangeFn = void (*)(const void* ctx, std::size_t begin, std::size_t end);
+void parallel_for_impl(std::size_t n, std::size_t grain, RangeFn fn, const void* ctx);
+
 // Calls fn(begin, end) on contiguous chunks covering [0, n), in parallel when the pool has more
 // than one thread and n >= 2 * grain (each chunk then holds at least `grain` items), and
 // returns when every chunk is done. A parallel_for inside a chunk runs serially on its thread.
-// An exception thrown by a chunk is rethrown here (after the other chunks finish).
-void parallel_for(std::size_t n, std::size_t grain, const std::function<void(std::size_t, std::size_t)>& fn);
+// An exception thrown by a chunk is rethrown here (after the other chunks finish). Work below
+// 2 * grain runs inline, with no allocation and no synchronization.
+template <class F>
+void parallel_for(std::size_t n, std::size_t grain, const F& fn) {
+  if (n == 0) return;
+  if (n < 2 * grain || n < 2) {
+    fn(std::size_t(0), n);
+    return;
+  }
+  parallel_for_impl(
+      n, grain, [](const void* ctx, std::size_t b, std::size_t e) { (*static_cast<const F*>(ctx))(b, e); }, &fn);
+}
 
-// True inside a chunk running on a pool thread or on the caller during parallel_for.
+// True on a pool thread, and on the caller while it runs chunks of a parallel job; false in a
+// parallel_for that runs inline (one thread, or less than 2 * grain of work).
 bool in_parallel_region();
 
 }  // namespace detail

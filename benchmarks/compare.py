@@ -8,9 +8,10 @@ for the configurations tiny, small, medium and large. Every (framework, configur
 count) runs in its own process, so each peak memory (the process's ru_maxrss) is its own; each
 framework is reported at its fastest thread count for each configuration.
 
-Threads: xgrad's only parallelism is OpenBLAS (OPENBLAS_NUM_THREADS); PyTorch gets
-torch.set_num_threads(n) and the same OPENBLAS_NUM_THREADS / OMP_NUM_THREADS, since Debian's
-torch calls OpenBLAS for its matmuls and torch.set_num_threads does not reach it.
+Threads: xgrad gets `--threads n` (xgrad::set_num_threads: it splits gemms and kernels over its
+own threads and keeps OpenBLAS single-threaded); PyTorch gets torch.set_num_threads(n) and
+OPENBLAS_NUM_THREADS / OMP_NUM_THREADS = n, since Debian's torch calls OpenBLAS for its matmuls
+and torch.set_num_threads does not reach it. Both children get the same environment.
 
     /usr/bin/python3 benchmarks/compare.py            # full run, a few minutes on 2 cores
     /usr/bin/python3 benchmarks/compare.py --quick    # shorter timing loops
@@ -290,7 +291,7 @@ def main():
         print(f"[{time.time() - started:6.1f} s] {msg}", file=sys.stderr, flush=True)
 
     def run_xgrad(extra, t, rnd):
-        rs = run_json([xgrad_bin] + extra + ["--json"] + flags, t, args.timeout)
+        rs = run_json([xgrad_bin] + extra + ["--json", "--threads", str(t)] + flags, t, args.timeout)
         for r in rs:
             r.update(threads=t, round=rnd)
         records.extend(rs)
@@ -345,10 +346,10 @@ def report(args, records, configs, thread_counts, command):
     gemm_rate = gemm_x["gflops"]
 
     def round_gemm_rate(rnd):
-        """xgrad's sgemm rate at its best thread count in round rnd: what a run of that round is
-        read against (the load of a shared machine changes between rounds)."""
-        return max(r["gflops"] for r in records if r["kind"] == "gemm" and r["framework"] == "xgrad"
-                   and r["round"] == rnd)
+        """The machine's sgemm rate in round rnd, the faster of xgrad's gemm and torch.mm at their
+        best thread counts: what a run of that round is read against (the load of a shared machine
+        changes between rounds)."""
+        return max(r["gflops"] for r in records if r["kind"] == "gemm" and r["round"] == rnd)
     torch_version = next(r["torch_version"] for r in records if r["framework"] == "torch" and "torch_version" in r)
     blas = next((r["blas"] for r in records if "blas" in r), "unknown BLAS")
 
@@ -376,7 +377,7 @@ def report(args, records, configs, thread_counts, command):
               + ", ".join(f"{round_gemm_rate(i):.1f}" for i in range(args.rounds)) + " GFLOP/s")
     print(f"sgemm 1024^3: xgrad (OpenBLAS) {gemm_rate:.1f} GFLOP/s with {gemm_x['threads']} thread(s) "
           f"[best single run {gemm_x['gflops_best']:.1f}]; torch.mm {gemm_t['gflops']:.1f} GFLOP/s "
-          f"with {gemm_t['threads']}")
+          f"with {gemm_t['threads']}; %sgemm is read against the faster of the two")
     print(f"GFLOP/s = model matmul FLOPs / median step; FLOPs = {FLOP_FORMULA}, backward = 2x forward")
     print("ms: median step [p25-p75] (threads); speedup = PyTorch ms / xgrad ms; MiB: process peak RSS "
           "(ru_maxrss) and, in parentheses, its growth once the model was built\n")
@@ -434,9 +435,9 @@ def write_markdown(path, rows, typical, thread_counts, rounds, round_rates, comm
         "count for that configuration (in brackets)"
         + (f"; of {rounds} rounds of the whole sweep, the run with the median time" if rounds > 1 else "")
         + ". Speedup = PyTorch ms / xgrad ms. GFLOP/s counts model "
-        f"matmul FLOPs, `{FLOP_FORMULA}` (backward = 2x forward), against the machine's sgemm rate "
-        f"(1024x1024x1024 through OpenBLAS): **{gemm_x['gflops']:.1f} GFLOP/s** with {gemm_x['threads']} "
-        f"thread(s) (torch.mm: {gemm_t['gflops']:.1f})"
+        f"matmul FLOPs, `{FLOP_FORMULA}` (backward = 2x forward), against the machine's sgemm rate, "
+        f"the faster of xgrad's gemm (1024x1024x1024 through OpenBLAS): **{gemm_x['gflops']:.1f} GFLOP/s** with "
+        f"{gemm_x['threads']} thread(s), and torch.mm: {gemm_t['gflops']:.1f}"
         + (f"; by round {', '.join(f'{g:.1f}' for g in round_rates)}, and each run is read against its own "
            "round's rate" if rounds > 1 else "")
         + ". Peak MiB is each run's own process peak RSS "

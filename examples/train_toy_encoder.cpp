@@ -11,7 +11,6 @@
 // progress line on a terminal (plain lines otherwise), writes the metrics to a CSV, saves a
 // checkpoint every --checkpoint-interval steps, at the end and on Ctrl-C; --resume continues a
 // run exactly where it stopped (the same parameters, bit for bit, as an uninterrupted run).
-#include <dlfcn.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -378,15 +377,6 @@ std::pair<Config, TrainState> read_metadata(const std::map<std::string, std::str
   }
 }
 
-// openblas_set_num_threads when the BLAS is OpenBLAS (looked up at run time).
-bool set_blas_threads(int n) {
-  using Fn = void (*)(int);
-  auto fn = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
-  if (fn == nullptr) return false;
-  fn(n);
-  return true;
-}
-
 // The flags that do not change the results of a run.
 struct RunOptions {
   std::string checkpoint_path = "toy_encoder.ckpt";
@@ -459,7 +449,8 @@ int main(int argc, char** argv) {
   app.add_option("--min-accuracy", run.min_accuracy, "exit with 1 if the final held-out token accuracy is lower")
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--threads", run.threads,
-                 "BLAS threads; one is fastest for matrices this small (0: OpenBLAS's default)")
+                 "xgrad::set_num_threads; one is fastest for a model this small (0: xgrad's default, every core); "
+                 "a resumed run should use the same count to continue bit for bit")
       ->check(CLI::Range(0, 256))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
@@ -513,7 +504,7 @@ int train(Config c, const RunOptions& run, const CLI::App& app) {
     std::fprintf(stderr, "--heads %d must divide --d-model %d\n", c.heads, c.d_model);
     return 2;
   }
-  if (run.threads > 0 && !set_blas_threads(run.threads)) std::printf("--threads ignored: the BLAS is not OpenBLAS\n");
+  if (run.threads > 0) xgrad::set_num_threads(run.threads);
 
   // Held-out sequences, drawn from their own stream; training batches never contain them.
   xgrad::Generator eval_gen(c.seed ^ 0xE7A1D5EEDULL);
