@@ -13,7 +13,7 @@ namespace xgrad {
 // Every Array is a malloc'd buffer. glibc's defaults hand large freed blocks back to the kernel
 // (blocks above the dynamic mmap threshold are unmapped when freed; the top of the heap is trimmed
 // past the trim threshold). A training step frees its whole graph at the end of backward, so the
-// next step would fault all of its memory in again, each page zero-filled by the kernel: 10-25% of
+// next step would fault all of its memory in again, each page zero-filled by the kernel: 2-10% of
 // a step in benchmarks/. Pinning the mmap threshold at glibc's maximum (32 MiB) and not trimming
 // keeps freed blocks for reuse, as PyTorch's caching allocator does on GPUs; the process keeps its
 // peak heap. XGRAD_MALLOC_TUNING=0 in the environment keeps glibc's defaults.
