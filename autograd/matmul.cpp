@@ -60,12 +60,12 @@ void gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t 
   // A product of at least ~1M multiply-adds is cut into blocks of whole 16-row (or 16-column)
   // tiles along the longer of m and n, one block per thread (see autograd/parallel.hpp).
   constexpr std::size_t kTile = 16, kMinBlockTiles = 2, kMinMacs = std::size_t(1) << 20;
-  const bool split_rows = m >= n;
-  const std::size_t tiles = ((split_rows ? m : n) + kTile - 1) / kTile;
-  if (m * n * k < kMinMacs || get_num_threads() == 1 || in_parallel_region()) {
+  if (m * n * k < kMinMacs) {
     block(0, m, 0, n);
     return;
   }
+  const bool split_rows = m >= n;
+  const std::size_t tiles = ((split_rows ? m : n) + kTile - 1) / kTile;
   parallel_for(tiles, kMinBlockTiles, [&](std::size_t t0, std::size_t t1) {
     const std::size_t lo = t0 * kTile, hi = std::min(t1 * kTile, split_rows ? m : n);
     if (split_rows) block(lo, hi, 0, n);

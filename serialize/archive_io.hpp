@@ -190,10 +190,10 @@ void save_seq(A& ar, const char* name, std::size_t n, F&& item) {
   if constexpr (is_json<A>) ar.finishNode();
 }
 
-// Reads a sequence's count, checked to fit with at least `min_bytes` per item, calls item(i)
-// for each.
-template <class A, class F>
-void load_seq(A& ar, const char* name, std::uint64_t min_bytes, const char* what, F&& item) {
+// Sequences whose count the caller checks before allocating: begin_seq returns the count
+// (checked to fit with at least `min_bytes` per item); end_seq closes the JSON array.
+template <class A>
+std::uint64_t begin_seq(A& ar, const char* name, std::uint64_t min_bytes, const char* what) {
   if constexpr (is_json<A>) {
     ar.setNextName(name);
     ar.startNode();
@@ -201,8 +201,20 @@ void load_seq(A& ar, const char* name, std::uint64_t min_bytes, const char* what
   cereal::size_type n = 0;
   ar(cereal::make_size_tag(n));
   check_fits(ar, n, min_bytes, what);
-  for (std::uint64_t i = 0; i < n; ++i) item(static_cast<std::size_t>(i), static_cast<std::size_t>(n));
+  return n;
+}
+template <class A>
+void end_seq(A& ar) {
   if constexpr (is_json<A>) ar.finishNode();
+}
+
+// Reads a sequence's count, checked to fit with at least `min_bytes` per item, calls item(i, n)
+// for each.
+template <class A, class F>
+void load_seq(A& ar, const char* name, std::uint64_t min_bytes, const char* what, F&& item) {
+  const std::uint64_t n = begin_seq(ar, name, min_bytes, what);
+  for (std::uint64_t i = 0; i < n; ++i) item(static_cast<std::size_t>(i), static_cast<std::size_t>(n));
+  end_seq(ar);
 }
 
 // std::optional as a sequence of 0 or 1 items.
@@ -260,24 +272,6 @@ class NestingGuard {
  private:
   int& depth_;
 };
-
-// Sequences whose count the caller checks before allocating: begin_seq returns the count
-// (checked to fit with at least `min_bytes` per item); end_seq closes the JSON array.
-template <class A>
-std::uint64_t begin_seq(A& ar, const char* name, std::uint64_t min_bytes, const char* what) {
-  if constexpr (is_json<A>) {
-    ar.setNextName(name);
-    ar.startNode();
-  }
-  cereal::size_type n = 0;
-  ar(cereal::make_size_tag(n));
-  check_fits(ar, n, min_bytes, what);
-  return n;
-}
-template <class A>
-void end_seq(A& ar) {
-  if constexpr (is_json<A>) ar.finishNode();
-}
 
 // A sequence of exactly n items.
 template <class A, class F>

@@ -34,12 +34,6 @@ Array<double> as_float(const BoolArray& m) {
   std::transform(m.begin(), m.end(), f.begin(), [](bool b) { return b ? -kInf : 0.0; });
   return f;
 }
-BoolArray causal(std::size_t l) {
-  BoolArray c = BoolArray::from_shape({l, l});
-  for (std::size_t i = 0; i < l; ++i)
-    for (std::size_t j = 0; j < l; ++j) c(i, j) = j > i;
-  return c;
-}
 
 struct MaskCase {
   const char* name;

@@ -31,13 +31,6 @@ std::shared_ptr<Layer> make_layer(const Options& o, std::uint64_t seed = 5) {
   return layer;
 }
 
-BoolArray causal(std::size_t l) {
-  BoolArray c = BoolArray::from_shape({l, l});
-  for (std::size_t i = 0; i < l; ++i)
-    for (std::size_t j = 0; j < l; ++j) c(i, j) = j > i;
-  return c;
-}
-
 const BoolArray kKeyPadding{{false, false, false, false, false}, {false, false, false, true, true}};
 
 }  // namespace

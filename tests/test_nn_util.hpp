@@ -28,6 +28,15 @@ inline GradcheckResult module_gradcheck(const GradcheckFunction& f, const Inputs
   return gradcheck_parameters([&] { return f(x); }, named, options);
 }
 
+// The (l, l) causal bool mask: true (masked) above the diagonal, as
+// nn.Transformer.generate_square_subsequent_mask is -inf there.
+inline BoolArray causal(std::size_t l) {
+  BoolArray c = BoolArray::from_shape({l, l});
+  for (std::size_t i = 0; i < l; ++i)
+    for (std::size_t j = 0; j < l; ++j) c(i, j) = j > i;
+  return c;
+}
+
 // Expects module_gradcheck to pass with every parameter checked.
 inline void expect_module_gradcheck(const GradcheckFunction& f, const Inputs& inputs, const Inputs& params,
                                     const GradcheckOptions& options = {}) {

@@ -224,10 +224,8 @@ TEST(Parallel, NestedParallelForRunsSeriallyAndSetNumThreadsInsideThrows) {
   EXPECT_EQ(get_num_threads(), 3);
 }
 
-// The documentation says in_parallel_region() is true "on the caller during parallel_for"; a
-// parallel_for that runs as one chunk (1 thread, or n < 2 * grain) calls fn without setting it.
+// Work below 2 * grain runs inline, as a plain call: no region (see parallel.hpp).
 TEST(Parallel, InParallelRegionOnlyWhileAPoolJobRuns) {
-  // Work below 2 * grain runs inline, as a plain call: no region (see parallel.hpp).
   ThreadCountGuard guard;
   for (int threads : {1, 2}) {
     set_num_threads(threads);
