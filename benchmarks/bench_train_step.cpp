@@ -33,8 +33,8 @@
 #include <string>
 #include <vector>
 
-#include "autograd/gemm.hpp"
-#include "xgrad.hpp"
+#include <xgrad/autograd/gemm.hpp>
+#include <xgrad/xgrad.hpp>
 
 namespace {
 
@@ -334,6 +334,7 @@ std::vector<std::string> timing_args(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  xgrad::allocator_tuning_from_env();  // keep freed tensor memory for the next step
   Options o;
   try {
     o = parse(argc, argv);

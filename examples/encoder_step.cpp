@@ -21,8 +21,8 @@
 #include <fstream>
 #include <string>
 
-#include "autograd/dot.hpp"
-#include "xgrad.hpp"
+#include <xgrad/autograd/graphviz.hpp>
+#include <xgrad/xgrad.hpp>
 
 namespace {
 
@@ -84,6 +84,7 @@ void write_graph(const Tensor<float>& loss, const xgrad::nn::Module<float>& mode
 }  // namespace
 
 int main() {
+  xgrad::allocator_tuning_from_env();  // keep freed tensor memory for the next step
   xgrad::manual_seed(kInputSeed);
   const Tensor<float> x = xgrad::randn<float>({2, 3, 4});
   xgrad::manual_seed(kInitSeed);

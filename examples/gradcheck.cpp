@@ -19,7 +19,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "xgrad.hpp"
+#include <xgrad/xgrad.hpp>
 
 namespace {
 

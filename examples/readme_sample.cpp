@@ -2,7 +2,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "xgrad.hpp"
+#include <xgrad/xgrad.hpp>
 
 int main() {
   using namespace xgrad;

@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "xgrad.hpp"
+#include <xgrad/xgrad.hpp>
 
 namespace {
 
@@ -65,6 +65,7 @@ class Adam {
 }  // namespace
 
 int main() {
+  xgrad::allocator_tuning_from_env();  // keep freed tensor memory for the next step
   constexpr std::size_t points = 64, hidden = 32;
   constexpr int steps = 300;
   const float pi = std::acos(-1.0f);

@@ -28,9 +28,9 @@
 
 #include <CLI/CLI.hpp>
 
-#include "serialize/checkpoint.hpp"
-#include "serialize/safetensors.hpp"
-#include "xgrad.hpp"
+#include <xgrad/serialize/checkpoint.hpp>
+#include <xgrad/serialize/safetensors.hpp>
+#include <xgrad/xgrad.hpp>
 
 namespace {
 
@@ -395,6 +395,7 @@ int train(Config c, const RunOptions& run, const CLI::App& app);
 }  // namespace
 
 int main(int argc, char** argv) {
+  xgrad::allocator_tuning_from_env();  // keep freed tensor memory for the next step
   Config c;
   RunOptions run;
 

@@ -8,10 +8,10 @@
 #include <cstdlib>
 #include <string>
 
-#include "nn/linear.hpp"
-#include "optim/adam.hpp"
-#include "optim/lr_scheduler.hpp"
-#include "serialize/serialize.hpp"
+#include <xgrad/nn/linear.hpp>
+#include <xgrad/optim/adam.hpp>
+#include <xgrad/optim/lr_scheduler.hpp>
+#include <xgrad/serialize/serialize.hpp>
 
 namespace {
 

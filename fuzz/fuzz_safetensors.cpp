@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "serialize/safetensors.hpp"
+#include <xgrad/serialize/safetensors.hpp>
 
 namespace {
 

@@ -7,12 +7,12 @@
 #include <limits>
 #include <string>
 
-#include "nn/linear.hpp"
-#include "optim/adam.hpp"
-#include "optim/lr_scheduler.hpp"
-#include "optim/sgd.hpp"
-#include "serialize/checkpoint.hpp"
-#include "serialize/safetensors.hpp"
+#include <xgrad/nn/linear.hpp>
+#include <xgrad/optim/adam.hpp>
+#include <xgrad/optim/lr_scheduler.hpp>
+#include <xgrad/optim/sgd.hpp>
+#include <xgrad/serialize/checkpoint.hpp>
+#include <xgrad/serialize/safetensors.hpp>
 
 namespace {
 

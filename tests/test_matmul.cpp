@@ -3,7 +3,7 @@
 // the shape errors.
 #include <cmath>
 
-#include "autograd/gemm.hpp"
+#include <xgrad/autograd/gemm.hpp>
 #include "test_util.hpp"
 
 using namespace xgrad;

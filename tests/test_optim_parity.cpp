@@ -9,7 +9,7 @@
 #include <map>
 
 #include "fixture.hpp"
-#include "nn/nn.hpp"
+#include <xgrad/nn/nn.hpp>
 
 using namespace xgrad;
 using namespace xgrad::testing;

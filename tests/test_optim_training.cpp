@@ -6,7 +6,7 @@
 
 #include <cstdio>
 
-#include "nn/nn.hpp"
+#include <xgrad/nn/nn.hpp>
 
 using namespace xgrad;
 using namespace xgrad::testing;

@@ -14,7 +14,7 @@
 #include <mutex>
 #include <thread>
 
-#include "autograd/gemm.hpp"
+#include <xgrad/autograd/gemm.hpp>
 #include "test_util.hpp"
 
 using namespace xgrad;

@@ -14,9 +14,9 @@
 #include <limits>
 #include <set>
 
-#include "nn/linear.hpp"
-#include "serialize/atomic_file.hpp"
-#include "serialize/safetensors.hpp"
+#include <xgrad/nn/linear.hpp>
+#include <xgrad/serialize/atomic_file.hpp>
+#include <xgrad/serialize/safetensors.hpp>
 #include "test_util.hpp"
 
 using namespace xgrad;

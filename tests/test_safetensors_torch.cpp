@@ -9,7 +9,7 @@
 #include <string>
 
 #include "fixture.hpp"
-#include "serialize/safetensors.hpp"
+#include <xgrad/serialize/safetensors.hpp>
 #include "test_util.hpp"
 
 using namespace xgrad;

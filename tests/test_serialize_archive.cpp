@@ -5,7 +5,7 @@
 #include <limits>
 #include <random>
 
-#include "nn/nn.hpp"
+#include <xgrad/nn/nn.hpp>
 #include "test_serialize_util.hpp"
 
 using namespace xgrad;

@@ -15,7 +15,7 @@
 #include <cmath>
 #include <limits>
 
-#include "nn/nn.hpp"
+#include <xgrad/nn/nn.hpp>
 #include "test_serialize_util.hpp"
 
 using namespace xgrad;

@@ -13,7 +13,7 @@
 #include <set>
 #include <string>
 
-#include "serialize/serialize.hpp"
+#include <xgrad/serialize/serialize.hpp>
 #include "test_util.hpp"
 
 namespace xgrad::testing {

@@ -8,7 +8,7 @@
 #include <limits>
 #include <vector>
 
-#include "xgrad.hpp"
+#include <xgrad/xgrad.hpp>
 
 namespace xgrad::testing {
 

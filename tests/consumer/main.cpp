@@ -2,7 +2,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "xgrad.hpp"
+#include <xgrad/xgrad.hpp>
 
 int main() {
   auto x = xgrad::from_vector<double>({1.0, -2.0, 0.5}, {3}, /*requires_grad=*/true);

@@ -1,0 +1,232 @@
+// The engine: grad mode, anomaly mode, graph construction, sum_to and backward.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <utility>
+
+#include <xgrad/autograd/tensor.hpp>
+
+namespace xgrad {
+
+namespace {
+thread_local bool grad_enabled = true;
+thread_local bool anomaly_enabled = false;
+thread_local const char* running_backward_op = nullptr;  // for anomaly messages
+// Numbers run_backward's traversals: a node is visited in pass p once its visit_mark == p.
+std::atomic<std::uint64_t> backward_pass{0};
+
+template <class T>
+std::string released_message(const char* op) {
+  return detail::concat(
+      "backward: trying to backward through the graph a second time (through '", op,
+      "'), or to read saved values after they were freed. Its buffers were released by the "
+      "first backward; pass retain_graph=true to the first backward() to keep them.");
+}
+}  // namespace
+
+bool is_grad_enabled() { return grad_enabled; }
+void set_grad_enabled(bool enabled) { grad_enabled = enabled; }
+bool is_anomaly_enabled() { return anomaly_enabled; }
+void set_detect_anomaly(bool enabled) { anomaly_enabled = enabled; }
+
+template <class T>
+Node<T>::~Node() {
+  // Unlink the inputs we hold the last reference to, breadth first, instead of recursing.
+  std::vector<std::shared_ptr<Node<T>>> pending = std::move(inputs);
+  while (!pending.empty()) {
+    std::shared_ptr<Node<T>> n = std::move(pending.back());
+    pending.pop_back();
+    if (n && n.use_count() == 1) {
+      for (auto& in : n->inputs) pending.push_back(std::move(in));
+      n->inputs.clear();
+    }
+  }
+}
+
+template <class T>
+void Node<T>::accumulate_grad(Array<T>&& g) {
+  XGRAD_CHECK(g.shape() == value.shape(), "autograd: the backward of '",
+              (running_backward_op ? running_backward_op : "?"), "' produced a gradient of shape ",
+              g.shape(), " for an input of shape ", value.shape());
+  if (anomaly_enabled) {
+    for (const T x : g) {
+      if (!std::isfinite(x)) {
+        throw std::runtime_error(detail::concat(
+            "anomaly: the backward of '", (running_backward_op ? running_backward_op : "?"),
+            "' returned ", (std::isnan(x) ? "nan" : "inf"), " values in the gradient of an input of shape ",
+            value.shape(), " (produced by '", op, "')"));
+      }
+    }
+  }
+  if (!has_grad) {
+    grad = std::move(g);
+    has_grad = true;
+    return;
+  }
+  T* dst = grad.data();
+  const T* src = g.data();
+  const std::size_t n = grad.size();
+  for (std::size_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
+namespace {
+template <class T, class It>
+Tensor<T> make_result_from(const char* op, Array<T>&& value, It first, It last,
+                           std::function<void(Node<T>&)>&& backward_fn) {
+  auto node = std::make_shared<Node<T>>();
+  node->value = std::move(value);
+  node->op = op;
+  if (grad_enabled &&
+      std::any_of(first, last, [](const Tensor<T>& t) { return t.defined() && t.requires_grad(); })) {
+    node->requires_grad = true;
+    node->is_leaf = false;
+    node->inputs.reserve(static_cast<std::size_t>(last - first));
+    for (It t = first; t != last; ++t) node->inputs.push_back(t->node());
+    node->backward_fn = std::move(backward_fn);
+  }
+  return Tensor<T>(std::move(node));
+}
+}  // namespace
+
+template <class T>
+Tensor<T> make_result(const char* op, Array<T>&& value, std::vector<Tensor<T>> inputs,
+                      std::function<void(Node<T>&)> backward_fn) {
+  return make_result_from<T>(op, std::move(value), inputs.begin(), inputs.end(), std::move(backward_fn));
+}
+
+template <class T>
+Tensor<T> make_result(const char* op, Array<T>&& value, std::initializer_list<Tensor<T>> inputs,
+                      std::function<void(Node<T>&)> backward_fn) {
+  return make_result_from<T>(op, std::move(value), inputs.begin(), inputs.end(), std::move(backward_fn));
+}
+
+template <class T>
+void run_backward(const Tensor<T>& root, Array<T> gradient, bool retain_graph) {
+  const std::shared_ptr<Node<T>>& r = root.node();
+  XGRAD_CHECK(r != nullptr, "backward: the tensor is undefined");
+  XGRAD_CHECK(r->requires_grad, "backward: the tensor does not require grad and has no graph "
+              "(did it come from inputs without requires_grad, or under a NoGradGuard?)");
+  if (r->is_leaf) {
+    r->accumulate_grad(std::move(gradient));
+    return;
+  }
+  XGRAD_CHECK(!r->released, released_message<T>(r->op));
+
+  // Iterative depth-first post-order over the nodes that need a gradient; reversed, it is a
+  // topological order (every node before its inputs). Leaves are not listed: their gradients
+  // arrive through accumulate_grad.
+  // Raw pointers suffice: the caller's root keeps the graph alive, and the inputs are released
+  // only after the last backward, in post-order (each node before the consumers that own it).
+  const std::uint64_t pass = ++backward_pass;
+  std::vector<Node<T>*> order;
+  std::vector<std::pair<Node<T>*, std::size_t>> stack;
+  r->visit_mark = pass;
+  stack.emplace_back(r.get(), 0);
+  while (!stack.empty()) {
+    auto& [node, next] = stack.back();
+    if (next < node->inputs.size()) {
+      Node<T>* in = node->inputs[next++].get();
+      if (in && in->requires_grad && !in->is_leaf && in->visit_mark != pass) {
+        XGRAD_CHECK(!in->released, released_message<T>(in->op));
+        in->visit_mark = pass;
+        stack.emplace_back(in, 0);
+      }
+    } else {
+      order.push_back(node);
+      stack.pop_back();
+    }
+  }
+
+  r->accumulate_grad(std::move(gradient));
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    Node<T>& node = **it;
+    if (node.has_grad) {
+      running_backward_op = node.op;
+      try {
+        node.backward_fn(node);
+      } catch (...) {
+        running_backward_op = nullptr;
+        throw;
+      }
+      running_backward_op = nullptr;
+      // Non-leaf gradients are not kept (as in PyTorch without retain_grad()).
+      node.grad = Array<T>();
+      node.has_grad = false;
+    }
+    if (!retain_graph) {
+      node.backward_fn = nullptr;  // frees what the closure saved
+      node.released = true;
+    }
+  }
+  if (!retain_graph)
+    for (Node<T>* node : order) node->inputs.clear();
+}
+
+namespace {
+template <class T>
+bool has_shape(const Array<T>& a, const Shape& shape) {
+  return a.dimension() == shape.size() && std::equal(shape.begin(), shape.end(), a.shape().begin());
+}
+}  // namespace
+
+template <class T>
+Array<T> sum_to(Array<T>&& grad, const Shape& shape) {
+  if (has_shape(grad, shape)) return std::move(grad);
+  return sum_to(static_cast<const Array<T>&>(grad), shape);
+}
+
+template <class T>
+Array<T> sum_to(const Array<T>& grad, const Shape& shape) {
+  const std::size_t gd = grad.dimension();
+  const std::size_t sd = shape.size();
+  if (has_shape(grad, shape)) return grad;
+  XGRAD_CHECK(gd >= sd, "sum_to: cannot sum a gradient of shape ", grad.shape(), " to shape ", shape);
+  // Output stride of each grad dim: 0 where the target broadcast (absent or 1), else the
+  // target's row-major stride.
+  std::vector<std::size_t> out_stride(gd, 0);
+  std::size_t stride = 1;
+  for (std::size_t k = 0; k < sd; ++k) {
+    const std::size_t d = sd - 1 - k;        // target dim
+    const std::size_t g = gd - 1 - k;        // grad dim
+    const std::size_t gs = grad.shape()[g];
+    XGRAD_CHECK(shape[d] == gs || shape[d] == 1, "sum_to: cannot sum a gradient of shape ", grad.shape(),
+                " to shape ", shape);
+    if (shape[d] == gs) out_stride[g] = stride;
+    stride *= shape[d];
+  }
+  Array<T> out = xt::zeros<T>(shape);
+  T* dst = out.data();
+  const T* src = grad.data();
+  const std::size_t n = grad.size();
+  if (n == 0) return out;
+  // Odometer over grad's multi-index, tracking the output offset incrementally.
+  std::vector<std::size_t> idx(gd, 0);
+  std::size_t off = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    dst[off] += src[i];
+    for (std::size_t d = gd; d-- > 0;) {
+      if (++idx[d] < grad.shape()[d]) {
+        off += out_stride[d];
+        break;
+      }
+      off -= out_stride[d] * (idx[d] - 1);
+      idx[d] = 0;
+    }
+  }
+  return out;
+}
+
+#define XGRAD_INSTANTIATE(T)                                                                \
+  template struct Node<T>;                                                                  \
+  template Tensor<T> make_result<T>(const char*, Array<T>&&, std::vector<Tensor<T>>,        \
+                                    std::function<void(Node<T>&)>);                         \
+  template Tensor<T> make_result<T>(const char*, Array<T>&&, std::initializer_list<Tensor<T>>, \
+                                    std::function<void(Node<T>&)>);                         \
+  template void run_backward<T>(const Tensor<T>&, Array<T>, bool);                          \
+  template Array<T> sum_to<T>(const Array<T>&, const Shape&);                               \
+  template Array<T> sum_to<T>(Array<T>&&, const Shape&);
+XGRAD_INSTANTIATE(float)
+XGRAD_INSTANTIATE(double)
+#undef XGRAD_INSTANTIATE
+
+}  // namespace xgrad

@@ -1,0 +1,213 @@
+// Tensor<T>: a cheap shared handle to a node of the autograd graph. Copies alias: they share the
+// value, the gradient and the place in the graph (like a Python reference to a torch.Tensor).
+//
+//   auto a = xgrad::randn<double>({3, 4}, /*requires_grad=*/true);
+//   auto loss = xgrad::sum(a * a);
+//   loss.backward();            // a.grad() == 2 * a.value()
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <xtensor/xarray.hpp>
+
+#include <xgrad/autograd/check.hpp>
+#include <xgrad/autograd/random.hpp>
+
+namespace xgrad {
+
+template <class T>
+using Array = xt::xarray<T>;
+using BoolArray = xt::xarray<bool>;
+using IndexArray = xt::xarray<std::int64_t>;
+
+// One vertex of the graph: the value an op produced, the gradient flowing into it, and how to
+// pass that gradient on to the op's inputs.
+template <class T>
+struct Node {
+  Node() = default;
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+  // Frees the graph below iteratively, so that dropping a 100,000-op chain cannot overflow the
+  // stack. Backward closures must therefore not capture Tensors: they read `inputs`.
+  ~Node();
+
+  Array<T> value;
+  Array<T> grad;             // meaningful only when has_grad
+  bool has_grad = false;
+  bool requires_grad = false;
+  bool is_leaf = true;       // made by the user, not by an op
+  bool released = false;     // its graph was freed by a backward without retain_graph
+  std::uint64_t visit_mark = 0;  // run_backward's traversal: equal to its pass number once visited
+  const char* op = "leaf";   // the op that produced it, for error messages and to_dot
+  std::vector<std::shared_ptr<Node<T>>> inputs;
+  // Reads this node's grad (and value, inputs) and accumulates into the inputs' grads. It may
+  // move from `grad` (the engine drops a non-leaf's gradient right after its backward).
+  std::function<void(Node<T>&)> backward_fn;
+
+  Node<T>& input(std::size_t i) { return *inputs[i]; }
+  const Array<T>& input_value(std::size_t i) const { return inputs[i]->value; }
+  bool input_needs_grad(std::size_t i) const { return inputs[i]->requires_grad; }
+
+  // The one place where gradients meet: checks the shape, then adds (or moves in the first
+  // contribution). In anomaly mode, also checks that g is finite.
+  void accumulate_grad(Array<T>&& g);
+  void accumulate_grad(const Array<T>& g) { accumulate_grad(Array<T>(g)); }
+};
+
+template <class T = float>
+class Tensor {
+ public:
+  Tensor() = default;  // an undefined tensor (like an empty c10::optional)
+  explicit Tensor(Array<T> value, bool requires_grad = false);
+  explicit Tensor(std::shared_ptr<Node<T>> node) : node_(std::move(node)) {}
+
+  bool defined() const { return node_ != nullptr; }
+
+  const Array<T>& value() const { return checked().value; }
+  // In-place access for optimizers and initializers (as torch's `with no_grad(): p.copy_(...)`).
+  Array<T>& mutable_value() { return checked().value; }
+
+  bool has_grad() const { return checked().has_grad; }
+  // The accumulated gradient; throws if backward() has not reached this tensor.
+  const Array<T>& grad() const;
+  Array<T>& mutable_grad();
+  void set_grad(Array<T> g);
+  // Zeros the gradient, or forgets it when set_to_none (PyTorch's default for optimizers).
+  void zero_grad(bool set_to_none = false);
+
+  Shape shape() const;
+  std::size_t size(int dim) const;   // negative dims count from the end
+  std::size_t dim() const { return value().dimension(); }
+  std::size_t numel() const { return value().size(); }
+  T item() const;
+
+  bool requires_grad() const { return checked().requires_grad; }
+  Tensor& requires_grad_(bool requires_grad = true);  // only on leaves
+  bool is_leaf() const { return checked().is_leaf; }
+  const char* op() const { return checked().op; }
+
+  // A new leaf sharing nothing with the graph (the value is copied).
+  Tensor detach() const;
+
+  // backward() on a scalar seeds its gradient with 1; a non-scalar needs the gradient.
+  void backward(bool retain_graph = false) const;
+  void backward(const Array<T>& gradient, bool retain_graph = false) const;
+
+  const std::shared_ptr<Node<T>>& node() const { return node_; }
+  bool same(const Tensor& other) const { return node_ == other.node_; }
+
+ private:
+  Node<T>& checked() const;
+  std::shared_ptr<Node<T>> node_;
+};
+
+// ---- grad mode and anomaly mode ----------------------------------------------------------
+
+bool is_grad_enabled();
+void set_grad_enabled(bool enabled);
+
+// torch.no_grad(): no graph is built while one is alive.
+class NoGradGuard {
+ public:
+  NoGradGuard() : previous_(is_grad_enabled()) { set_grad_enabled(false); }
+  ~NoGradGuard() { set_grad_enabled(previous_); }
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+bool is_anomaly_enabled();
+void set_detect_anomaly(bool enabled);
+
+// torch.autograd.detect_anomaly(): a NaN or Inf produced in backward throws an error naming
+// the op whose backward produced it.
+class DetectAnomalyGuard {
+ public:
+  DetectAnomalyGuard() : previous_(is_anomaly_enabled()) { set_detect_anomaly(true); }
+  ~DetectAnomalyGuard() { set_detect_anomaly(previous_); }
+  DetectAnomalyGuard(const DetectAnomalyGuard&) = delete;
+  DetectAnomalyGuard& operator=(const DetectAnomalyGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// ---- building the graph ------------------------------------------------------------------
+
+// Wraps an op's result. When grad mode is on and any input requires grad, the result records
+// the inputs and the backward closure; otherwise it is a plain leaf without a graph.
+template <class T>
+Tensor<T> make_result(const char* op, Array<T>&& value, std::vector<Tensor<T>> inputs,
+                      std::function<void(Node<T>&)> backward_fn);
+// The same for a braced list of inputs, `make_result<T>(op, y, {a, b}, ...)` (no vector built).
+template <class T>
+Tensor<T> make_result(const char* op, Array<T>&& value, std::initializer_list<Tensor<T>> inputs,
+                      std::function<void(Node<T>&)> backward_fn);
+
+// Runs reverse-mode differentiation from root with the given seed gradient.
+template <class T>
+void run_backward(const Tensor<T>& root, Array<T> gradient, bool retain_graph);
+
+// Sums a (broadcast) gradient back to `shape`: the reverse of NumPy broadcasting.
+template <class T>
+Array<T> sum_to(const Array<T>& grad, const Shape& shape);
+// The same, taking the gradient over (no copy) when it already has `shape`.
+template <class T>
+Array<T> sum_to(Array<T>&& grad, const Shape& shape);
+
+// ---- factories ---------------------------------------------------------------------------
+
+template <class T = float>
+Tensor<T> zeros(const Shape& shape, bool requires_grad = false);
+template <class T = float>
+Tensor<T> ones(const Shape& shape, bool requires_grad = false);
+template <class T = float>
+Tensor<T> full(const Shape& shape, T fill_value, bool requires_grad = false);
+// [start, end) in steps of step, like torch.arange.
+template <class T = float>
+Tensor<T> arange(T start, T end, T step = T(1), bool requires_grad = false);
+template <class T = float>
+Tensor<T> arange(T end) { return arange<T>(T(0), end); }
+// Uniform on [0, 1).
+template <class T = float>
+Tensor<T> rand(const Shape& shape, bool requires_grad = false);
+template <class T = float>
+Tensor<T> rand(const Shape& shape, Generator& generator, bool requires_grad = false);
+// Standard normal.
+template <class T = float>
+Tensor<T> randn(const Shape& shape, bool requires_grad = false);
+template <class T = float>
+Tensor<T> randn(const Shape& shape, Generator& generator, bool requires_grad = false);
+// Row-major data with its shape; the sizes must agree.
+template <class T = float>
+Tensor<T> from_vector(const std::vector<T>& data, const Shape& shape, bool requires_grad = false);
+
+// An Array<T> of the given shape (uninitialized), from_shape spelled for std::vector shapes.
+template <class T>
+Array<T> empty_array(const Shape& shape) {
+  return Array<T>::from_shape(shape);
+}
+
+template <class E>
+Shape shape_of(const E& array) {
+  return Shape(array.shape().begin(), array.shape().end());
+}
+
+// Normalizes a possibly negative dim against `ndim` dims (ndim + 1 for unsqueeze-like ops);
+// throws naming `op` when out of range.
+std::size_t normalize_dim(int dim, std::size_t ndim, const char* op);
+
+extern template struct Node<float>;
+extern template struct Node<double>;
+extern template class Tensor<float>;
+extern template class Tensor<double>;
+
+}  // namespace xgrad

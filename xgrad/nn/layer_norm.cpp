@@ -1,0 +1,31 @@
+#include <xgrad/nn/layer_norm.hpp>
+
+#include <xgrad/nn/init.hpp>
+
+namespace xgrad::nn {
+
+template <class T>
+LayerNorm<T>::LayerNorm(const LayerNormOptions& options) : Module<T>("LayerNorm"), options_(options) {
+  XGRAD_CHECK(!options.normalized_shape().empty(), "LayerNorm: normalized_shape must have at least one dim");
+  XGRAD_CHECK(options.eps() >= 0, "LayerNorm: eps must be non-negative, got ", options.eps());
+  if (options.elementwise_affine()) {
+    weight = this->register_parameter("weight", ones<T>(options.normalized_shape()));
+    if (options.bias()) bias = this->register_parameter("bias", zeros<T>(options.normalized_shape()));
+  }
+}
+
+template <class T>
+void LayerNorm<T>::reset_parameters() {
+  if (weight.defined()) init::ones_(weight);
+  if (bias.defined()) init::zeros_(bias);
+}
+
+template <class T>
+Tensor<T> LayerNorm<T>::forward(const Tensor<T>& input) {
+  return layer_norm(input, options_.normalized_shape(), weight, bias, options_.eps());
+}
+
+template class LayerNorm<float>;
+template class LayerNorm<double>;
+
+}  // namespace xgrad::nn

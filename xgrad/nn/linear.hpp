@@ -1,0 +1,43 @@
+// nn.Linear (https://pytorch.org/docs/stable/generated/torch.nn.Linear.html):
+// x (*, in_features) -> y = x W^T + b (*, out_features); weight (out_features, in_features),
+// bias (out_features). Init: W, b ~ U(-1/sqrt(in_features), 1/sqrt(in_features)) from the
+// default generator (PyTorch's kaiming_uniform_(a=sqrt(5)) and its bias bound).
+#pragma once
+
+#include <cstdint>
+
+#include <xgrad/arg.hpp>
+#include <xgrad/nn/module.hpp>
+
+namespace xgrad::nn {
+
+struct LinearOptions {
+  LinearOptions(std::int64_t in_features, std::int64_t out_features)
+      : in_features_(in_features), out_features_(out_features) {}
+  XGRAD_ARG(std::int64_t, in_features);
+  XGRAD_ARG(std::int64_t, out_features);
+  XGRAD_ARG(bool, bias) = true;
+};
+
+template <class T = float>
+class Linear : public Module<T> {
+ public:
+  explicit Linear(const LinearOptions& options);
+  Linear(std::int64_t in_features, std::int64_t out_features) : Linear(LinearOptions(in_features, out_features)) {}
+
+  Tensor<T> forward(const Tensor<T>& input) override;
+  // Redraws weight and bias as at construction.
+  void reset_parameters();
+  const LinearOptions& options() const { return options_; }
+
+  Tensor<T> weight;  // (out_features, in_features)
+  Tensor<T> bias;    // (out_features), undefined when options.bias() is false
+
+ private:
+  LinearOptions options_;
+};
+
+extern template class Linear<float>;
+extern template class Linear<double>;
+
+}  // namespace xgrad::nn

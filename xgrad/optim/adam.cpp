@@ -1,0 +1,192 @@
+// xsimd first (see autograd/simd.hpp)
+#include <xgrad/autograd/simd.hpp>
+
+#include <xgrad/optim/adam.hpp>
+
+#include <algorithm>
+#include <cmath>
+
+#include <xgrad/autograd/parallel.hpp>
+
+namespace xgrad::optim {
+
+namespace {
+
+// Adam's and AdamW's options, read once per group.
+struct AdamConfig {
+  double lr, beta1, beta2, eps, weight_decay;
+  bool amsgrad, maximize, decoupled;
+};
+
+void validate_adam(const char* name, double lr, const Betas& betas, double eps, double weight_decay) {
+  XGRAD_CHECK(lr >= 0.0, name, ": invalid learning rate ", lr);
+  XGRAD_CHECK(eps >= 0.0, name, ": invalid epsilon value ", eps);
+  for (int i = 0; i < 2; ++i)
+    XGRAD_CHECK(betas[i] >= 0.0 && betas[i] < 1.0, name, ": invalid beta parameter at index ", i, ": ", betas[i]);
+  XGRAD_CHECK(weight_decay >= 0.0, name, ": invalid weight_decay value ", weight_decay);
+}
+
+// The per-step scalars of one parameter, already in T.
+template <class T>
+struct AdamScalars {
+  T beta1, one_minus_beta1, beta2, one_minus_beta2, eps, weight_decay, decay, neg_step_size, bias_correction2_sqrt;
+};
+
+enum class Decay { kNone, kCoupled, kDecoupled };  // none, Adam's L2 term, AdamW's θ *= 1 - lr wd
+
+// torch.maximum (NaN wins) and sqrt, for a scalar and for a SIMD batch.
+template <class T>
+T nan_max(T a, T b) { return (a != a || a > b) ? a : b; }
+template <class T>
+T root(T x) { return std::sqrt(x); }
+template <class T, class A>
+xsimd::batch<T, A> nan_max(const xsimd::batch<T, A>& a, const xsimd::batch<T, A>& b) {
+  return xsimd::select(xsimd::isnan(a) | (a > b), a, b);
+}
+template <class T, class A>
+xsimd::batch<T, A> root(const xsimd::batch<T, A>& x) { return xsimd::sqrt(x); }
+
+// The update of one element (V = T) or of one SIMD batch of elements (V = xsimd::batch<T>), in
+// the operation order of torch 1.13's _single_tensor_adam / _single_tensor_adamw (Python scalars
+// become T, as in ATen):
+//   θ.mul_(1 - lr*wd)                                  (AdamW)
+//   g = -g (maximize);  g = g.add(θ, alpha=wd)         (Adam, wd != 0)
+//   m.mul_(β1).add_(g, alpha=1-β1);  v.mul_(β2).addcmul_(g, g, value=1-β2)
+//   v_max = maximum(v_max, v)                          (amsgrad; NaN wins)
+//   denom = (v.sqrt() / sqrt(bias_correction2)).add_(eps)
+//   θ.addcdiv_(m, denom, value=-lr/bias_correction1)   (addcdiv: θ + (value*m)/denom)
+template <bool kMaximize, bool kAmsgrad, Decay kDecay, class V, class T>
+void adam_update(V g, V& theta, V& m, V& v, V& vmax, const AdamScalars<T>& s) {
+  if constexpr (kMaximize) g = -g;
+  if constexpr (kDecay == Decay::kDecoupled) theta = theta * V(s.decay);
+  if constexpr (kDecay == Decay::kCoupled) g = g + V(s.weight_decay) * theta;
+  m = m * V(s.beta1);
+  m = m + V(s.one_minus_beta1) * g;
+  v = v * V(s.beta2);
+  v = v + V(s.one_minus_beta2) * g * g;
+  V second = v;
+  if constexpr (kAmsgrad) {
+    vmax = nan_max(vmax, v);
+    second = vmax;
+  }
+  const V denom = root(second) / V(s.bias_correction2_sqrt) + V(s.eps);
+  theta = theta + V(s.neg_step_size) * m / denom;
+}
+
+// One pass over a parameter's contiguous data: SIMD batches, then the remaining elements. The
+// options are template flags, so the loop has no branches.
+template <class T, bool kMaximize, bool kAmsgrad, Decay kDecay>
+void adam_kernel(std::size_t n, const T* g, T* theta, T* m, T* v, T* vmax, const AdamScalars<T>& s) {
+  std::size_t i = 0;
+  using B = detail::simd_batch<T>;
+  for (; i + B::size <= n; i += B::size) {
+    B th = B::load_unaligned(theta + i), mi = B::load_unaligned(m + i), vi = B::load_unaligned(v + i);
+    B vm = kAmsgrad ? B::load_unaligned(vmax + i) : B(T(0));
+    adam_update<kMaximize, kAmsgrad, kDecay>(B::load_unaligned(g + i), th, mi, vi, vm, s);
+    th.store_unaligned(theta + i);
+    mi.store_unaligned(m + i);
+    vi.store_unaligned(v + i);
+    if constexpr (kAmsgrad) vm.store_unaligned(vmax + i);
+  }
+  for (; i < n; ++i) {
+    T vm = kAmsgrad ? vmax[i] : T(0);
+    adam_update<kMaximize, kAmsgrad, kDecay>(g[i], theta[i], m[i], v[i], vm, s);
+    if constexpr (kAmsgrad) vmax[i] = vm;
+  }
+}
+
+// The kernel over blocks of 4096 elements, split across threads (elementwise: the result does not
+// depend on the split).
+template <class T, bool kMaximize, bool kAmsgrad>
+void adam_dispatch_decay(Decay decay, std::size_t n, const T* g, T* theta, T* m, T* v, T* vmax,
+                         const AdamScalars<T>& s) {
+  constexpr std::size_t kBlock = 4096;
+  detail::parallel_for((n + kBlock - 1) / kBlock, 8, [&](std::size_t b0, std::size_t b1) {
+    const std::size_t i = b0 * kBlock, len = std::min(b1 * kBlock, n) - i;
+    T* vm = kAmsgrad ? vmax + i : nullptr;
+    switch (decay) {
+      case Decay::kNone:
+        return adam_kernel<T, kMaximize, kAmsgrad, Decay::kNone>(len, g + i, theta + i, m + i, v + i, vm, s);
+      case Decay::kCoupled:
+        return adam_kernel<T, kMaximize, kAmsgrad, Decay::kCoupled>(len, g + i, theta + i, m + i, v + i, vm, s);
+      case Decay::kDecoupled:
+        return adam_kernel<T, kMaximize, kAmsgrad, Decay::kDecoupled>(len, g + i, theta + i, m + i, v + i, vm, s);
+    }
+  });
+}
+
+// One step for every parameter of a group that has a gradient; state_of(p) returns the
+// parameter's (possibly new) state. The bias corrections are computed in double, as in Python.
+template <class T, class StateOf>
+void adam_step(ParamGroup<T>& group, const AdamConfig& c, StateOf state_of) {
+  AdamScalars<T> s{};
+  s.beta1 = static_cast<T>(c.beta1);
+  s.one_minus_beta1 = static_cast<T>(1.0 - c.beta1);
+  s.beta2 = static_cast<T>(c.beta2);
+  s.one_minus_beta2 = static_cast<T>(1.0 - c.beta2);
+  s.eps = static_cast<T>(c.eps);
+  s.weight_decay = static_cast<T>(c.weight_decay);
+  s.decay = static_cast<T>(1.0 - c.lr * c.weight_decay);
+  const Decay decay = c.decoupled ? Decay::kDecoupled : (c.weight_decay != 0.0 ? Decay::kCoupled : Decay::kNone);
+
+  for (Tensor<T>& p : group.params()) {
+    if (!p.has_grad()) continue;
+    const Array<T>& grad = p.grad();
+    Array<T>& value = p.mutable_value();
+    ParamState<T>& state = state_of(p);
+    const auto zeros = [&value] { return Array<T>(xt::zeros<T>(value.shape())); };
+    if (!state.exp_avg) state.exp_avg = zeros();
+    if (!state.exp_avg_sq) state.exp_avg_sq = zeros();
+    if (c.amsgrad && !state.max_exp_avg_sq) state.max_exp_avg_sq = zeros();
+    state.step += 1;
+
+    const double step = static_cast<double>(state.step);
+    const double bias_correction1 = 1.0 - std::pow(c.beta1, step);
+    const double bias_correction2 = 1.0 - std::pow(c.beta2, step);
+    s.neg_step_size = static_cast<T>(-(c.lr / bias_correction1));
+    s.bias_correction2_sqrt = static_cast<T>(std::sqrt(bias_correction2));
+
+    const std::size_t n = value.size();
+    const T* g = grad.data();
+    T* theta = value.data();
+    T* m = state.exp_avg->data();
+    T* v = state.exp_avg_sq->data();
+    T* vmax = c.amsgrad ? state.max_exp_avg_sq->data() : nullptr;
+    if (c.maximize) {
+      if (c.amsgrad) adam_dispatch_decay<T, true, true>(decay, n, g, theta, m, v, vmax, s);
+      else adam_dispatch_decay<T, true, false>(decay, n, g, theta, m, v, vmax, s);
+    } else {
+      if (c.amsgrad) adam_dispatch_decay<T, false, true>(decay, n, g, theta, m, v, vmax, s);
+      else adam_dispatch_decay<T, false, false>(decay, n, g, theta, m, v, vmax, s);
+    }
+  }
+}
+
+template <class O>
+AdamConfig config_of(const O& o, bool decoupled) {
+  return {o.lr(), o.betas()[0], o.betas()[1], o.eps(), o.weight_decay(), o.amsgrad(), o.maximize(), decoupled};
+}
+
+}  // namespace
+
+void AdamOptions::validate() const { validate_adam("Adam", lr(), betas(), eps(), weight_decay()); }
+void AdamWOptions::validate() const { validate_adam("AdamW", lr(), betas(), eps(), weight_decay()); }
+
+template <class T>
+void Adam<T>::step_group(ParamGroup<T>& group) {
+  const auto config = config_of(static_cast<const AdamOptions&>(group.options()), false);
+  adam_step<T>(group, config, [this](const Tensor<T>& p) -> ParamState<T>& { return this->state_of(p); });
+}
+
+template <class T>
+void AdamW<T>::step_group(ParamGroup<T>& group) {
+  const auto config = config_of(static_cast<const AdamWOptions&>(group.options()), true);
+  adam_step<T>(group, config, [this](const Tensor<T>& p) -> ParamState<T>& { return this->state_of(p); });
+}
+
+template class Adam<float>;
+template class Adam<double>;
+template class AdamW<float>;
+template class AdamW<double>;
+
+}  // namespace xgrad::optim

@@ -1,0 +1,163 @@
+// Temporary file + fsync + rename: the classic way to replace a file atomically on POSIX.
+#include <xgrad/serialize/atomic_file.hpp>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <stdexcept>
+#include <streambuf>
+#include <vector>
+
+namespace xgrad {
+
+namespace {
+
+std::string errno_text(int error) { return std::strerror(error); }
+
+// An output stream buffer over a file descriptor that remembers the errno of the first failed
+// write; after a failure it writes nothing more and reports failure to the stream.
+class FdStreambuf : public std::streambuf {
+ public:
+  explicit FdStreambuf(int fd) : fd_(fd), buffer_(1 << 16) { reset(); }
+  int error() const { return error_; }
+
+ protected:
+  int_type overflow(int_type c) override {
+    if (!flush_buffer()) return traits_type::eof();
+    if (!traits_type::eq_int_type(c, traits_type::eof())) {
+      *pptr() = traits_type::to_char_type(c);
+      pbump(1);
+    }
+    return traits_type::not_eof(c);
+  }
+
+  std::streamsize xsputn(const char* s, std::streamsize n) override {
+    if (n <= 0) return 0;  // (an empty tensor's data() may be null: no memcpy from it)
+    if (n <= epptr() - pptr()) {
+      std::memcpy(pptr(), s, static_cast<std::size_t>(n));
+      pbump(static_cast<int>(n));
+      return n;
+    }
+    if (!flush_buffer()) return 0;
+    return write_all(s, static_cast<std::size_t>(n));
+  }
+
+  int sync() override { return flush_buffer() ? 0 : -1; }
+
+ private:
+  void reset() { setp(buffer_.data(), buffer_.data() + buffer_.size()); }
+
+  bool flush_buffer() {
+    const std::size_t n = static_cast<std::size_t>(pptr() - pbase());
+    const bool ok = static_cast<std::size_t>(write_all(pbase(), n)) == n;
+    reset();
+    return ok;
+  }
+
+  // Returns the number of bytes written: n unless a write failed.
+  std::streamsize write_all(const char* p, std::size_t n) {
+    if (error_ != 0) return 0;
+    std::size_t done = 0;
+    while (done < n) {
+      const ssize_t w = ::write(fd_, p + done, n - done);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        error_ = errno;
+        break;
+      }
+      done += static_cast<std::size_t>(w);
+    }
+    return static_cast<std::streamsize>(done);
+  }
+
+  int fd_;
+  int error_ = 0;
+  std::vector<char> buffer_;
+};
+
+// Owns the temporary file until it is renamed into place: closes and removes it otherwise.
+struct TemporaryFile {
+  std::string path;
+  int fd = -1;
+  bool renamed = false;
+
+  ~TemporaryFile() {
+    if (fd >= 0) ::close(fd);
+    if (!renamed && !path.empty()) ::unlink(path.c_str());
+  }
+};
+
+std::string temporary_name(const std::filesystem::path& folder, const std::filesystem::path& name) {
+  static std::atomic<unsigned long> counter{0};
+  const auto clock = std::chrono::steady_clock::now().time_since_epoch().count();
+  return (folder / ("." + name.string() + ".tmp-" + std::to_string(::getpid()) + "-" +
+                    std::to_string(counter++) + "-" + std::to_string(clock)))
+      .string();
+}
+
+}  // namespace
+
+void write_file_atomically(const std::string& path, const std::function<void(std::ostream&)>& write) {
+  const std::string prefix = "write_file_atomically: cannot save '" + path + "': ";
+  auto fail = [&](const std::string& reason) { throw std::runtime_error(prefix + reason); };
+
+  const std::filesystem::path target(path);
+  if (!target.has_filename()) fail("the path names a folder, not a file");
+  const std::filesystem::path folder = target.has_parent_path() ? target.parent_path() : ".";
+
+  TemporaryFile tmp;
+  for (int attempt = 0; tmp.fd < 0; ++attempt) {
+    tmp.path = temporary_name(folder, target.filename());
+    tmp.fd = ::open(tmp.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (tmp.fd < 0) {
+      const int error = errno;
+      if (error != EEXIST || attempt >= 100) {
+        tmp.path.clear();  // nothing was created
+        fail("cannot create a temporary file in '" + folder.string() + "': " + errno_text(error));
+      }
+    }
+  }
+
+  struct stat previous {};
+  if (::stat(path.c_str(), &previous) == 0 && S_ISREG(previous.st_mode))
+    ::fchmod(tmp.fd, previous.st_mode & 07777);  // best effort: the content matters, not the mode
+
+  {
+    FdStreambuf buffer(tmp.fd);
+    std::ostream out(&buffer);
+    try {
+      write(out);
+    } catch (const std::exception& e) {
+      const std::string io = buffer.error() ? errno_text(buffer.error()) + "; then " : "";
+      std::throw_with_nested(std::runtime_error(prefix + io + "the writer threw: " + e.what()));
+    } catch (...) {
+      std::throw_with_nested(std::runtime_error(prefix + "the writer threw a non-standard exception"));
+    }
+    out.flush();
+    if (buffer.error() != 0) fail("write failed: " + errno_text(buffer.error()));
+    if (!out) fail("the writer left the stream in a failed state");
+  }
+
+  if (::fsync(tmp.fd) != 0) fail("fsync failed: " + errno_text(errno));
+  const int fd = tmp.fd;
+  tmp.fd = -1;
+  if (::close(fd) != 0) fail("close failed: " + errno_text(errno));
+  if (::rename(tmp.path.c_str(), path.c_str()) != 0)
+    fail("cannot rename the temporary file over it: " + errno_text(errno));
+  tmp.renamed = true;
+
+  const int dir = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir >= 0) {
+    ::fsync(dir);  // best effort: some file systems cannot fsync a folder
+    ::close(dir);
+  }
+}
+
+}  // namespace xgrad
