@@ -313,11 +313,26 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, std::size_t ld, bool
 
 // ---- the node -----------------------------------------------------------------------------------
 
+// The leading dims of q, k and v, and the sizes they give.
+struct Layout {
+  Shape lead;
+  Dims n;
+};
+
+// (lead..., L, S): the logits' shape, which masks broadcast to.
+Shape logits_shape(const Layout& l) {
+  Shape t = l.lead;
+  t.push_back(l.n.L);
+  t.push_back(l.n.S);
+  return t;
+}
+
 // The op over inputs {q, k, v}, or {qkv} when packed: qkv (3, lead..., L, E) holds q, k and v
 // one after the other (S = L, Ev = E). Shapes are checked by the callers.
 template <class T>
-std::pair<Tensor<T>, Tensor<T>> attention_node(std::vector<Tensor<T>> inputs, const Shape& lead, const Dims& n,
+std::pair<Tensor<T>, Tensor<T>> attention_node(std::vector<Tensor<T>> inputs, const Layout& layout,
                                                const detail::AttentionArgs<T>& args) {
+  const Dims& n = layout.n;
   const bool packed = inputs.size() == 1, weights = args.need_weights;
   const T alpha = T(args.scale ? *args.scale : 1.0 / std::sqrt(static_cast<double>(n.E)));
   const std::size_t ld = n.Ev + (weights ? n.S : 0);  // a row of the node's value: [O | W]
@@ -336,7 +351,7 @@ std::pair<Tensor<T>, Tensor<T>> attention_node(std::vector<Tensor<T>> inputs, co
     }
   }
 
-  Shape out_shape = lead;  // (lead..., L, ld)
+  Shape out_shape = layout.lead;  // (lead..., L, ld)
   out_shape.push_back(n.L);
   out_shape.push_back(ld);
   Array<T> out = empty_array<T>(out_shape);
@@ -375,7 +390,7 @@ std::pair<Tensor<T>, Tensor<T>> attention_node(std::vector<Tensor<T>> inputs, co
   return {narrow(y, -1, 0, Ev), narrow(y, -1, Ev, S)};
 }
 
-std::size_t batch_of(const Shape& lead) { return product(lead, 0, lead.size()); }
+// ---- argument checks ----------------------------------------------------------------------------
 
 // "q (..), k (..), v (..)" for error messages, formatted only when a check fails.
 struct QkvShapes {
@@ -387,7 +402,8 @@ std::ostream& operator<<(std::ostream& s, const QkvShapes& g) {
   return s << "q " << shape_str(g.q) << ", k " << shape_str(g.k) << ", v " << shape_str(g.v);
 }
 
-void check_shapes(const QkvShapes& got) {
+// q (lead..., L, E), k (lead..., S, E), v (lead..., S, Ev), checked.
+Layout layout_of(const QkvShapes& got) {
   const Shape &sq = got.q, &sk = got.k, &sv = got.v;
   const std::size_t nd = sq.size();
   XGRAD_CHECK(nd >= 2 && sk.size() == nd && sv.size() == nd, kOp,
@@ -397,28 +413,44 @@ void check_shapes(const QkvShapes& got) {
   XGRAD_CHECK(sk[nd - 1] == sq[nd - 1], kOp, ": q and k must have the same embedding size E, got ", got);
   XGRAD_CHECK(sv[nd - 2] == sk[nd - 2], kOp, ": k and v must have the same sequence length S, got ", got);
   XGRAD_CHECK(sq[nd - 1] > 0, kOp, ": the embedding size E must be positive, got ", got);
+  Shape lead(sq.begin(), sq.end() - 2);
+  const std::size_t B = product(lead, 0, lead.size());
+  return {std::move(lead), Dims{B, sq[nd - 2], sk[nd - 2], sq[nd - 1], sv[nd - 1]}};
 }
 
-void check_args(bool has_mask, double dropout_p, bool is_causal, const QkvShapes& got) {
-  XGRAD_CHECK(!(is_causal && has_mask), kOp, ": explicit attn_mask should not be set when is_causal=true (", got,
-              ")");
+// A packed qkv (3, lead..., L, E), checked; `one` receives the shape of each of q, k and v.
+Layout packed_layout(const Shape& s, Shape& one) {
+  XGRAD_CHECK(s.size() >= 3 && s[0] == 3 && s.back() > 0, kOp, ": expected a packed qkv of shape (3, ..., L, E), got ",
+              s);
+  one.assign(s.begin() + 1, s.end());
+  return layout_of(QkvShapes{one, one, one});
+}
+
+void check_dropout(double dropout_p) {
   XGRAD_CHECK(dropout_p >= 0.0 && dropout_p <= 1.0, kOp, ": dropout_p has to be between 0 and 1, but got ",
               dropout_p);
 }
 
-// The mask of scaled_dot_product_attention for logits (lead..., L, S).
+// scaled_dot_product_attention's arguments -> the op's.
 template <class T>
-detail::AttentionMask<T> sdpa_mask(const AttnMask<T>& attn_mask, bool is_causal, Shape lead, std::size_t L,
-                                   std::size_t S, const QkvShapes& got) {
-  Shape target = std::move(lead);
-  target.push_back(L);
-  target.push_back(S);
+detail::AttentionArgs<T> sdpa_args(const Layout& layout, const AttnMask<T>& attn_mask, double dropout_p,
+                                   bool is_causal, std::optional<double> scale, Generator* generator,
+                                   const QkvShapes& got) {
+  XGRAD_CHECK(!(is_causal && !attn_mask.empty()), kOp, ": explicit attn_mask should not be set when is_causal=true (",
+              got, ")");
+  check_dropout(dropout_p);
+  const Shape target = logits_shape(layout);
   if (!attn_mask.empty()) {
     const Shape sm = attn_mask.is_bool() ? shape_of(attn_mask.bool_mask()) : shape_of(attn_mask.float_mask());
     XGRAD_CHECK(detail::mask_broadcasts_to(sm, target), kOp, ": attn_mask of shape ", sm,
                 " cannot be broadcast to (..., L, S) = ", target, " (", got, ")");
   }
-  return detail::normalize_attention_mask<T>(target, attn_mask, {}, is_causal);
+  detail::AttentionArgs<T> args;
+  args.mask = detail::normalize_attention_mask<T>(target, attn_mask, {}, is_causal);
+  args.dropout_p = dropout_p;
+  args.scale = scale;
+  args.generator = generator;
+  return args;
 }
 
 }  // namespace
@@ -427,26 +459,17 @@ template <class T>
 std::pair<Tensor<T>, Tensor<T>> detail::attention(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v,
                                                   const AttentionArgs<T>& args) {
   const Shape sq = q.shape(), sk = k.shape(), sv = v.shape();
-  const QkvShapes got{sq, sk, sv};
-  check_shapes(got);
-  check_args(false, args.dropout_p, false, got);
-  const std::size_t nd = sq.size();
-  const Shape lead(sq.begin(), sq.end() - 2);
-  return attention_node<T>({q, k, v}, lead, Dims{batch_of(lead), sq[nd - 2], sk[nd - 2], sq[nd - 1], sv[nd - 1]},
-                           args);
+  const Layout layout = layout_of(QkvShapes{sq, sk, sv});
+  check_dropout(args.dropout_p);
+  return attention_node<T>({q, k, v}, layout, args);
 }
 
 template <class T>
 std::pair<Tensor<T>, Tensor<T>> detail::attention_packed(const Tensor<T>& qkv, const AttentionArgs<T>& args) {
-  const Shape s = qkv.shape();
-  XGRAD_CHECK(s.size() >= 3 && s[0] == 3 && s.back() > 0, kOp, ": expected a packed qkv of shape (3, ..., L, E), got ",
-              s);
-  const Shape one(s.begin() + 1, s.end());  // the shape of each of q, k, v
-  check_args(false, args.dropout_p, false, QkvShapes{one, one, one});
-  const std::size_t nd = one.size();
-  const Shape lead(one.begin(), one.end() - 2);
-  return attention_node<T>({qkv}, lead, Dims{batch_of(lead), one[nd - 2], one[nd - 2], one[nd - 1], one[nd - 1]},
-                           args);
+  Shape one;
+  const Layout layout = packed_layout(qkv.shape(), one);
+  check_dropout(args.dropout_p);
+  return attention_node<T>({qkv}, layout, args);
 }
 
 template <class T>
@@ -455,32 +478,21 @@ Tensor<T> scaled_dot_product_attention(const Tensor<T>& q, const Tensor<T>& k, c
                                        std::optional<double> scale, Generator* generator) {
   const Shape sq = q.shape(), sk = k.shape(), sv = v.shape();
   const QkvShapes got{sq, sk, sv};
-  check_shapes(got);
-  check_args(!attn_mask.empty(), dropout_p, is_causal, got);
-  detail::AttentionArgs<T> args;
-  args.dropout_p = dropout_p;
-  args.scale = scale;
-  args.generator = generator;
-  const std::size_t nd = sq.size();
-  args.mask = sdpa_mask(attn_mask, is_causal, Shape(sq.begin(), sq.end() - 2), sq[nd - 2], sk[nd - 2], got);
-  return detail::attention(q, k, v, args).first;
+  const Layout layout = layout_of(got);
+  return attention_node<T>({q, k, v}, layout,
+                           sdpa_args(layout, attn_mask, dropout_p, is_causal, scale, generator, got))
+      .first;
 }
 
 template <class T>
 Tensor<T> detail::self_attention_packed(const Tensor<T>& qkv, const AttnMask<T>& attn_mask, double dropout_p,
                                         bool is_causal, Generator* generator) {
-  const Shape s = qkv.shape();
-  XGRAD_CHECK(s.size() >= 3 && s[0] == 3 && s.back() > 0, kOp, ": expected a packed qkv of shape (3, ..., L, E), got ",
-              s);
-  const Shape one(s.begin() + 1, s.end());
-  const QkvShapes got{one, one, one};
-  check_args(!attn_mask.empty(), dropout_p, is_causal, got);
-  AttentionArgs<T> args;
-  args.dropout_p = dropout_p;
-  args.generator = generator;
-  args.mask = sdpa_mask(attn_mask, is_causal, Shape(one.begin(), one.end() - 2), one[one.size() - 2],
-                        one[one.size() - 2], got);
-  return attention_packed(qkv, args).first;
+  Shape one;
+  const Layout layout = packed_layout(qkv.shape(), one);
+  return attention_node<T>({qkv}, layout,
+                           sdpa_args(layout, attn_mask, dropout_p, is_causal, std::nullopt, generator,
+                                     QkvShapes{one, one, one}))
+      .first;
 }
 
 #define XGRAD_INSTANTIATE(T)                                                                                   \
