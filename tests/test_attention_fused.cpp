@@ -314,9 +314,10 @@ TEST(AttentionWithWeights, FullyMaskedRowsGiveZerosAndFiniteGradients) {
       for (double g : t->grad()) EXPECT_TRUE(std::isfinite(g));
     for (std::size_t n = 0; n < N; ++n)
       for (std::size_t h = 0; h < H; ++h)
-        for (std::size_t i = 0; i < L; ++i)
-          if (dead(n, h, i))
-            for (std::size_t e = 0; e < 3; ++e) EXPECT_EQ(q.grad()(n, h, i, e), 0.0);
+        for (std::size_t i = 0; i < L; ++i) {
+          if (!dead(n, h, i)) continue;
+          for (std::size_t e = 0; e < 3; ++e) EXPECT_EQ(q.grad()(n, h, i, e), 0.0);
+        }
     expect_gradcheck(
         [&](const Inputs& in) {
           AttentionArgs<double> x;

@@ -165,6 +165,17 @@ struct Dims {
   std::size_t B, L, S, E, Ev;
 };
 
+// q, k and v, or their gradients: three buffers, or the three blocks of one packed
+// (3, B, L, E) buffer (S = L, Ev = E).
+template <class Ptr>
+struct Qkv {
+  Ptr q, k, v;
+
+  static Qkv packed(Ptr base, const Dims& n) {
+    return {base, base + n.B * n.L * n.E, base + n.B * (n.L + n.S) * n.E};
+  }
+};
+
 // The normalised mask as the kernel reads it: row i of batch b starts at
 // b * batch_stride + i * S of bool_mask or float_mask (at most one is set).
 template <class T>
@@ -205,16 +216,16 @@ std::size_t batch_grain(const Dims& n) {
 //   -> P (B, L, S): the probabilities before dropout (kept for the backward)
 //      out (B, L, ld): O in columns [0, Ev); with `weights`, W = Pd in columns [Ev, Ev + S)
 template <class T>
-void attention_forward(T* out, std::size_t ld, bool weights, T* P, const T* q, const T* k, const T* v,
-                       const T* D, const MaskView<T>& mask, const Dims& n, T alpha) {
+void attention_forward(T* out, std::size_t ld, bool weights, T* P, const Qkv<const T*>& in, const T* D,
+                       const MaskView<T>& mask, const Dims& n, T alpha) {
   const std::size_t L = n.L, S = n.S, E = n.E, Ev = n.Ev;
   const T neg_inf = -std::numeric_limits<T>::infinity();
   detail::parallel_for(n.B, batch_grain(n), [&](std::size_t b0, std::size_t b1) {
     std::vector<T> dropped(D && !weights ? L * S : 0);  // Pd of one batch, when not in `out`
     for (std::size_t b = b0; b < b1; ++b) {
-      const T* qb = q + b * L * E;
-      const T* kb = k + b * S * E;
-      const T* vb = v + b * S * Ev;
+      const T* qb = in.q + b * L * E;
+      const T* kb = in.k + b * S * E;
+      const T* vb = in.v + b * S * Ev;
       T* pb = P + b * L * S;
       T* ob = out + b * L * ld;
       // A = scale * q k^T
@@ -260,29 +271,29 @@ void attention_forward(T* out, std::size_t ld, bool weights, T* P, const T* q, c
 }
 
 // From dout (B, L, ld): dO in columns [0, Ev) and, with `weights`, dW in columns [Ev, Ev + S)
-//   -> dq (B, L, E), dk (B, S, E), dv (B, S, Ev), each overwritten; null ones are skipped.
-// P, q, k, v, D and the sizes are attention_forward's.
+//   -> d.q (B, L, E), d.k (B, S, E), d.v (B, S, Ev), each overwritten; null ones are skipped.
+// P, in = (q, k, v), D and the sizes are attention_forward's.
 template <class T>
-void attention_backward(T* dq, T* dk, T* dv, const T* dout, std::size_t ld, bool weights, const T* P, const T* q,
-                        const T* k, const T* v, const T* D, const Dims& n, T alpha) {
+void attention_backward(const Qkv<T*>& d, const T* dout, std::size_t ld, bool weights, const T* P,
+                        const Qkv<const T*>& in, const T* D, const Dims& n, T alpha) {
   const std::size_t L = n.L, S = n.S, E = n.E, Ev = n.Ev;
-  const bool need_scores = dq || dk;
+  const bool need_scores = d.q || d.k;
   detail::parallel_for(n.B, batch_grain(n), [&](std::size_t b0, std::size_t b1) {
     std::vector<T> dA(need_scores ? L * S : 0);
-    std::vector<T> dropped(D && dv ? L * S : 0);
+    std::vector<T> dropped(D && d.v ? L * S : 0);
     for (std::size_t b = b0; b < b1; ++b) {
       const T* pb = P + b * L * S;
       const T* db = D ? D + b * L * S : nullptr;
       const T* dOb = dout + b * L * ld;
-      const T* vb = v + b * S * Ev;
-      if (dv) {
+      const T* vb = in.v + b * S * Ev;
+      if (d.v) {
         // dV = Pd^T dO                          <- O = Pd v
         const T* pd = pb;
         if (D) {
           for (std::size_t m = 0; m < L * S; ++m) dropped[m] = pb[m] * db[m];
           pd = dropped.data();
         }
-        detail::gemm<T>(true, false, S, Ev, L, T(1), pd, S, dOb, ld, T(0), dv + b * S * Ev, Ev);
+        detail::gemm<T>(true, false, S, Ev, L, T(1), pd, S, dOb, ld, T(0), d.v + b * S * Ev, Ev);
       }
       if (!need_scores) continue;
       // dPd = dO v^T + dW                       <- O = Pd v;  W = Pd
@@ -305,8 +316,8 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, std::size_t ld, bool
         for (std::size_t j = 0; j < S; ++j) g[j] = p[j] * (g[j] - gp);
       }
       // dQ = scale * dA k;  dK = scale * dA^T q  <- A = scale * q k^T
-      if (dq) detail::gemm<T>(false, false, L, E, S, alpha, dA.data(), S, k + b * S * E, E, T(0), dq + b * L * E, E);
-      if (dk) detail::gemm<T>(true, false, S, E, L, alpha, dA.data(), S, q + b * L * E, E, T(0), dk + b * S * E, E);
+      if (d.q) detail::gemm<T>(false, false, L, E, S, alpha, dA.data(), S, in.k + b * S * E, E, T(0), d.q + b * L * E, E);
+      if (d.k) detail::gemm<T>(true, false, S, E, L, alpha, dA.data(), S, in.q + b * L * E, E, T(0), d.k + b * S * E, E);
     }
   });
 }
@@ -356,10 +367,10 @@ std::pair<Tensor<T>, Tensor<T>> attention_node(std::vector<Tensor<T>> inputs, co
   out_shape.push_back(ld);
   Array<T> out = empty_array<T>(out_shape);
   Array<T> P = empty_array<T>({n.B, n.L, n.S});
-  const T* qd = inputs[0].value().data();
-  const T* kd = packed ? qd + n.B * n.L * n.E : inputs[1].value().data();
-  const T* vd = packed ? kd + n.B * n.S * n.E : inputs[2].value().data();
-  attention_forward<T>(out.data(), ld, weights, P.data(), qd, kd, vd, dropping ? D.data() : nullptr,
+  const Qkv<const T*> in = packed ? Qkv<const T*>::packed(inputs[0].value().data(), n)
+                                  : Qkv<const T*>{inputs[0].value().data(), inputs[1].value().data(),
+                                                  inputs[2].value().data()};
+  attention_forward<T>(out.data(), ld, weights, P.data(), in, dropping ? D.data() : nullptr,
                        MaskView<T>(args.mask, n.L, n.S), n, alpha);
 
   Tensor<T> y = make_result<T>(
@@ -372,14 +383,14 @@ std::pair<Tensor<T>, Tensor<T>> attention_node(std::vector<Tensor<T>> inputs, co
         if (need_q) dq = Array<T>::from_shape(node.input_value(0).shape());
         if (need_k && !packed) dk = Array<T>::from_shape(node.input_value(1).shape());
         if (need_v && !packed) dv = Array<T>::from_shape(node.input_value(2).shape());
-        T* dqp = need_q ? dq.data() : nullptr;
-        T* dkp = packed ? (need_q ? dqp + n.B * n.L * n.E : nullptr) : (need_k ? dk.data() : nullptr);
-        T* dvp = packed ? (need_q ? dkp + n.B * n.S * n.E : nullptr) : (need_v ? dv.data() : nullptr);
-        const T* qd = node.input_value(0).data();
-        const T* kd = packed ? qd + n.B * n.L * n.E : node.input_value(1).data();
-        const T* vd = packed ? kd + n.B * n.S * n.E : node.input_value(2).data();
-        attention_backward<T>(dqp, dkp, dvp, node.grad.data(), ld, weights, P.data(), qd, kd, vd,
-                              dropping ? D.data() : nullptr, n, alpha);
+        const Qkv<T*> d = packed ? (need_q ? Qkv<T*>::packed(dq.data(), n) : Qkv<T*>{nullptr, nullptr, nullptr})
+                                 : Qkv<T*>{need_q ? dq.data() : nullptr, need_k ? dk.data() : nullptr,
+                                           need_v ? dv.data() : nullptr};
+        const Qkv<const T*> in = packed ? Qkv<const T*>::packed(node.input_value(0).data(), n)
+                                        : Qkv<const T*>{node.input_value(0).data(), node.input_value(1).data(),
+                                                        node.input_value(2).data()};
+        attention_backward<T>(d, node.grad.data(), ld, weights, P.data(), in, dropping ? D.data() : nullptr, n,
+                              alpha);
         if (need_q) node.input(0).accumulate_grad(std::move(dq));
         if (packed) return;
         if (need_k) node.input(1).accumulate_grad(std::move(dk));
