@@ -233,6 +233,23 @@ TEST(Module, SequentialNamesChildrenByPosition) {
   XGRAD_EXPECT_THROW_MSG((*seq)[7], "Sequential", "out of range");
 }
 
+TEST(Module, ModuleListHoldsModulesByPositionAndCastsThem) {
+  nn::ModuleList<double> list;
+  auto lin = list.push_back(std::make_shared<nn::Linear<double>>(2, 3));
+  list.push_back(std::make_shared<nn::ReLU<double>>());
+  EXPECT_EQ(list.size(), 2u);
+  EXPECT_EQ(list.state_dict().keys(), (std::vector<std::string>{"0.weight", "0.bias"}));
+  EXPECT_EQ(list.ptr<nn::Linear<double>>(0), lin);
+  XGRAD_EXPECT_THROW_MSG(list.ptr<nn::Linear<double>>(1), "ModuleList", "module 1 is a ReLU");
+  XGRAD_EXPECT_THROW_MSG(list[2], "ModuleList", "index 2 is out of range for 2 modules");
+  XGRAD_EXPECT_THROW_MSG(list.forward(input({1, 2})), "ModuleList has no single-input forward");
+  // TransformerEncoder's layers live in its `layers` list only: layer(i) is layers[i].
+  auto enc = small_encoder(2, false);
+  for (std::size_t i = 0; i < 2; ++i) EXPECT_EQ(enc->layer(i), (*enc->layers)[i]);
+  EXPECT_EQ(enc->num_layers(), enc->layers->size());
+  XGRAD_EXPECT_THROW_MSG(enc->layer(2), "ModuleList", "out of range");
+}
+
 TEST(Module, OptionsHavePyTorchDefaultsAndChain) {
   nn::TransformerEncoderLayerOptions o(4, 2);
   EXPECT_EQ(o.d_model(), 4);

@@ -349,3 +349,74 @@ TEST(MultiheadAttention, ShapeErrorsNameWhatWasExpected) {
   XGRAD_EXPECT_THROW_MSG(mha->forward(x, x, input({N, L + 1, E})), "key shape", "value shape");
   XGRAD_EXPECT_THROW_MSG(mha->forward(input({E}), x, x), "query must be");
 }
+
+TEST(MultiheadAttention, GradcheckThroughOutputAndWeightsTogether) {
+  // One function of both outputs: the gradient of the weights joins the output's in one backward.
+  for (bool batch_first : {true, false}) {
+    auto mha = make_mha(batch_first, /*dropout=*/0.2);
+    const Shape shape = batch_first ? Shape{N, L, E} : Shape{L, N, E};
+    for (const auto& c : mask_cases()) {
+      for (bool average : {true, false}) {
+        SCOPED_TRACE(std::string(c.name) + (batch_first ? ", batch_first" : ", seq first") +
+                     (average ? ", averaged" : ", per head"));
+        auto both = [&](const Inputs& in) {
+          manual_seed(99);  // the same dropout mask at every evaluation
+          auto [out, weights] = mha->forward(in[0], in[0], in[0], c.key_padding_mask, true, c.attn_mask, average,
+                                             c.is_causal);
+          return cat<double>({flatten(out), flatten(weights)}, 0);
+        };
+        expect_module_gradcheck(both, {input(shape, 21)}, mha->parameters());
+      }
+    }
+  }
+  // Cross-attention (separate q, k, v projections) and unbatched input, both outputs.
+  auto mha = make_mha(true);
+  expect_module_gradcheck(
+      [&](const Inputs& in) {
+        auto [out, weights] = mha->forward(in[0], in[1], in[2], key_padding(), true, {}, false);
+        return cat<double>({flatten(out), flatten(weights)}, 0);
+      },
+      {input({N, 3, E}, 22), input({N, L, E}, 23), input({N, L, E}, 24)}, mha->parameters());
+  expect_module_gradcheck(
+      [&](const Inputs& in) {
+        auto [out, weights] = mha->forward(in[0], in[0], in[0], BoolArray{false, true, false, false});
+        EXPECT_EQ(weights.shape(), (Shape{L, L}));
+        return cat<double>({flatten(out), flatten(weights)}, 0);
+      },
+      {input({L, E}, 25)}, mha->parameters());
+}
+
+TEST(MultiheadAttention, IsTheFunctionalFormOnItsParameters) {
+  for (bool batch_first : {true, false}) {
+    auto mha = make_mha(batch_first);
+    const Shape shape = batch_first ? Shape{N, L, E} : Shape{L, N, E};
+    auto x = input(shape, 26);
+    for (const auto& c : mask_cases()) {
+      SCOPED_TRACE(std::string(c.name) + (batch_first ? ", batch_first" : ", seq first"));
+      auto [out, weights] = mha->forward(x, x, x, c.key_padding_mask, true, c.attn_mask, false, c.is_causal);
+      auto [fout, fweights] = nn::functional::multi_head_attention_forward(
+          x, x, x,
+          nn::functional::MultiheadAttentionForwardFuncOptions<double>(
+              E, H, mha->in_proj_weight, mha->in_proj_bias, 0.0, mha->out_proj->weight, mha->out_proj->bias)
+              .key_padding_mask(c.key_padding_mask)
+              .attn_mask(c.attn_mask)
+              .average_attn_weights(false)
+              .is_causal(c.is_causal)
+              .batch_first(batch_first));
+      EXPECT_EQ(out.value(), fout.value());
+      EXPECT_EQ(weights.value(), fweights.value());
+    }
+  }
+  // training(false) turns dropout off, as the module's eval() does.
+  auto mha = make_mha(true, 0.5);
+  auto x = input({N, L, E}, 27);
+  auto opts = nn::functional::MultiheadAttentionForwardFuncOptions<double>(
+                  E, H, mha->in_proj_weight, mha->in_proj_bias, 0.5, mha->out_proj->weight, mha->out_proj->bias)
+                  .batch_first(true)
+                  .need_weights(false);
+  mha->eval();
+  EXPECT_EQ(nn::functional::multi_head_attention_forward(x, x, x, opts.training(false)).first.value(),
+            mha->forward(x, x, x, {}, false).first.value());
+  XGRAD_EXPECT_THROW_MSG(nn::functional::multi_head_attention_forward(x, x, x, opts.num_heads(4)), "embed_dim",
+                         "num_heads", "6", "4");
+}

@@ -1,7 +1,8 @@
 // F.scaled_dot_product_attention
 // (https://pytorch.org/docs/stable/generated/torch.nn.functional.scaled_dot_product_attention.html)
-// as one fused node: hand-derived forward and backward over contiguous data, gemm for the
-// products (llm.c's attention_forward / attention_backward), looped over the batch.
+// and the fused op behind it and nn.MultiheadAttention (attention.hpp): the mask normaliser, the
+// attention_forward / attention_backward kernel pair over contiguous buffers (llm.c's), gemm for
+// the products, batches split over threads, and the node that joins them.
 //
 // Per batch b (batch = product of the leading dims), q: (L, E), k: (S, E), v: (S, Ev):
 //   A  = scale * q k^T + M        (L, S)   M: the float mask, or -inf where masked (bool, causal)
@@ -9,14 +10,7 @@
 //                                          P = 0 (PyTorch gives NaN there on some paths)
 //   Pd = P * D                    (L, S)   D: dropout mask, 0 or 1/(1-p); D = 1 when p = 0
 //   O  = Pd v                     (L, Ev)
-// Backward from dO (L, Ev):
-//   dV  = Pd^T dO                 (S, Ev)
-//   dPd = dO v^T                  (L, S)
-//   dP  = dPd * D
-//   dA  = P * (dP - rowsum(dP * P))        zero wherever P = 0: masked keys and fully masked
-//                                          rows pass no gradient (and stay finite)
-//   dQ  = scale * dA k            (L, E)
-//   dK  = scale * dA^T q          (S, E)
+//   W  = Pd                       (L, S)   the weights, returned when asked for
 // A float mask is a constant array: it gets no gradient. A bool mask follows
 // nn.MultiheadAttention's convention, true = may NOT attend (ops.hpp, SEMANTICS.md); note that
 // torch's F.scaled_dot_product_attention reads its bool masks the other way (true = attend).
@@ -28,6 +22,8 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
+#include <xgrad/autograd/attention.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -35,9 +31,9 @@
 #include <string>
 #include <vector>
 
-#include <xgrad/autograd/broadcast.hpp>
+#include <xtensor/xbroadcast.hpp>
+
 #include <xgrad/autograd/gemm.hpp>
-#include <xgrad/autograd/ops.hpp>
 #include <xgrad/autograd/parallel.hpp>
 #include <xgrad/autograd/simd.hpp>
 
@@ -47,55 +43,156 @@ namespace {
 
 constexpr const char* kOp = "scaled_dot_product_attention";
 
-// "q (..), k (..), v (..)" for error messages, formatted only when a check fails.
-struct QkvShapes {
-  const Shape& q;
-  const Shape& k;
-  const Shape& v;
-};
-std::ostream& operator<<(std::ostream& s, const QkvShapes& g) {
-  return s << "q " << shape_str(g.q) << ", k " << shape_str(g.k) << ", v " << shape_str(g.v);
+// ---- the mask normaliser ----------------------------------------------------------------------
+
+std::size_t product(const Shape& s, std::size_t first, std::size_t last) {
+  std::size_t n = 1;
+  for (std::size_t d = first; d < last; ++d) n *= s[d];
+  return n;
 }
 
-// Where the (L, S) block of the mask for each batch starts, and its strides along L and S
-// (0 on broadcast dims).
-struct MaskLayout {
-  std::vector<std::size_t> batch_offset;
-  std::size_t stride_l = 0;
-  std::size_t stride_s = 0;
-};
+// A bool mask as the float mask it stands for: 0 where attended, -inf where masked.
+template <class T>
+Array<T> additive(const AttnMask<T>& m) {
+  if (!m.is_bool()) return m.float_mask();
+  const BoolArray& b = m.bool_mask();
+  Array<T> f = Array<T>::from_shape(b.shape());
+  std::transform(b.begin(), b.end(), f.begin(),
+                 [](bool masked) { return masked ? -std::numeric_limits<T>::infinity() : T(0); });
+  return f;
+}
 
-// mask broadcast (NumPy rules, no new dims beyond target's) against target = (..., L, S).
-MaskLayout mask_layout(const Shape& mask, const Shape& target, std::size_t batch, const QkvShapes& got) {
-  bool ok = mask.size() <= target.size();
-  for (std::size_t d = 0; ok && d < mask.size(); ++d) {
+// Calls f(array) on the bool or the float array of a non-empty mask; f returns an AttnMask.
+template <class T, class F>
+AttnMask<T> visit(const AttnMask<T>& m, F f) {
+  return m.is_bool() ? f(m.bool_mask()) : f(m.float_mask());
+}
+
+}  // namespace
+
+bool detail::mask_broadcasts_to(const Shape& mask, const Shape& target) {
+  if (mask.size() > target.size()) return false;
+  for (std::size_t d = 0; d < mask.size(); ++d) {
     const std::size_t md = mask[mask.size() - 1 - d], td = target[target.size() - 1 - d];
-    ok = md == td || md == 1;
+    if (md != td && md != 1) return false;
   }
-  XGRAD_CHECK(ok, kOp, ": attn_mask of shape ", mask, " cannot be broadcast to (..., L, S) = ", target,
-              " (", got, ")");
-  const std::vector<std::size_t> strides = detail::broadcast_strides(mask, target);
-  const std::size_t nd = target.size();
-  MaskLayout layout;
-  layout.stride_l = strides[nd - 2];
-  layout.stride_s = strides[nd - 1];
-  layout.batch_offset.resize(batch);
-  // Walk the leading dims row-major, carrying the offset along.
-  std::vector<std::size_t> idx(nd - 2, 0);
-  std::size_t offset = 0;
-  for (std::size_t b = 0; b < batch; ++b) {
-    layout.batch_offset[b] = offset;
-    for (std::size_t d = nd - 2; d-- > 0;) {
-      if (++idx[d] < target[d]) {
-        offset += strides[d];
-        break;
-      }
-      offset -= strides[d] * (idx[d] - 1);
-      idx[d] = 0;
-    }
-  }
-  return layout;
+  return true;
 }
+
+template <class T>
+bool detail::AttentionMask<T>::per_batch() const {
+  return !mask.empty() && (mask.is_bool() ? mask.bool_mask().dimension() : mask.float_mask().dimension()) == 3;
+}
+
+template <class T>
+detail::AttentionMask<T> detail::normalize_attention_mask(const Shape& target, const AttnMask<T>& attn_mask,
+                                                          const AttnMask<T>& key_padding_mask, bool is_causal) {
+  const std::size_t nd = target.size();
+  XGRAD_CHECK(nd >= 2, "attention mask: the logits must be (..., L, S), got ", target);
+  const std::size_t L = target[nd - 2], S = target[nd - 1], B = product(target, 0, nd - 2);
+  const Shape flat{B, L, S};
+
+  // Each given mask at target's rank, broadcastable to it (or a copy of it reshaped).
+  std::vector<AttnMask<T>> given;
+  if (!attn_mask.empty()) {
+    given.push_back(visit(attn_mask, [&](const auto& a) -> AttnMask<T> {
+      auto m = a;
+      if (shape_of(a) == flat && flat != target) m.reshape(target);  // (B, L, S) -> (lead..., L, S)
+      XGRAD_CHECK(mask_broadcasts_to(shape_of(m), target), "attention mask: attn_mask of shape ", a.shape(),
+                  " can neither be broadcast to (..., L, S) = ", target, " nor is it (B, L, S) = ", flat);
+      return m;
+    }));
+  }
+  if (!key_padding_mask.empty()) {
+    given.push_back(visit(key_padding_mask, [&](const auto& a) -> AttnMask<T> {
+      const Shape s = shape_of(a);
+      const bool batched = nd >= 3 && s == Shape{target[0], S};
+      XGRAD_CHECK(s == Shape{S} || batched, "attention mask: key_padding_mask must be (S) = (", S, ")",
+                  (nd >= 3 ? " or (N, S) = " + shape_str(Shape{target[0], S}) : std::string()), ", got ", s);
+      auto m = a;
+      if (batched) {  // (N, S) -> (N, 1, ..., 1, S)
+        Shape r(nd, 1);
+        r[0] = target[0];
+        r[nd - 1] = S;
+        m.reshape(r);
+      }
+      return m;
+    }));
+  }
+
+  // One (L, S) array unless some mask varies along the leading dims; then (B, L, S).
+  bool per_batch = false, all_bool = true;
+  for (const auto& m : given) {
+    const Shape ms = m.is_bool() ? shape_of(m.bool_mask()) : shape_of(m.float_mask());
+    per_batch = per_batch || (ms.size() > 2 && product(ms, 0, ms.size() - 2) > 1);
+    all_bool = all_bool && m.is_bool();
+  }
+  auto in_frame = [&](const auto& a) -> AttnMask<T> {
+    using A = std::decay_t<decltype(a)>;
+    if (per_batch) {
+      A full = xt::broadcast(a, target);
+      full.reshape(flat);
+      return full;
+    }
+    const Shape s = shape_of(a);  // its last two dims (1 when absent) broadcast to (L, S)
+    A two = a;
+    two.reshape(Shape{s.size() >= 2 ? s[s.size() - 2] : 1, s.empty() ? 1 : s.back()});
+    return A(xt::broadcast(two, Shape{L, S}));
+  };
+
+  AttentionMask<T> out;
+  out.is_causal = is_causal;
+  if (given.empty()) return out;
+  std::vector<AttnMask<T>> framed;
+  for (const auto& m : given) framed.push_back(visit(m, in_frame));
+  if (framed.size() == 1) {
+    out.mask = std::move(framed[0]);
+  } else if (all_bool) {
+    out.mask = BoolArray(framed[0].bool_mask() || framed[1].bool_mask());
+  } else {
+    out.mask = Array<T>(additive(framed[0]) + additive(framed[1]));
+  }
+  return out;
+}
+
+namespace {
+
+// ---- the kernels --------------------------------------------------------------------------------
+
+// Sizes of one call: B independent batches (one head of one sequence each), each with
+// q (L, E), k (S, E), v (S, Ev).
+struct Dims {
+  std::size_t B, L, S, E, Ev;
+};
+
+// q, k and v, or their gradients: three buffers, or the three blocks of one packed
+// (3, B, L, E) buffer (S = L, Ev = E).
+template <class Ptr>
+struct Qkv {
+  Ptr q, k, v;
+
+  static Qkv packed(Ptr base, const Dims& n) {
+    return {base, base + n.B * n.L * n.E, base + n.B * (n.L + n.S) * n.E};
+  }
+};
+
+// The normalised mask as the kernel reads it: row i of batch b starts at
+// b * batch_stride + i * S of bool_mask or float_mask (at most one is set).
+template <class T>
+struct MaskView {
+  const bool* bool_mask = nullptr;
+  const T* float_mask = nullptr;
+  std::size_t batch_stride = 0;  // L * S, or 0 when one (L, S) mask serves every batch
+  bool causal = false;
+
+  explicit MaskView(const detail::AttentionMask<T>& m, std::size_t L, std::size_t S)
+      : causal(m.is_causal) {
+    if (m.mask.empty()) return;
+    if (m.mask.is_bool()) bool_mask = m.mask.bool_mask().data();
+    else float_mask = m.mask.float_mask().data();
+    batch_stride = m.per_batch() ? L * S : 0;
+  }
+};
 
 // row <- softmax(row), max-subtracted; all zeros when every entry is -inf.
 template <class T>
@@ -111,174 +208,214 @@ void softmax_row(T* row, std::size_t n) {
 
 // Batches per thread chunk: at least ~64K multiply-adds of score work, so that tiny attention stays
 // on one thread. Each batch (one head of one sequence) is independent, with its own gemms.
-std::size_t batch_grain(std::size_t L, std::size_t S, std::size_t E) {
-  return std::max<std::size_t>(1, (std::size_t(1) << 16) / std::max<std::size_t>(1, L * S * E));
+std::size_t batch_grain(const Dims& n) {
+  return std::max<std::size_t>(1, (std::size_t(1) << 16) / std::max<std::size_t>(1, n.L * n.S * std::max(n.E, n.Ev)));
 }
 
-// The node of both entry points. inputs: {q, k, v}, or {qkv} when packed: qkv (3, lead..., L, E)
-// holds q, k and v one after the other (S = L, Ev = E). Shapes are checked by the caller.
+// q (B, L, E), k (B, S, E), v (B, S, Ev), D (B, L, S) dropout multipliers or null
+//   -> P (B, L, S): the probabilities before dropout (kept for the backward)
+//      out (B, L, ld): O in columns [0, Ev); with `weights`, W = Pd in columns [Ev, Ev + S)
 template <class T>
-Tensor<T> attention_node(std::vector<Tensor<T>> inputs, bool packed, const Shape& lead, std::size_t L,
-                         std::size_t S, std::size_t E, std::size_t Ev, const AttnMask<T>& attn_mask,
-                         double dropout_p, bool is_causal, std::optional<double> scale, Generator* generator,
-                         const QkvShapes& got) {
-  std::size_t batch = 1;
-  for (std::size_t d : lead) batch *= d;
-  const T alpha = T(scale ? *scale : 1.0 / std::sqrt(static_cast<double>(E)));
+void attention_forward(T* out, std::size_t ld, bool weights, T* P, const Qkv<const T*>& in, const T* D,
+                       const MaskView<T>& mask, const Dims& n, T alpha) {
+  const std::size_t L = n.L, S = n.S, E = n.E, Ev = n.Ev;
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  detail::parallel_for(n.B, batch_grain(n), [&](std::size_t b0, std::size_t b1) {
+    std::vector<T> dropped(D && !weights ? L * S : 0);  // Pd of one batch, when not in `out`
+    for (std::size_t b = b0; b < b1; ++b) {
+      const T* qb = in.q + b * L * E;
+      const T* kb = in.k + b * S * E;
+      const T* vb = in.v + b * S * Ev;
+      T* pb = P + b * L * S;
+      T* ob = out + b * L * ld;
+      // A = scale * q k^T
+      detail::gemm<T>(false, true, L, S, E, alpha, qb, E, kb, E, T(0), pb, S);
+      for (std::size_t i = 0; i < L; ++i) {
+        T* row = pb + i * S;
+        // A += M
+        if (mask.bool_mask) {
+          const bool* m = mask.bool_mask + b * mask.batch_stride + i * S;
+          for (std::size_t j = 0; j < S; ++j)
+            if (m[j]) row[j] = neg_inf;
+        } else if (mask.float_mask) {
+          const T* m = mask.float_mask + b * mask.batch_stride + i * S;
+          for (std::size_t j = 0; j < S; ++j) row[j] += m[j];
+        }
+        if (mask.causal)
+          for (std::size_t j = i + 1; j < S; ++j) row[j] = neg_inf;
+        // P = softmax(A)
+        softmax_row(row, S);
+      }
+      // Pd = P * D;  W = Pd
+      const T* pd = pb;
+      std::size_t ld_pd = S;
+      if (weights || D) {
+        T* dst = weights ? ob + Ev : dropped.data();
+        ld_pd = weights ? ld : S;
+        for (std::size_t i = 0; i < L; ++i) {
+          const T* p = pb + i * S;
+          T* w = dst + i * ld_pd;
+          if (D) {
+            const T* d = D + (b * L + i) * S;
+            for (std::size_t j = 0; j < S; ++j) w[j] = p[j] * d[j];
+          } else {
+            std::copy(p, p + S, w);
+          }
+        }
+        pd = dst;
+      }
+      // O = Pd v
+      detail::gemm<T>(false, false, L, Ev, S, T(1), pd, ld_pd, vb, Ev, T(0), ob, ld);
+    }
+  });
+}
 
-  Shape target = lead;  // (..., L, S)
-  target.push_back(L);
-  target.push_back(S);
-  MaskLayout layout;
-  if (!attn_mask.empty()) {
-    const Shape sm = attn_mask.is_bool() ? shape_of(attn_mask.bool_mask()) : shape_of(attn_mask.float_mask());
-    layout = mask_layout(sm, target, batch, got);
-  }
+// From dout (B, L, ld): dO in columns [0, Ev) and, with `weights`, dW in columns [Ev, Ev + S)
+//   -> d.q (B, L, E), d.k (B, S, E), d.v (B, S, Ev), each overwritten; null ones are skipped.
+// P, in = (q, k, v), D and the sizes are attention_forward's.
+template <class T>
+void attention_backward(const Qkv<T*>& d, const T* dout, std::size_t ld, bool weights, const T* P,
+                        const Qkv<const T*>& in, const T* D, const Dims& n, T alpha) {
+  const std::size_t L = n.L, S = n.S, E = n.E, Ev = n.Ev;
+  const bool need_scores = d.q || d.k;
+  detail::parallel_for(n.B, batch_grain(n), [&](std::size_t b0, std::size_t b1) {
+    std::vector<T> dA(need_scores ? L * S : 0);
+    std::vector<T> dropped(D && d.v ? L * S : 0);
+    for (std::size_t b = b0; b < b1; ++b) {
+      const T* pb = P + b * L * S;
+      const T* db = D ? D + b * L * S : nullptr;
+      const T* dOb = dout + b * L * ld;
+      const T* vb = in.v + b * S * Ev;
+      if (d.v) {
+        // dV = Pd^T dO                          <- O = Pd v
+        const T* pd = pb;
+        if (D) {
+          for (std::size_t m = 0; m < L * S; ++m) dropped[m] = pb[m] * db[m];
+          pd = dropped.data();
+        }
+        detail::gemm<T>(true, false, S, Ev, L, T(1), pd, S, dOb, ld, T(0), d.v + b * S * Ev, Ev);
+      }
+      if (!need_scores) continue;
+      // dPd = dO v^T + dW                       <- O = Pd v;  W = Pd
+      detail::gemm<T>(false, true, L, S, Ev, T(1), dOb, ld, vb, Ev, T(0), dA.data(), S);
+      for (std::size_t i = 0; i < L; ++i) {
+        T* g = dA.data() + i * S;
+        const T* p = pb + i * S;
+        if (weights) {
+          const T* dw = dOb + i * ld + Ev;
+          for (std::size_t j = 0; j < S; ++j) g[j] += dw[j];
+        }
+        // dP = dPd * D                          <- Pd = P * D
+        if (db) {
+          const T* m = db + i * S;
+          for (std::size_t j = 0; j < S; ++j) g[j] *= m[j];
+        }
+        // dA = P * (dP - rowsum(dP * P))        <- P = softmax(A); zero wherever P = 0: masked
+        //                                          keys and fully masked rows pass no gradient
+        const T gp = detail::simd_dot(g, p, S);
+        for (std::size_t j = 0; j < S; ++j) g[j] = p[j] * (g[j] - gp);
+      }
+      // dQ = scale * dA k;  dK = scale * dA^T q  <- A = scale * q k^T
+      if (d.q) detail::gemm<T>(false, false, L, E, S, alpha, dA.data(), S, in.k + b * S * E, E, T(0), d.q + b * L * E, E);
+      if (d.k) detail::gemm<T>(true, false, S, E, L, alpha, dA.data(), S, in.q + b * L * E, E, T(0), d.k + b * S * E, E);
+    }
+  });
+}
 
-  Shape out_shape = lead;  // (..., L, Ev)
-  out_shape.push_back(L);
-  out_shape.push_back(Ev);
-  Array<T> out = empty_array<T>(out_shape);
-  Array<T> P = empty_array<T>({batch, L, S});  // softmax probabilities, before dropout
-  Array<T> D;                                  // dropout mask (batch, L, S); empty when p = 0
-  const bool dropping = dropout_p > 0.0;
-  // Nothing to compute: no queries, no keys (every row fully masked: O = 0) or Ev = 0.
-  const bool trivial = out.size() == 0 || S == 0;
+// ---- the node -----------------------------------------------------------------------------------
 
+// The leading dims of q, k and v, and the sizes they give.
+struct Layout {
+  Shape lead;
+  Dims n;
+};
+
+// (lead..., L, S): the logits' shape, which masks broadcast to.
+Shape logits_shape(const Layout& l) {
+  Shape t = l.lead;
+  t.push_back(l.n.L);
+  t.push_back(l.n.S);
+  return t;
+}
+
+// The op over inputs {q, k, v}, or {qkv} when packed: qkv (3, lead..., L, E) holds q, k and v
+// one after the other (S = L, Ev = E). Shapes are checked by the callers.
+template <class T>
+std::pair<Tensor<T>, Tensor<T>> attention_node(std::vector<Tensor<T>> inputs, const Layout& layout,
+                                               const detail::AttentionArgs<T>& args) {
+  const Dims& n = layout.n;
+  const bool packed = inputs.size() == 1, weights = args.need_weights;
+  const T alpha = T(args.scale ? *args.scale : 1.0 / std::sqrt(static_cast<double>(n.E)));
+  const std::size_t ld = n.Ev + (weights ? n.S : 0);  // a row of the node's value: [O | W]
+
+  const bool dropping = args.dropout_p > 0.0;
+  Array<T> D;  // dropout multipliers (B, L, S), drawn in row-major order; unused when p = 0
   if (dropping) {
-    D = empty_array<T>({batch, L, S});
+    D = empty_array<T>({n.B, n.L, n.S});
     T* pd = D.data();
-    if (dropout_p == 1.0) {
+    if (args.dropout_p == 1.0) {
       std::fill(pd, pd + D.size(), T(0));
     } else {
-      Generator& gen = generator ? *generator : default_generator();
-      const T keep_scale = T(1.0 / (1.0 - dropout_p));
-      for (std::size_t i = 0, n = D.size(); i < n; ++i) pd[i] = T(gen.uniform() >= dropout_p) * keep_scale;
+      Generator& gen = args.generator ? *args.generator : default_generator();
+      const T keep_scale = T(1.0 / (1.0 - args.dropout_p));
+      for (std::size_t i = 0, m = D.size(); i < m; ++i) pd[i] = T(gen.uniform() >= args.dropout_p) * keep_scale;
     }
   }
 
-  if (trivial) {
-    std::fill(out.data(), out.data() + out.size(), T(0));
-    std::fill(P.data(), P.data() + P.size(), T(0));
-  } else {
-    const T* qd = inputs[0].value().data();
-    const T* kd = packed ? qd + batch * L * E : inputs[1].value().data();
-    const T* vd = packed ? kd + batch * S * E : inputs[2].value().data();
-    const bool* bool_mask = !attn_mask.empty() && attn_mask.is_bool() ? attn_mask.bool_mask().data() : nullptr;
-    const T* float_mask = !attn_mask.empty() && !attn_mask.is_bool() ? attn_mask.float_mask().data() : nullptr;
-    const T neg_inf = -std::numeric_limits<T>::infinity();
-    detail::parallel_for(batch, batch_grain(L, S, std::max(E, Ev)), [&](std::size_t b0, std::size_t b1) {
-      std::vector<T> dropped(dropping ? L * S : 0);  // Pd of one batch
-      for (std::size_t b = b0; b < b1; ++b) {
-        const T* qb = qd + b * L * E;
-        const T* kb = kd + b * S * E;
-        const T* vb = vd + b * S * Ev;
-        T* pb = P.data() + b * L * S;
-        // A = scale * q k^T
-        detail::gemm<T>(false, true, L, S, E, alpha, qb, E, kb, E, T(0), pb, S);
-        for (std::size_t i = 0; i < L; ++i) {
-          T* row = pb + i * S;
-          if (bool_mask) {
-            const bool* m = bool_mask + layout.batch_offset[b] + i * layout.stride_l;
-            for (std::size_t j = 0; j < S; ++j)
-              if (m[j * layout.stride_s]) row[j] = neg_inf;
-          } else if (float_mask) {
-            const T* m = float_mask + layout.batch_offset[b] + i * layout.stride_l;
-            for (std::size_t j = 0; j < S; ++j) row[j] += m[j * layout.stride_s];
-          } else if (is_causal) {
-            for (std::size_t j = i + 1; j < S; ++j) row[j] = neg_inf;
-          }
-          softmax_row(row, S);
-        }
-        const T* pv = pb;
-        if (dropping) {
-          const T* db = D.data() + b * L * S;
-          for (std::size_t n = 0; n < L * S; ++n) dropped[n] = pb[n] * db[n];
-          pv = dropped.data();
-        }
-        // O = Pd v
-        detail::gemm<T>(false, false, L, Ev, S, T(1), pv, S, vb, Ev, T(0), out.data() + b * L * Ev, Ev);
-      }
-    });
-  }
+  Shape out_shape = layout.lead;  // (lead..., L, ld)
+  out_shape.push_back(n.L);
+  out_shape.push_back(ld);
+  Array<T> out = empty_array<T>(out_shape);
+  Array<T> P = empty_array<T>({n.B, n.L, n.S});
+  const Qkv<const T*> in = packed ? Qkv<const T*>::packed(inputs[0].value().data(), n)
+                                  : Qkv<const T*>{inputs[0].value().data(), inputs[1].value().data(),
+                                                  inputs[2].value().data()};
+  attention_forward<T>(out.data(), ld, weights, P.data(), in, dropping ? D.data() : nullptr,
+                       MaskView<T>(args.mask, n.L, n.S), n, alpha);
 
-  return make_result<T>(
+  Tensor<T> y = make_result<T>(
       kOp, std::move(out), std::move(inputs),
-      [P = std::move(P), D = std::move(D), alpha, batch, L, S, E, Ev, dropping, trivial, packed](Node<T>& node) {
+      [P = std::move(P), D = std::move(D), alpha, n, ld, weights, packed, dropping](Node<T>& node) {
         const bool need_q = node.input_needs_grad(0), need_k = node.input_needs_grad(packed ? 0 : 1),
                    need_v = node.input_needs_grad(packed ? 0 : 2);
-        // dq, dk, dv: three arrays, or one (3, ..., L, E) array for the packed input.
+        // dq, dk, dv: three arrays, or one (3, lead..., L, E) array for the packed input.
         Array<T> dq, dk, dv;
         if (need_q) dq = Array<T>::from_shape(node.input_value(0).shape());
         if (need_k && !packed) dk = Array<T>::from_shape(node.input_value(1).shape());
         if (need_v && !packed) dv = Array<T>::from_shape(node.input_value(2).shape());
-        T* dqp = need_q ? dq.data() : nullptr;
-        T* dkp = packed ? (need_q ? dqp + batch * L * E : nullptr) : (need_k ? dk.data() : nullptr);
-        T* dvp = packed ? (need_q ? dkp + batch * S * E : nullptr) : (need_v ? dv.data() : nullptr);
-        if (trivial) {
-          if (need_q) dq.fill(T(0));
-          if (need_k && !packed) dk.fill(T(0));
-          if (need_v && !packed) dv.fill(T(0));
-        } else {
-          const T* qd = node.input_value(0).data();
-          const T* kd = packed ? qd + batch * L * E : node.input_value(1).data();
-          const T* vd = packed ? kd + batch * S * E : node.input_value(2).data();
-          const T* dO = node.grad.data();
-          const bool need_scores = need_q || need_k;
-          detail::parallel_for(batch, batch_grain(L, S, std::max(E, Ev)), [&](std::size_t b0, std::size_t b1) {
-            std::vector<T> dA(need_scores ? L * S : 0);
-            std::vector<T> dropped(dropping && need_v ? L * S : 0);
-            for (std::size_t b = b0; b < b1; ++b) {
-              const T* pb = P.data() + b * L * S;
-              const T* db = dropping ? D.data() + b * L * S : nullptr;
-              const T* dOb = dO + b * L * Ev;
-              if (need_v) {
-                // dV = Pd^T dO
-                const T* pv = pb;
-                if (dropping) {
-                  for (std::size_t n = 0; n < L * S; ++n) dropped[n] = pb[n] * db[n];
-                  pv = dropped.data();
-                }
-                detail::gemm<T>(true, false, S, Ev, L, T(1), pv, S, dOb, Ev, T(0), dvp + b * S * Ev, Ev);
-              }
-              if (!need_scores) continue;
-              // dPd = dO v^T, then dA = P * (dP - rowsum(dP * P)) with dP = dPd * D
-              detail::gemm<T>(false, true, L, S, Ev, T(1), dOb, Ev, vd + b * S * Ev, Ev, T(0), dA.data(), S);
-              for (std::size_t i = 0; i < L; ++i) {
-                T* g = dA.data() + i * S;
-                const T* p = pb + i * S;
-                if (dropping) {
-                  const T* m = db + i * S;
-                  for (std::size_t j = 0; j < S; ++j) g[j] *= m[j];
-                }
-                const T gp = detail::simd_dot(g, p, S);
-                for (std::size_t j = 0; j < S; ++j) g[j] = p[j] * (g[j] - gp);
-              }
-              // dQ = scale * dA k;  dK = scale * dA^T q
-              if (need_q)
-                detail::gemm<T>(false, false, L, E, S, alpha, dA.data(), S, kd + b * S * E, E, T(0),
-                                dqp + b * L * E, E);
-              if (need_k)
-                detail::gemm<T>(true, false, S, E, L, alpha, dA.data(), S, qd + b * L * E, E, T(0),
-                                dkp + b * S * E, E);
-            }
-          });
-        }
+        const Qkv<T*> d = packed ? (need_q ? Qkv<T*>::packed(dq.data(), n) : Qkv<T*>{nullptr, nullptr, nullptr})
+                                 : Qkv<T*>{need_q ? dq.data() : nullptr, need_k ? dk.data() : nullptr,
+                                           need_v ? dv.data() : nullptr};
+        const Qkv<const T*> in = packed ? Qkv<const T*>::packed(node.input_value(0).data(), n)
+                                        : Qkv<const T*>{node.input_value(0).data(), node.input_value(1).data(),
+                                                        node.input_value(2).data()};
+        attention_backward<T>(d, node.grad.data(), ld, weights, P.data(), in, dropping ? D.data() : nullptr, n,
+                              alpha);
         if (need_q) node.input(0).accumulate_grad(std::move(dq));
         if (packed) return;
         if (need_k) node.input(1).accumulate_grad(std::move(dk));
         if (need_v) node.input(2).accumulate_grad(std::move(dv));
       });
+  if (!weights) return {y, Tensor<T>()};
+  const auto Ev = static_cast<std::int64_t>(n.Ev), S = static_cast<std::int64_t>(n.S);
+  return {narrow(y, -1, 0, Ev), narrow(y, -1, Ev, S)};
 }
 
-}  // namespace
+// ---- argument checks ----------------------------------------------------------------------------
 
-template <class T>
-Tensor<T> scaled_dot_product_attention(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v,
-                                       const AttnMask<T>& attn_mask, double dropout_p, bool is_causal,
-                                       std::optional<double> scale, Generator* generator) {
-  const Shape sq = q.shape(), sk = k.shape(), sv = v.shape();
-  const QkvShapes got{sq, sk, sv};
+// "q (..), k (..), v (..)" for error messages, formatted only when a check fails.
+struct QkvShapes {
+  const Shape& q;
+  const Shape& k;
+  const Shape& v;
+};
+std::ostream& operator<<(std::ostream& s, const QkvShapes& g) {
+  return s << "q " << shape_str(g.q) << ", k " << shape_str(g.k) << ", v " << shape_str(g.v);
+}
+
+// q (lead..., L, E), k (lead..., S, E), v (lead..., S, Ev), checked.
+Layout layout_of(const QkvShapes& got) {
+  const Shape &sq = got.q, &sk = got.k, &sv = got.v;
   const std::size_t nd = sq.size();
   XGRAD_CHECK(nd >= 2 && sk.size() == nd && sv.size() == nd, kOp,
               ": expected q (..., L, E), k (..., S, E) and v (..., S, Ev) of the same rank, at least 2, got ", got);
@@ -287,35 +424,100 @@ Tensor<T> scaled_dot_product_attention(const Tensor<T>& q, const Tensor<T>& k, c
   XGRAD_CHECK(sk[nd - 1] == sq[nd - 1], kOp, ": q and k must have the same embedding size E, got ", got);
   XGRAD_CHECK(sv[nd - 2] == sk[nd - 2], kOp, ": k and v must have the same sequence length S, got ", got);
   XGRAD_CHECK(sq[nd - 1] > 0, kOp, ": the embedding size E must be positive, got ", got);
-  XGRAD_CHECK(!(is_causal && !attn_mask.empty()), kOp,
-              ": explicit attn_mask should not be set when is_causal=true (", got, ")");
+  Shape lead(sq.begin(), sq.end() - 2);
+  const std::size_t B = product(lead, 0, lead.size());
+  return {std::move(lead), Dims{B, sq[nd - 2], sk[nd - 2], sq[nd - 1], sv[nd - 1]}};
+}
+
+// A packed qkv (3, lead..., L, E), checked; `one` receives the shape of each of q, k and v.
+Layout packed_layout(const Shape& s, Shape& one) {
+  XGRAD_CHECK(s.size() >= 3 && s[0] == 3 && s.back() > 0, kOp, ": expected a packed qkv of shape (3, ..., L, E), got ",
+              s);
+  one.assign(s.begin() + 1, s.end());
+  return layout_of(QkvShapes{one, one, one});
+}
+
+void check_dropout(double dropout_p) {
   XGRAD_CHECK(dropout_p >= 0.0 && dropout_p <= 1.0, kOp, ": dropout_p has to be between 0 and 1, but got ",
               dropout_p);
-
-  return attention_node<T>({q, k, v}, false, Shape(sq.begin(), sq.end() - 2), sq[nd - 2], sk[nd - 2], sq[nd - 1],
-                           sv[nd - 1], attn_mask, dropout_p, is_causal, scale, generator, got);
 }
+
+// scaled_dot_product_attention's arguments -> the op's.
+template <class T>
+detail::AttentionArgs<T> sdpa_args(const Layout& layout, const AttnMask<T>& attn_mask, double dropout_p,
+                                   bool is_causal, std::optional<double> scale, Generator* generator,
+                                   const QkvShapes& got) {
+  XGRAD_CHECK(!(is_causal && !attn_mask.empty()), kOp, ": explicit attn_mask should not be set when is_causal=true (",
+              got, ")");
+  check_dropout(dropout_p);
+  const Shape target = logits_shape(layout);
+  if (!attn_mask.empty()) {
+    const Shape sm = attn_mask.is_bool() ? shape_of(attn_mask.bool_mask()) : shape_of(attn_mask.float_mask());
+    XGRAD_CHECK(detail::mask_broadcasts_to(sm, target), kOp, ": attn_mask of shape ", sm,
+                " cannot be broadcast to (..., L, S) = ", target, " (", got, ")");
+  }
+  detail::AttentionArgs<T> args;
+  args.mask = detail::normalize_attention_mask<T>(target, attn_mask, {}, is_causal);
+  args.dropout_p = dropout_p;
+  args.scale = scale;
+  args.generator = generator;
+  return args;
+}
+
+}  // namespace
+
+template <class T>
+std::pair<Tensor<T>, Tensor<T>> detail::attention(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v,
+                                                  const AttentionArgs<T>& args) {
+  const Shape sq = q.shape(), sk = k.shape(), sv = v.shape();
+  const Layout layout = layout_of(QkvShapes{sq, sk, sv});
+  check_dropout(args.dropout_p);
+  return attention_node<T>({q, k, v}, layout, args);
+}
+
+template <class T>
+std::pair<Tensor<T>, Tensor<T>> detail::attention_packed(const Tensor<T>& qkv, const AttentionArgs<T>& args) {
+  Shape one;
+  const Layout layout = packed_layout(qkv.shape(), one);
+  check_dropout(args.dropout_p);
+  return attention_node<T>({qkv}, layout, args);
+}
+
+template <class T>
+Tensor<T> scaled_dot_product_attention(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v,
+                                       const AttnMask<T>& attn_mask, double dropout_p, bool is_causal,
+                                       std::optional<double> scale, Generator* generator) {
+  const Shape sq = q.shape(), sk = k.shape(), sv = v.shape();
+  const QkvShapes got{sq, sk, sv};
+  const Layout layout = layout_of(got);
+  return attention_node<T>({q, k, v}, layout,
+                           sdpa_args(layout, attn_mask, dropout_p, is_causal, scale, generator, got))
+      .first;
+}
+
 template <class T>
 Tensor<T> detail::self_attention_packed(const Tensor<T>& qkv, const AttnMask<T>& attn_mask, double dropout_p,
                                         bool is_causal, Generator* generator) {
-  const Shape s = qkv.shape();
-  XGRAD_CHECK(s.size() >= 3 && s[0] == 3 && s.back() > 0, kOp, ": expected a packed qkv of shape (3, ..., L, E), got ",
-              s);
-  XGRAD_CHECK(!(is_causal && !attn_mask.empty()), kOp, ": explicit attn_mask should not be set when is_causal=true");
-  XGRAD_CHECK(dropout_p >= 0.0 && dropout_p <= 1.0, kOp, ": dropout_p has to be between 0 and 1, but got ",
-              dropout_p);
-  const Shape one(s.begin() + 1, s.end());  // the shape of each of q, k, v
-  const std::size_t nd = one.size();
-  return attention_node<T>({qkv}, true, Shape(one.begin(), one.end() - 2), one[nd - 2], one[nd - 2], one[nd - 1],
-                           one[nd - 1], attn_mask, dropout_p, is_causal, std::nullopt, generator,
-                           QkvShapes{one, one, one});
+  Shape one;
+  const Layout layout = packed_layout(qkv.shape(), one);
+  return attention_node<T>({qkv}, layout,
+                           sdpa_args(layout, attn_mask, dropout_p, is_causal, std::nullopt, generator,
+                                     QkvShapes{one, one, one}))
+      .first;
 }
 
-#define XGRAD_INSTANTIATE(T)                                                                          \
-  template Tensor<T> scaled_dot_product_attention<T>(const Tensor<T>&, const Tensor<T>&, const Tensor<T>&, \
-                                                     const AttnMask<T>&, double, bool, std::optional<double>, \
-                                                     Generator*);                                             \
-  template Tensor<T> detail::self_attention_packed<T>(const Tensor<T>&, const AttnMask<T>&, double, bool,      \
+#define XGRAD_INSTANTIATE(T)                                                                                   \
+  template struct detail::AttentionMask<T>;                                                                    \
+  template detail::AttentionMask<T> detail::normalize_attention_mask<T>(const Shape&, const AttnMask<T>&,     \
+                                                                        const AttnMask<T>&, bool);             \
+  template std::pair<Tensor<T>, Tensor<T>> detail::attention<T>(const Tensor<T>&, const Tensor<T>&,           \
+                                                                const Tensor<T>&, const AttentionArgs<T>&);    \
+  template std::pair<Tensor<T>, Tensor<T>> detail::attention_packed<T>(const Tensor<T>&,                      \
+                                                                       const AttentionArgs<T>&);               \
+  template Tensor<T> scaled_dot_product_attention<T>(const Tensor<T>&, const Tensor<T>&, const Tensor<T>&,      \
+                                                     const AttnMask<T>&, double, bool, std::optional<double>,  \
+                                                     Generator*);                                              \
+  template Tensor<T> detail::self_attention_packed<T>(const Tensor<T>&, const AttnMask<T>&, double, bool,       \
                                                       Generator*);
 XGRAD_INSTANTIATE(float)
 XGRAD_INSTANTIATE(double)

@@ -190,7 +190,8 @@ class AttnMask {
 // leading dims equal. softmax(q k^T * scale + mask) v with scale = 1/sqrt(E) by default; the
 // mask broadcasts to (..., L, S); is_causal masks keys after each query (and may not be combined
 // with attn_mask). Dropout with dropout_p on the probabilities. One fused node; a query whose
-// keys are all masked gets a zero output and finite (zero) gradients.
+// keys are all masked gets a zero output and finite (zero) gradients. The op behind it, which
+// can also return the probabilities (MultiheadAttention's need_weights), is in attention.hpp.
 template <class T>
 Tensor<T> scaled_dot_product_attention(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v,
                                        const AttnMask<T>& attn_mask = {}, double dropout_p = 0.0,
@@ -198,7 +199,7 @@ Tensor<T> scaled_dot_product_attention(const Tensor<T>& q, const Tensor<T>& k, c
                                        Generator* generator = nullptr);
 namespace detail {
 // Self-attention on a packed qkv (3, ..., L, E): q, k and v are its three blocks, one node with
-// one gradient (MultiheadAttention's fast path); otherwise scaled_dot_product_attention.
+// one gradient; otherwise scaled_dot_product_attention (attention.hpp's attention_packed).
 template <class T>
 Tensor<T> self_attention_packed(const Tensor<T>& qkv, const AttnMask<T>& attn_mask = {}, double dropout_p = 0.0,
                                 bool is_causal = false, Generator* generator = nullptr);

@@ -1,29 +1,28 @@
 #include <xgrad/nn/sequential.hpp>
 
-namespace xgrad::nn {
+namespace xgrad {
+
+template <class T>
+const std::shared_ptr<nn::Module<T>>& detail::ModuleSequence<T>::operator[](std::size_t i) const {
+  XGRAD_CHECK(i < modules_.size(), this->name(), ": index ", i, " is out of range for ", modules_.size(), " modules");
+  return modules_[i];
+}
+
+template class detail::ModuleSequence<float>;
+template class detail::ModuleSequence<double>;
+
+namespace nn {
 
 template <class T>
 Sequential<T>::Sequential(const std::vector<std::shared_ptr<Module<T>>>& modules) : Sequential() {
-  for (const auto& m : modules) push_back(m);
-}
-
-template <class T>
-const std::shared_ptr<Module<T>>& Sequential<T>::operator[](std::size_t i) const {
-  XGRAD_CHECK(i < modules_.size(), "Sequential: index ", i, " is out of range for ", modules_.size(), " modules");
-  return modules_[i];
+  for (const auto& m : modules) this->push_back(m);
 }
 
 template <class T>
 Tensor<T> Sequential<T>::forward(const Tensor<T>& input) {
   Tensor<T> x = input;
-  for (const auto& m : modules_) x = m->forward(x);
+  for (const auto& m : this->modules()) x = m->forward(x);
   return x;
-}
-
-template <class T>
-const std::shared_ptr<Module<T>>& ModuleList<T>::operator[](std::size_t i) const {
-  XGRAD_CHECK(i < modules_.size(), "ModuleList: index ", i, " is out of range for ", modules_.size(), " modules");
-  return modules_[i];
 }
 
 template class Sequential<float>;
@@ -31,4 +30,5 @@ template class Sequential<double>;
 template class ModuleList<float>;
 template class ModuleList<double>;
 
-}  // namespace xgrad::nn
+}  // namespace nn
+}  // namespace xgrad

@@ -65,24 +65,22 @@ TransformerEncoder<T>::TransformerEncoder(const std::shared_ptr<TransformerEncod
     auto layer = std::make_shared<TransformerEncoderLayer<T>>(encoder_layer->options());
     layer->load_state_dict(values);
     layer->train(encoder_layer->is_training());
-    layer_list_.push_back(layers->push_back(layer));
+    layers->push_back(layer);
   }
   default_generator().set_state(rng);
   if (norm_module) norm = this->register_module("norm", std::move(norm_module));
 }
 
 template <class T>
-const std::shared_ptr<TransformerEncoderLayer<T>>& TransformerEncoder<T>::layer(std::size_t i) const {
-  XGRAD_CHECK(i < layer_list_.size(), "TransformerEncoder: layer ", i, " is out of range for ", layer_list_.size(),
-              " layers");
-  return layer_list_[i];
+std::shared_ptr<TransformerEncoderLayer<T>> TransformerEncoder<T>::layer(std::size_t i) const {
+  return layers->template ptr<TransformerEncoderLayer<T>>(i);
 }
 
 template <class T>
 Tensor<T> TransformerEncoder<T>::forward(const Tensor<T>& src, const AttnMask<T>& mask,
                                          const AttnMask<T>& src_key_padding_mask, bool is_causal) {
   Tensor<T> x = src;
-  for (const auto& layer : layer_list_) x = layer->forward(x, mask, src_key_padding_mask, is_causal);
+  for (std::size_t i = 0; i < layers->size(); ++i) x = layer(i)->forward(x, mask, src_key_padding_mask, is_causal);
   if (norm) x = norm->forward(x);
   return x;
 }

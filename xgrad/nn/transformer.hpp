@@ -87,14 +87,12 @@ class TransformerEncoder : public Module<T> {
                     bool is_causal = false);
   Tensor<T> forward(const Tensor<T>& src) override { return forward(src, AttnMask<T>()); }
 
-  std::size_t num_layers() const { return layer_list_.size(); }
-  const std::shared_ptr<TransformerEncoderLayer<T>>& layer(std::size_t i) const;
+  std::size_t num_layers() const { return layers->size(); }
+  // layers[i] as the TransformerEncoderLayer it is.
+  std::shared_ptr<TransformerEncoderLayer<T>> layer(std::size_t i) const;
 
   std::shared_ptr<ModuleList<T>> layers;
   std::shared_ptr<Module<T>> norm;  // null when absent
-
- private:
-  std::vector<std::shared_ptr<TransformerEncoderLayer<T>>> layer_list_;
 };
 
 extern template class TransformerEncoderLayer<float>;
