@@ -82,6 +82,15 @@ Outcome module_check(const nn::Module<double>& module, const T64& x, const std::
           xgrad::gradcheck_parameters(evaluate, tensors, options)};
 }
 
+// A module's evaluation with the default generator re-seeded first, so that every evaluation
+// draws the same dropout masks.
+std::function<T64()> reseeded(std::uint64_t seed, std::function<T64()> evaluate) {
+  return [=] {
+    xgrad::manual_seed(seed + 7);
+    return evaluate();
+  };
+}
+
 // One input x (B, L, D); `call` says what is computed from it.
 Check unary(const std::string& name, const std::string& call, T64 (*op)(const T64&), Values values = Values::normal) {
   return {name, call + ", x (B, L, D)", [=](const Sizes& s, const xgrad::GradcheckOptions& o) {
@@ -308,8 +317,7 @@ std::vector<Check> all_checks() {
                  xgrad::manual_seed(s.seed);
                  auto m = std::make_shared<nn::Linear<double>>(s.D, s.F);
                  const T64 x = Maker(s.seed)({s.B, s.L, s.D});
-                 return module_check(
-                     *m, x, [=] { return m->forward(x); }, o);
+                 return module_check(*m, x, [=] { return m->forward(x); }, o);
                }});
   c.push_back({"nn.LayerNorm", "LayerNorm(D) on (B, L, D)", [](const Sizes& s, const O& o) {
                  auto m = std::make_shared<nn::LayerNorm<double>>(s.D);
@@ -317,39 +325,29 @@ std::vector<Check> all_checks() {
                  m->weight.mutable_value() = make({s.D}).value();  // not the ones and zeros of the init
                  m->bias.mutable_value() = make({s.D}).value();
                  const T64 x = make({s.B, s.L, s.D});
-                 return module_check(
-                     *m, x, [=] { return m->forward(x); }, o);
+                 return module_check(*m, x, [=] { return m->forward(x); }, o);
                }});
   c.push_back({"nn.GELU", "GELU() on (B, L, D)", [](const Sizes& s, const O& o) {
                  auto m = std::make_shared<nn::GELU<double>>();
                  const T64 x = Maker(s.seed)({s.B, s.L, s.D});
-                 return module_check(
-                     *m, x, [=] { return m->forward(x); }, o);
+                 return module_check(*m, x, [=] { return m->forward(x); }, o);
                }});
   c.push_back({"nn.ReLU", "ReLU() on (B, L, D)", [](const Sizes& s, const O& o) {
                  auto m = std::make_shared<nn::ReLU<double>>();
                  const T64 x = Maker(s.seed)({s.B, s.L, s.D}, Values::away_from_zero);
-                 return module_check(
-                     *m, x, [=] { return m->forward(x); }, o);
+                 return module_check(*m, x, [=] { return m->forward(x); }, o);
                }});
   c.push_back({"nn.Dropout", "Dropout(0.3) in training, default generator re-seeded", [](const Sizes& s, const O& o) {
                  auto m = std::make_shared<nn::Dropout<double>>(0.3);
                  const T64 x = Maker(s.seed)({s.B, s.L, s.D});
-                 return module_check(
-                     *m, x,
-                     [=] {
-                       xgrad::manual_seed(s.seed + 7);
-                       return m->forward(x);
-                     },
-                     o);
+                 return module_check(*m, x, reseeded(s.seed, [=] { return m->forward(x); }), o);
                }});
   c.push_back({"nn.Embedding", "Embedding(C, D) on indices (B, L), then tanh", [](const Sizes& s, const O& o) {
                  xgrad::manual_seed(s.seed);
                  auto m = std::make_shared<nn::Embedding<double>>(s.C, s.D);
                  const IndexArray idx = Maker(s.seed).indices({s.B, s.L}, s.C);
                  // The input is indices: only the weight is checked.
-                 return module_check(
-                     *m, T64(), [=] { return xgrad::tanh(m->forward(idx)); }, o, "indices (B, L)");
+                 return module_check(*m, T64(), [=] { return xgrad::tanh(m->forward(idx)); }, o, "indices (B, L)");
                }});
   c.push_back({"nn.MultiheadAttention", "MultiheadAttention(D, H, dropout 0.1), batch_first, key padding, weights",
                [](const Sizes& s, const O& o) {
@@ -362,12 +360,10 @@ std::vector<Check> all_checks() {
                  xgrad::BoolArray padding = xgrad::BoolArray(xt::zeros<bool>({s.B, s.L}));
                  padding(0, s.L - 1) = true;  // the last key of the first sequence
                  return module_check(
-                     *m, x,
-                     [=] {
-                       xgrad::manual_seed(s.seed + 7);
+                     *m, x, reseeded(s.seed, [=] {
                        auto [out, weights] = m->forward(x, x, x, padding);
                        return xgrad::sum(out * out) + xgrad::sum(weights * weights);
-                     },
+                     }),
                      o);
                }});
   const auto encoder_layer = [](const Sizes& s, bool norm_first) {
@@ -386,13 +382,7 @@ std::vector<Check> all_checks() {
                    xgrad::manual_seed(s.seed);
                    auto m = encoder_layer(s, norm_first);
                    const T64 x = Maker(s.seed)({s.B, s.L, s.D});
-                   return module_check(
-                       *m, x,
-                       [=] {
-                         xgrad::manual_seed(s.seed + 7);
-                         return m->forward(x);
-                       },
-                       o);
+                   return module_check(*m, x, reseeded(s.seed, [=] { return m->forward(x); }), o);
                  }});
   }
   c.push_back({"nn.TransformerEncoder", "2 pre-norm gelu layers + final LayerNorm, causal, dropout 0.2",
@@ -401,13 +391,11 @@ std::vector<Check> all_checks() {
                  auto m = std::make_shared<nn::TransformerEncoder<double>>(
                      encoder_layer(s, true), 2, std::make_shared<nn::LayerNorm<double>>(s.D));
                  const T64 x = Maker(s.seed)({s.B, s.L, s.D});
-                 return module_check(
-                     *m, x,
-                     [=] {
-                       xgrad::manual_seed(s.seed + 7);
-                       return m->forward(x, xgrad::AttnMask<double>(), xgrad::AttnMask<double>(), /*is_causal=*/true);
-                     },
-                     o);
+                 return module_check(*m, x, reseeded(s.seed, [=] {
+                                       return m->forward(x, xgrad::AttnMask<double>(), xgrad::AttnMask<double>(),
+                                                         /*is_causal=*/true);
+                                     }),
+                                     o);
                }});
   c.push_back({"nn.Sequential", "Sequential(Linear(D, F), GELU, Linear(F, D))", [](const Sizes& s, const O& o) {
                  xgrad::manual_seed(s.seed);
@@ -416,8 +404,7 @@ std::vector<Check> all_checks() {
                  m->push_back(std::make_shared<nn::GELU<double>>());
                  m->push_back(std::make_shared<nn::Linear<double>>(s.F, s.D));
                  const T64 x = Maker(s.seed)({s.B, s.L, s.D});
-                 return module_check(
-                     *m, x, [=] { return m->forward(x); }, o);
+                 return module_check(*m, x, [=] { return m->forward(x); }, o);
                }});
   return c;
 }
