@@ -48,6 +48,13 @@ inline void call(F& f, std::size_t i, const Offsets<K>& off, std::index_sequence
   f(i, off[Ks]...);
 }
 
+// f(base + j, off[0] + j * step[0], ..., off[K-1] + j * step[K-1]) for j in [0, n)
+template <class F, std::size_t K, std::size_t... Ks>
+inline void call_row(F& f, std::size_t base, std::size_t n, const Offsets<K>& off, const Offsets<K>& step,
+                     std::index_sequence<Ks...>) {
+  for (std::size_t j = 0; j < n; ++j) f(base + j, off[Ks] + j * step[Ks]...);
+}
+
 // Calls row(r, off) for rows r in [first, last) of `shape` (first < last <= row_count(shape)),
 // off[k] = sum over the outer dims d of idx[d] * strides[k][d]: operand k's offset of the row's
 // first element. The odometer starts at `first`, so a thread can take any range of rows.
@@ -112,16 +119,17 @@ void for_each_index(const Shape& shape, Args&&... args) {
   auto& f = std::get<K>(all);
   const std::size_t n = numel(shape);
   if (n == 0) return;
-  const std::size_t inner = shape.empty() ? 1 : shape.back();
+  if (shape.empty()) {
+    strided::call(f, 0, strided::Offsets<K>{}, std::make_index_sequence<K>());
+    return;
+  }
+  const std::size_t nd = shape.size(), inner = shape[nd - 1];
   const strided::StridePtrs<K> strides = strided::stride_ptrs(all, std::make_index_sequence<K>());
-  strided::Offsets<K> step{};
-  if (!shape.empty())
-    for (std::size_t k = 0; k < K; ++k) step[k] = strides[k][shape.size() - 1];
-  strided::walk_rows<K>(shape, strides, 0, n / inner, [&](std::size_t r, strided::Offsets<K> off) {
-    for (std::size_t i = r * inner, end = i + inner; i < end; ++i) {
-      strided::call(f, i, off, std::make_index_sequence<K>());
-      for (std::size_t k = 0; k < K; ++k) off[k] += step[k];
-    }
+  // Set unconditionally: a step that might stay 0 keeps GCC from vectorizing the row loop.
+  strided::Offsets<K> step;
+  for (std::size_t k = 0; k < K; ++k) step[k] = strides[k][nd - 1];
+  strided::walk_rows<K>(shape, strides, 0, n / inner, [&](std::size_t r, const strided::Offsets<K>& off) {
+    strided::call_row(f, r * inner, inner, off, step, std::make_index_sequence<K>());
   });
 }
 
