@@ -97,6 +97,7 @@ TEST(Strided, NumelAndRowCount) {
   EXPECT_EQ(numel(s, 2, 4), 20u);
   EXPECT_EQ(numel(s, 0, 4), 120u);
   EXPECT_EQ(numel(s, 4, 4), 1u);
+  EXPECT_EQ(numel(Shape{3}, 2, 1), 1u);  // begin past end: an empty block
   EXPECT_EQ(row_count(Shape{}), 1u);
   EXPECT_EQ(row_count(Shape{5}), 1u);
   EXPECT_EQ(row_count(Shape{0}), 1u);

@@ -21,7 +21,7 @@
 
 namespace xgrad::detail {
 
-// Product of shape[begin, end): how many elements that block of dims holds (1 when empty).
+// Product of shape[begin, end): how many elements that block of dims holds (1 when begin >= end).
 inline std::size_t numel(const Shape& shape, std::size_t begin, std::size_t end) {
   std::size_t n = 1;
   for (std::size_t d = begin; d < end; ++d) n *= shape[d];
