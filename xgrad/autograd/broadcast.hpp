@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <vector>
 
+#include <xgrad/autograd/strided.hpp>
 #include <xgrad/autograd/tensor.hpp>
 
 namespace xgrad::detail {
@@ -49,26 +50,10 @@ Array<T> binary_map(const Array<T>& a, const Array<T>& b, const char* op, F f) {
   const Shape so = broadcast_shapes(sa, sb, op);
   const auto ta = broadcast_strides(sa, so), tb = broadcast_strides(sb, so);
   Array<T> out = empty_array<T>(so);
-  const std::size_t n = out.size(), nd = so.size();
-  if (n == 0) return out;
-  std::vector<std::size_t> idx(nd, 0);
-  std::size_t ia = 0, ib = 0;
   const T* pa = a.data();
   const T* pb = b.data();
   T* po = out.data();
-  for (std::size_t i = 0; i < n; ++i) {
-    po[i] = f(pa[ia], pb[ib]);
-    for (std::size_t d = nd; d-- > 0;) {
-      if (++idx[d] < so[d]) {
-        ia += ta[d];
-        ib += tb[d];
-        break;
-      }
-      ia -= ta[d] * (idx[d] - 1);
-      ib -= tb[d] * (idx[d] - 1);
-      idx[d] = 0;
-    }
-  }
+  for_each_index(so, ta, tb, [&](std::size_t i, std::size_t ia, std::size_t ib) { po[i] = f(pa[ia], pb[ib]); });
   return out;
 }
 

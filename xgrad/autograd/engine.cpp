@@ -4,6 +4,7 @@
 #include <cmath>
 #include <utility>
 
+#include <xgrad/autograd/strided.hpp>
 #include <xgrad/autograd/tensor.hpp>
 
 namespace xgrad {
@@ -197,22 +198,7 @@ Array<T> sum_to(const Array<T>& grad, const Shape& shape) {
   Array<T> out = xt::zeros<T>(shape);
   T* dst = out.data();
   const T* src = grad.data();
-  const std::size_t n = grad.size();
-  if (n == 0) return out;
-  // Odometer over grad's multi-index, tracking the output offset incrementally.
-  std::vector<std::size_t> idx(gd, 0);
-  std::size_t off = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    dst[off] += src[i];
-    for (std::size_t d = gd; d-- > 0;) {
-      if (++idx[d] < grad.shape()[d]) {
-        off += out_stride[d];
-        break;
-      }
-      off -= out_stride[d] * (idx[d] - 1);
-      idx[d] = 0;
-    }
-  }
+  detail::for_each_index(shape_of(grad), out_stride, [&](std::size_t i, std::size_t o) { dst[o] += src[i]; });
   return out;
 }
 

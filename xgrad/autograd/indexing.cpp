@@ -1,44 +1,15 @@
 // Indexing ops: index_select, embedding, masked_fill, where. Gathers scatter-add their gradient
 // back (repeated indices add up); masked selections route it to the side that was chosen.
-#include <array>
 #include <cstring>
 #include <utility>
 
 #include <xgrad/autograd/broadcast.hpp>
 #include <xgrad/autograd/ops.hpp>
+#include <xgrad/autograd/strided.hpp>
 
 namespace xgrad {
 
 namespace {
-
-std::size_t prod(const Shape& s, std::size_t begin, std::size_t end) {
-  std::size_t n = 1;
-  for (std::size_t d = begin; d < end; ++d) n *= s[d];
-  return n;
-}
-
-// Calls f(i, off) for every element of a row-major array of shape `out`, where off[k] is the
-// offset of that element in operand k, which broadcasts to `out` with strides[k]
-// (detail::broadcast_strides: 0 on broadcast dims).
-template <std::size_t K, class F>
-void broadcast_visit(const Shape& out, const std::array<std::vector<std::size_t>, K>& strides, F f) {
-  std::size_t n = prod(out, 0, out.size());
-  if (n == 0) return;
-  const std::size_t nd = out.size();
-  std::vector<std::size_t> idx(nd, 0);
-  std::array<std::size_t, K> off{};
-  for (std::size_t i = 0; i < n; ++i) {
-    f(i, off);
-    for (std::size_t d = nd; d-- > 0;) {
-      if (++idx[d] < out[d]) {
-        for (std::size_t k = 0; k < K; ++k) off[k] += strides[k][d];
-        break;
-      }
-      for (std::size_t k = 0; k < K; ++k) off[k] -= strides[k][d] * (idx[d] - 1);
-      idx[d] = 0;
-    }
-  }
-}
 
 // Checks index values against [0, size); names the op, the bad index and the size.
 void check_indices(const IndexArray& index, std::size_t size, const char* op, const char* what) {
@@ -59,7 +30,8 @@ Tensor<T> index_select(const Tensor<T>& a, int dim, const IndexArray& index) {
   // A 0-d input is treated as shape (1) and gives a 0-d result, as torch.
   const Shape in = a.dim() == 0 ? Shape{1} : a.shape();
   const std::size_t k = normalize_dim(dim, in.size(), "index_select");
-  const std::size_t outer = prod(in, 0, k), size = in[k], inner = prod(in, k + 1, in.size());
+  const std::size_t outer = detail::numel(in, 0, k), size = in[k];
+  const std::size_t inner = detail::numel(in, k + 1, in.size());
   check_indices(index, size, "index_select", detail::concat("dimension ", k).c_str());
   const std::size_t m = index.size();
   Shape out_shape = in;
@@ -137,19 +109,19 @@ Tensor<T> masked_fill(const Tensor<T>& a, const BoolArray& mask, Scalar<T> value
   const Shape as = a.shape(), ms = shape_of(mask);
   const Shape bs = detail::broadcast_shapes(ms, as, "masked_fill");
   XGRAD_CHECK(bs == as, "masked_fill: mask of shape ", ms, " cannot be broadcast to the input's shape ", as);
-  const std::array<std::vector<std::size_t>, 1> strides{detail::broadcast_strides(ms, as)};
+  const std::vector<std::size_t> strides = detail::broadcast_strides(ms, as);  // mask inside a
   Array<T> y = a.value();
   T* py = y.data();
   const bool* pm = mask.data();
-  broadcast_visit<1>(as, strides, [&](std::size_t i, const std::array<std::size_t, 1>& off) {
-    if (pm[off[0]]) py[i] = value;
+  detail::for_each_index(as, strides, [&](std::size_t i, std::size_t m) {
+    if (pm[m]) py[i] = value;
   });
   return make_result<T>("masked_fill", std::move(y), {a}, [mask, strides](Node<T>& out) {
     Array<T> g = out.grad;
     T* pg = g.data();
     const bool* pm = mask.data();
-    broadcast_visit<1>(shape_of(g), strides, [&](std::size_t i, const std::array<std::size_t, 1>& off) {
-      if (pm[off[0]]) pg[i] = T(0);
+    detail::for_each_index(shape_of(g), strides, [&](std::size_t i, std::size_t m) {
+      if (pm[m]) pg[i] = T(0);
     });
     out.input(0).accumulate_grad(std::move(g));
   });
@@ -161,18 +133,19 @@ template <class T>
 Tensor<T> where(const BoolArray& condition, const Tensor<T>& a, const Tensor<T>& b) {
   const Shape cs = shape_of(condition), as = a.shape(), bs = b.shape();
   const Shape out_shape = detail::broadcast_shapes(detail::broadcast_shapes(cs, as, "where"), bs, "where");
-  const std::array<std::vector<std::size_t>, 3> strides{detail::broadcast_strides(cs, out_shape),
-                                                        detail::broadcast_strides(as, out_shape),
-                                                        detail::broadcast_strides(bs, out_shape)};
+  // Strides of condition, a and b inside out_shape.
+  const std::vector<std::size_t> sc = detail::broadcast_strides(cs, out_shape),
+                                 sa = detail::broadcast_strides(as, out_shape),
+                                 sb = detail::broadcast_strides(bs, out_shape);
   Array<T> y = empty_array<T>(out_shape);
   T* py = y.data();
   const bool* pc = condition.data();
   const T* pa = a.value().data();
   const T* pb = b.value().data();
-  broadcast_visit<3>(out_shape, strides, [&](std::size_t i, const std::array<std::size_t, 3>& off) {
-    py[i] = pc[off[0]] ? pa[off[1]] : pb[off[2]];
+  detail::for_each_index(out_shape, sc, sa, sb, [&](std::size_t i, std::size_t ic, std::size_t ia, std::size_t ib) {
+    py[i] = pc[ic] ? pa[ia] : pb[ib];
   });
-  return make_result<T>("where", std::move(y), {a, b}, [condition, strides](Node<T>& out) {
+  return make_result<T>("where", std::move(y), {a, b}, [condition, sc](Node<T>& out) {
     const Shape out_shape = shape_of(out.grad);
     const T* pg = out.grad.data();
     const bool* pc = condition.data();
@@ -181,8 +154,8 @@ Tensor<T> where(const BoolArray& condition, const Tensor<T>& a, const Tensor<T>&
       const bool take = k == 0;  // a receives where the condition holds, b where it does not
       Array<T> g = empty_array<T>(out_shape);
       T* pgk = g.data();
-      broadcast_visit<3>(out_shape, strides, [&](std::size_t i, const std::array<std::size_t, 3>& off) {
-        pgk[i] = pc[off[0]] == take ? pg[i] : T(0);
+      detail::for_each_index(out_shape, sc, [&](std::size_t i, std::size_t ic) {
+        pgk[i] = pc[ic] == take ? pg[i] : T(0);
       });
       out.input(k).accumulate_grad(sum_to(g, shape_of(out.input_value(k))));
     }

@@ -19,6 +19,7 @@
 
 #include <xgrad/autograd/ops.hpp>
 #include <xgrad/autograd/parallel.hpp>
+#include <xgrad/autograd/strided.hpp>
 
 namespace xgrad {
 
@@ -181,8 +182,7 @@ Tensor<T> layer_norm(const Tensor<T>& x, const Shape& normalized_shape, const Te
 
   auto saved = std::make_shared<LayerNormSaved>();
   LayerNormSaved& s = *saved;
-  s.d = 1;
-  for (std::size_t v : normalized_shape) s.d *= v;
+  s.d = detail::numel(normalized_shape);
   s.rows = s.d == 0 ? 0 : x.numel() / s.d;
   s.mean.resize(s.rows);
   s.rstd.resize(s.rows);

@@ -10,6 +10,7 @@
 
 #include <xgrad/autograd/broadcast.hpp>
 #include <xgrad/autograd/ops.hpp>
+#include <xgrad/autograd/strided.hpp>
 
 namespace xgrad {
 
@@ -132,7 +133,7 @@ Tensor<T> cross_entropy(const Tensor<T>& logits, const IndexArray& target, std::
   auto saved = std::make_shared<CrossEntropySaved<T>>();
   CrossEntropySaved<T>& s = *saved;
   s.classes = sl.size() == 1 ? sl[0] : sl[1];
-  for (std::size_t i = 2; i < sl.size(); ++i) s.inner *= sl[i];
+  s.inner = detail::numel(sl, 2, sl.size());
   s.positions = target.size();
   s.target = target;
   s.ignore_index = ignore_index;

@@ -14,6 +14,7 @@
 #include <xgrad/autograd/gemm.hpp>
 #include <xgrad/autograd/ops.hpp>
 #include <xgrad/autograd/parallel.hpp>
+#include <xgrad/autograd/strided.hpp>
 
 namespace xgrad {
 
@@ -128,27 +129,15 @@ MatmulPlan plan_matmul(const Shape& sa, const Shape& sb) {
     st_a *= pa[i];
     st_b *= pb[i];
   }
-  for (std::size_t d : batch) p.batch *= d;
-  for (std::size_t d : ba) p.a_count *= d;
-  for (std::size_t d : bb) p.b_count *= d;
+  p.batch = detail::numel(batch);
+  p.a_count = detail::numel(ba);
+  p.b_count = detail::numel(bb);
   p.a_off.resize(p.batch);
   p.b_off.resize(p.batch);
-  std::vector<std::size_t> idx(nd, 0);
-  std::size_t oa = 0, ob = 0;
-  for (std::size_t i = 0; i < p.batch; ++i) {
+  detail::for_each_index(batch, sa_str, sb_str, [&](std::size_t i, std::size_t oa, std::size_t ob) {
     p.a_off[i] = oa;
     p.b_off[i] = ob;
-    for (std::size_t d = nd; d-- > 0;) {
-      if (++idx[d] < batch[d]) {
-        oa += sa_str[d];
-        ob += sb_str[d];
-        break;
-      }
-      oa -= sa_str[d] * (idx[d] - 1);
-      ob -= sb_str[d] * (idx[d] - 1);
-      idx[d] = 0;
-    }
-  }
+  });
   p.out_shape = batch;
   if (sa.size() > 1) p.out_shape.push_back(p.m);
   if (sb.size() > 1) p.out_shape.push_back(p.n);

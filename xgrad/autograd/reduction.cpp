@@ -8,6 +8,7 @@
 #include <utility>
 
 #include <xgrad/autograd/ops.hpp>
+#include <xgrad/autograd/strided.hpp>
 
 namespace xgrad {
 
@@ -79,28 +80,7 @@ ReducePlan plan_all(const Shape& in) {
 // Calls f(i, o) for every input element in row-major order: i its flat index, o = o(i).
 template <class F>
 void visit(const ReducePlan& p, F f) {
-  const std::size_t nd = p.shape.size();
-  if (nd == 0) {
-    f(std::size_t(0), std::size_t(0));
-    return;
-  }
-  std::size_t n = 1;
-  for (std::size_t s : p.shape) n *= s;
-  if (n == 0) return;
-  const std::size_t inner = p.shape[nd - 1], inner_stride = p.out_stride[nd - 1];
-  std::vector<std::size_t> idx(nd, 0);
-  std::size_t off = 0;
-  for (std::size_t i = 0; i < n; i += inner) {
-    for (std::size_t j = 0, o = off; j < inner; ++j, o += inner_stride) f(i + j, o);
-    for (std::size_t d = nd - 1; d-- > 0;) {
-      if (++idx[d] < p.shape[d]) {
-        off += p.out_stride[d];
-        break;
-      }
-      off -= p.out_stride[d] * (idx[d] - 1);
-      idx[d] = 0;
-    }
-  }
+  detail::for_each_index(p.shape, p.out_stride, f);
 }
 
 // y_o = scale * sum_{i: o(i) = o} x_i;  dx_i = scale * dy_o(i)
@@ -251,7 +231,7 @@ std::pair<Tensor<T>, IndexArray> max(const Tensor<T>& a, int dim, bool keepdim) 
   if (!in.empty()) {
     const std::size_t k = normalize_dim(dim, in.size(), "max");
     size = in[k];
-    for (std::size_t d = k + 1; d < in.size(); ++d) inner *= in[d];
+    inner = detail::numel(in, k + 1, in.size());
   }
   constexpr std::size_t none = std::numeric_limits<std::size_t>::max();
   std::vector<std::size_t> arg(plan.out_size, none);  // flat input index of each maximum

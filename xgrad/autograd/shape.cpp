@@ -8,54 +8,26 @@
 #include <xgrad/autograd/broadcast.hpp>
 #include <xgrad/autograd/ops.hpp>
 #include <xgrad/autograd/parallel.hpp>
+#include <xgrad/autograd/strided.hpp>
 
 namespace xgrad {
 
 namespace {
 
-std::size_t numel_of(const Shape& s) {
-  std::size_t n = 1;
-  for (std::size_t d : s) n *= d;
-  return n;
-}
-
-std::size_t prod(const Shape& s, std::size_t begin, std::size_t end) {
-  std::size_t n = 1;
-  for (std::size_t d = begin; d < end; ++d) n *= s[d];
-  return n;
-}
+using detail::numel;
 
 // dst (row-major, shape `shape`)[idx] = src[sum_d idx[d] * src_stride[d]]
 template <class T>
 void gather_strided(const T* src, const Shape& shape, const std::vector<std::size_t>& src_stride, T* dst) {
-  const std::size_t n = numel_of(shape), nd = shape.size();
-  if (n == 0) return;
-  if (nd == 0) {
-    dst[0] = src[0];
-    return;
-  }
-  // Runs along the last dim ("rows"), split across threads; each chunk starts its odometer (idx,
-  // and off, the source offset of the row) at its first row.
-  const std::size_t inner = shape[nd - 1], inner_stride = src_stride[nd - 1], rows = n / inner;
+  if (numel(shape) == 0) return;
+  // Rows along the last dim, split across threads; each chunk starts the walker at its first row.
+  const std::size_t nd = shape.size(), inner = nd == 0 ? 1 : shape[nd - 1];
+  const std::size_t inner_stride = nd == 0 ? 0 : src_stride[nd - 1], rows = detail::row_count(shape);
   detail::parallel_for(rows, std::max<std::size_t>(1, 16384 / inner), [&](std::size_t r0, std::size_t r1) {
-    std::vector<std::size_t> idx(nd, 0);
-    std::size_t off = 0;
-    for (std::size_t d = nd - 1, rest = r0; d-- > 0; rest /= shape[d]) {
-      idx[d] = rest % shape[d];
-      off += idx[d] * src_stride[d];
-    }
-    for (std::size_t r = r0; r < r1; ++r) {
+    detail::for_each_row(shape, r0, r1, src_stride, [&](std::size_t r, std::size_t off) {
       T* out = dst + r * inner;
       for (std::size_t j = 0, s = off; j < inner; ++j, s += inner_stride) out[j] = src[s];
-      for (std::size_t d = nd - 1; d-- > 0;) {
-        if (++idx[d] < shape[d]) {
-          off += src_stride[d];
-          break;
-        }
-        off -= src_stride[d] * (idx[d] - 1);
-        idx[d] = 0;
-      }
-    }
+    });
   });
 }
 
@@ -104,7 +76,7 @@ Tensor<T> reshaped(const char* op, const Tensor<T>& a, const Shape& shape) {
 template <class T>
 Tensor<T> join(const char* op, const std::vector<Tensor<T>>& tensors, std::size_t outer,
                std::vector<std::size_t> chunk, const Shape& out_shape) {
-  const std::size_t row = numel_of(out_shape) / std::max<std::size_t>(outer, 1);
+  const std::size_t row = numel(out_shape) / std::max<std::size_t>(outer, 1);
   Array<T> y = empty_array<T>(out_shape);
   std::size_t col = 0;
   for (std::size_t k = 0; k < tensors.size(); ++k) {
@@ -138,7 +110,7 @@ template <class T>
 Tensor<T> strided_slice(const char* op, const Tensor<T>& a, std::size_t k, std::size_t start, std::size_t length,
                         std::size_t step) {
   const Shape in = a.shape();
-  const std::size_t outer = prod(in, 0, k), size = in[k], inner = prod(in, k + 1, in.size());
+  const std::size_t outer = numel(in, 0, k), size = in[k], inner = numel(in, k + 1, in.size());
   Shape out_shape = in;
   out_shape[k] = length;
   Array<T> y = empty_array<T>(out_shape);
@@ -229,7 +201,7 @@ Tensor<T> flatten(const Tensor<T>& a, int start_dim, int end_dim) {
               ") for an input of shape ", in);
   if (in.empty()) return reshaped<T>("flatten", a, Shape{1});
   Shape out(in.begin(), in.begin() + s);
-  out.push_back(prod(in, s, e + 1));
+  out.push_back(numel(in, s, e + 1));
   out.insert(out.end(), in.begin() + e + 1, in.end());
   return reshaped<T>("flatten", a, out);
 }
@@ -301,7 +273,7 @@ Tensor<T> cat(const std::vector<Tensor<T>>& tensors, int dim) {
   const Shape first = tensors[0].shape();
   XGRAD_CHECK(!first.empty(), "cat: zero-dimensional tensor (at position 0) cannot be concatenated");
   const std::size_t k = normalize_dim(dim, first.size(), "cat");
-  const std::size_t outer = prod(first, 0, k), inner = prod(first, k + 1, first.size());
+  const std::size_t outer = numel(first, 0, k), inner = numel(first, k + 1, first.size());
   Shape out = first;
   out[k] = 0;
   std::vector<std::size_t> chunk;
@@ -327,8 +299,8 @@ Tensor<T> stack(const std::vector<Tensor<T>>& tensors, int dim) {
                 first, " but tensor ", t, " has shape ", tensors[t].shape());
   Shape out = first;
   out.insert(out.begin() + k, tensors.size());
-  const std::size_t inner = prod(first, k, first.size());
-  return join<T>("stack", tensors, prod(first, 0, k), std::vector<std::size_t>(tensors.size(), inner), out);
+  const std::size_t inner = numel(first, k, first.size());
+  return join<T>("stack", tensors, numel(first, 0, k), std::vector<std::size_t>(tensors.size(), inner), out);
 }
 
 // ---- narrow, slice ------------------------------------------------------------------------------
@@ -366,7 +338,7 @@ template <class T>
 Tensor<T> detail::permute_reshape(const Tensor<T>& a, const Shape& view, const std::vector<std::size_t>& perm,
                                   const Shape& out) {
   const std::size_t nd = view.size();
-  XGRAD_CHECK(numel_of(view) == a.numel() && numel_of(out) == a.numel(), "permute_reshape: cannot view shape ",
+  XGRAD_CHECK(numel(view) == a.numel() && numel(out) == a.numel(), "permute_reshape: cannot view shape ",
               a.shape(), " as ", view, " and store it as ", out);
   XGRAD_CHECK(perm.size() == nd, "permute_reshape: expected ", nd, " dims in the permutation, got ", perm.size());
   std::vector<std::size_t> inverse(nd, nd);

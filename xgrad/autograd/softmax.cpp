@@ -17,6 +17,7 @@
 #include <limits>
 
 #include <xgrad/autograd/ops.hpp>
+#include <xgrad/autograd/strided.hpp>
 
 namespace xgrad {
 
@@ -31,9 +32,9 @@ RowLayout row_layout(const Shape& shape, int dim, const char* op) {
   const std::size_t d = normalize_dim(dim, std::max<std::size_t>(shape.size(), 1), op);
   RowLayout r;
   if (shape.empty()) return r;
-  for (std::size_t i = 0; i < d; ++i) r.outer *= shape[i];
+  r.outer = detail::numel(shape, 0, d);
   r.n = shape[d];
-  for (std::size_t i = d + 1; i < shape.size(); ++i) r.inner *= shape[i];
+  r.inner = detail::numel(shape, d + 1, shape.size());
   return r;
 }
 
