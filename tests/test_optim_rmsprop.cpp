@@ -366,4 +366,7 @@ TEST(OptimRMSprop, LoadingAnotherOptimizersStateSaysWhatDiffers) {
   // Saved options cannot stand in for the optimizer's own.
   const ParamGroup<float> saved({zeros<float>({1}, true)}, *edited.param_groups[0].options);
   XGRAD_EXPECT_THROW_MSG(b.optimizer->add_param_group(saved), "a parameter group has options of another type");
+  b.optimizer->param_groups()[0].set_options(*edited.param_groups[0].options);
+  XGRAD_EXPECT_THROW_MSG(b.optimizer->step(), "RMSprop: a parameter group's options were replaced by options of "
+                                              "another type (RMSprop)");
 }

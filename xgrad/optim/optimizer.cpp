@@ -118,9 +118,10 @@ template <class T>
 void Optimizer<T>::add_param_group(ParamGroup<T> group) {
   if (group.has_options()) {
     const OptimizerOptions& options = group.options();
+    const OptimizerOptions& defaults = *defaults_;
     XGRAD_CHECK(std::string(options.optimizer_name()) == name(), name(), ": a parameter group has ",
                 options.optimizer_name(), " options; expected ", name(), " options");
-    XGRAD_CHECK(typeid(options) == typeid(*defaults_), name(), ": a parameter group has options of another type ",
+    XGRAD_CHECK(typeid(options) == typeid(defaults), name(), ": a parameter group has options of another type ",
                 "than the optimizer's (saved options are restored through load_optimizer_state_dict)");
     options.validate();
   } else {
@@ -142,9 +143,12 @@ void Optimizer<T>::add_param_group(ParamGroup<T> group) {
 template <class T>
 void Optimizer<T>::step() {
   // step_group reads the options as the optimizer's own type: set_options can have changed them.
-  for (const auto& group : groups_)
-    XGRAD_CHECK(typeid(group.options()) == typeid(*defaults_), name(), ": a parameter group's options were ",
-                "replaced by options of another type (", group.options().optimizer_name(), ")");
+  const OptimizerOptions& defaults = *defaults_;
+  for (const auto& group : groups_) {
+    const OptimizerOptions& options = group.options();
+    XGRAD_CHECK(typeid(options) == typeid(defaults), name(), ": a parameter group's options were replaced by ",
+                "options of another type (", options.optimizer_name(), ")");
+  }
   for (auto& group : groups_) step_group(group);
 }
 
