@@ -132,6 +132,14 @@ std::unique_ptr<Optimizer<double>> make_optimizer(const json& config, const Mode
       AdamWOptions o;
       common_adam(o, g);
       options = std::make_unique<AdamWOptions>(o);
+    } else if (name == "RMSprop") {
+      options = std::make_unique<RMSpropOptions>(RMSpropOptions(g.at("lr").get<double>())
+                                                     .alpha(g.at("alpha").get<double>())
+                                                     .eps(g.at("eps").get<double>())
+                                                     .weight_decay(g.at("weight_decay").get<double>())
+                                                     .momentum(g.at("momentum").get<double>())
+                                                     .centered(g.at("centered").get<bool>())
+                                                     .maximize(g.at("maximize").get<bool>()));
     } else {
       ADD_FAILURE() << "unknown optimizer " << name;
       return nullptr;
@@ -141,6 +149,7 @@ std::unique_ptr<Optimizer<double>> make_optimizer(const json& config, const Mode
   }
   if (name == "SGD") return std::make_unique<SGD<double>>(groups, static_cast<const SGDOptions&>(*first));
   if (name == "Adam") return std::make_unique<Adam<double>>(groups, static_cast<const AdamOptions&>(*first));
+  if (name == "RMSprop") return std::make_unique<RMSprop<double>>(groups, static_cast<const RMSpropOptions&>(*first));
   return std::make_unique<AdamW<double>>(groups, static_cast<const AdamWOptions&>(*first));
 }
 
@@ -204,7 +213,8 @@ void run_optimizer_case(const std::string& case_name, Model (*build)(const Fixtu
 const std::vector<std::string> kOptimizerCases = {
     "sgd", "sgd_momentum", "sgd_dampening", "sgd_nesterov", "sgd_weight_decay", "sgd_maximize",
     "sgd_momentum_groups", "adam", "adam_weight_decay", "adam_amsgrad", "adam_maximize", "adam_groups",
-    "adamw", "adamw_amsgrad"};
+    "adamw", "adamw_amsgrad", "rmsprop", "rmsprop_centered", "rmsprop_momentum", "rmsprop_centered_momentum",
+    "rmsprop_weight_decay", "rmsprop_maximize", "rmsprop_groups"};
 
 }  // namespace
 

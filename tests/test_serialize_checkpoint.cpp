@@ -1,10 +1,11 @@
 // Checkpoints (serialize/checkpoint.hpp): round trips, exact resume of a training run with
 // dropout, failed saves that leave the previous file intact, restores that fail without changing
-// anything, and the committed version-1 fixtures that every later build must load.
+// anything, and the committed fixtures that every later build must load.
 //
-// The fixtures tests/fixtures/serialize_v1/checkpoint.{bin,json} are written by this file (in a
-// folder of their own: tests/fixtures/*.json are PyTorch golden files, see its README):
-//   test_serialize_checkpoint --gtest_also_run_disabled_tests --gtest_filter='*WriteV1Fixtures'
+// The fixtures tests/fixtures/serialize_v{1,2}/checkpoint.{bin,json} hold fixture_checkpoint()
+// (in folders of their own: tests/fixtures/*.json are PyTorch golden files, see its README).
+// serialize_v1 was written by the first layout; serialize_v2 by the layout this build writes:
+//   test_serialize_checkpoint --gtest_also_run_disabled_tests --gtest_filter='*WriteV2Fixtures'
 // Never rewrite them once committed: their bytes are the contract.
 #include <signal.h>
 #include <sys/resource.h>
@@ -35,6 +36,8 @@ void expect_same_checkpoint(const Checkpoint<float>& a, const Checkpoint<float>&
     EXPECT_EQ(a.optimizer.param_groups[g].params, b.optimizer.param_groups[g].params);
     EXPECT_EQ(a.optimizer.param_groups[g].initial_lr, b.optimizer.param_groups[g].initial_lr);
     EXPECT_EQ(a.optimizer.param_groups[g].options->get_lr(), b.optimizer.param_groups[g].options->get_lr());
+    EXPECT_TRUE(a.optimizer.param_groups[g].options->values() == b.optimizer.param_groups[g].options->values())
+        << "group " << g;
   }
   ASSERT_EQ(a.optimizer.state.size(), b.optimizer.state.size());
   for (std::size_t i = 0; i < a.optimizer.state.size(); ++i) {
@@ -316,7 +319,7 @@ TEST(SerializeCheckpoint, AFailedRestoreChangesNothing) {
       {"nested schedules"});
   // The model fits, the optimizer does not (a state of the wrong shape).
   bad = c;
-  bad.optimizer.state[0].second.exp_avg = Array<float>{1, 2};
+  bad.optimizer.state[0].second.set("exp_avg", Array<float>{1, 2});
   expect_error<std::invalid_argument>(
       [&] { bad.restore(*target.model, *target.optimizer, target.scheduler.get(), target.generator); },
       {"'exp_avg' has shape (2)"});
@@ -374,13 +377,13 @@ Checkpoint<float> fixture_checkpoint() {
   c.optimizer.param_groups = {{o0, 0.01, {"weight"}}, {o1, 0.02, {"bias"}}};
   optim::ParamState<float> w;
   w.step = 3;
-  w.exp_avg = Array<float>{{0.1f, 0.2f, 0.3f}, {-0.1f, -0.2f, -0.3f}};
-  w.exp_avg_sq = Array<float>{{1e-4f, 2e-4f, 3e-4f}, {4e-4f, 5e-4f, 6e-4f}};
-  w.max_exp_avg_sq = Array<float>{{2e-4f, 2e-4f, 3e-4f}, {4e-4f, 6e-4f, 6e-4f}};
+  w.set("exp_avg", Array<float>{{0.1f, 0.2f, 0.3f}, {-0.1f, -0.2f, -0.3f}});
+  w.set("exp_avg_sq", Array<float>{{1e-4f, 2e-4f, 3e-4f}, {4e-4f, 5e-4f, 6e-4f}});
+  w.set("max_exp_avg_sq", Array<float>{{2e-4f, 2e-4f, 3e-4f}, {4e-4f, 6e-4f, 6e-4f}});
   optim::ParamState<float> b;
   b.step = 3;
-  b.exp_avg = Array<float>{0.5f, -0.5f};
-  b.exp_avg_sq = Array<float>{0.25f, 0.0625f};
+  b.set("exp_avg", Array<float>{0.5f, -0.5f});
+  b.set("exp_avg_sq", Array<float>{0.25f, 0.0625f});
   c.optimizer.state = {{"weight", w}, {"bias", b}};
 
   optim::LRSchedulerState warmup{2, 3, {0.01, 0.02}, {0.01, 0.02}, {}};
@@ -394,26 +397,36 @@ Checkpoint<float> fixture_checkpoint() {
 
 const char* const kFixtureNames[] = {"checkpoint.bin", "checkpoint.json"};
 
-std::string fixture_path(const char* name) { return std::string(XGRAD_FIXTURES_DIR) + "/serialize_v1/" + name; }
+// serialize_v1: written by the first layout (format 1, every class version 1), never rewritten.
+// serialize_v2: format 1 with the optimizer state at class version 2 (options as named values,
+// a parameter's state as named arrays), which this build writes.
+std::string fixture_path(const char* name, int version = 2) {
+  return std::string(XGRAD_FIXTURES_DIR) + "/serialize_v" + std::to_string(version) + "/" + name;
+}
 
 }  // namespace
 
-TEST(SerializeCheckpoint, DISABLED_WriteV1Fixtures) {
-  save_checkpoint(fixture_checkpoint(), fixture_path(kFixtureNames[0]));
-  save_checkpoint(fixture_checkpoint(), fixture_path(kFixtureNames[1]));
+TEST(SerializeCheckpoint, DISABLED_WriteV2Fixtures) {
+  save_checkpoint(fixture_checkpoint(), fixture_path(kFixtureNames[0], 2));
+  save_checkpoint(fixture_checkpoint(), fixture_path(kFixtureNames[1], 2));
 }
 
-TEST(SerializeCheckpoint, LoadsTheVersion1Fixtures) {
+namespace {
+
+// Loads the committed fixtures of a version, checks every value, restores them into fresh objects
+// and steps.
+void check_fixtures(int version) {
   for (const char* name : kFixtureNames) {
-    SCOPED_TRACE(name);
-    const Checkpoint<float> c = load_checkpoint<float>(fixture_path(name));
+    SCOPED_TRACE(fixture_path(name, version));
+    const Checkpoint<float> c = load_checkpoint<float>(fixture_path(name, version));
     expect_same_checkpoint(fixture_checkpoint(), c);  // every value, NaN and infinities included
-    const auto& o0 = dynamic_cast<const optim::AdamOptions&>(*c.optimizer.param_groups[0].options);
-    EXPECT_EQ(o0.betas(), (optim::Betas{0.8, 0.99}));
-    EXPECT_EQ(o0.eps(), 1e-6);
-    EXPECT_EQ(o0.weight_decay(), 0.01);
-    EXPECT_TRUE(o0.amsgrad());
-    EXPECT_TRUE(dynamic_cast<const optim::AdamOptions&>(*c.optimizer.param_groups[1].options).maximize());
+    const auto& o0 = *c.optimizer.param_groups[0].options;  // named values, whatever the optimizer
+    EXPECT_STREQ(o0.optimizer_name(), "Adam");
+    EXPECT_EQ(o0.get<optim::Betas>("betas"), (optim::Betas{0.8, 0.99}));
+    EXPECT_EQ(o0.get<double>("eps"), 1e-6);
+    EXPECT_EQ(o0.get<double>("weight_decay"), 0.01);
+    EXPECT_TRUE(o0.get<bool>("amsgrad"));
+    EXPECT_TRUE(c.optimizer.param_groups[1].options->get<bool>("maximize"));
     EXPECT_EQ(c.model.at("weight").data()[5], 3.0e38f);
     EXPECT_TRUE(std::isnan(c.model.at("running").data()[2]));
 
@@ -425,6 +438,10 @@ TEST(SerializeCheckpoint, LoadsTheVersion1Fixtures) {
     c.restore(net, *opt, schedule.get(), g);
     EXPECT_EQ(net.bias.value(), (Array<float>{0.125f, -7.5f}));
     EXPECT_EQ(opt->param_groups()[1].options().get_lr(), 0.005);
+    const auto& restored = dynamic_cast<const optim::AdamOptions&>(opt->param_groups()[0].options());
+    EXPECT_EQ(restored.betas(), (optim::Betas{0.8, 0.99}));
+    EXPECT_TRUE(restored.amsgrad());
+    EXPECT_TRUE(dynamic_cast<const optim::AdamOptions&>(opt->param_groups()[1].options()).maximize());
     EXPECT_EQ(opt->param_groups()[0].initial_lr, std::optional<double>(0.01));
     EXPECT_EQ(opt->state(net.weight).step, 3);
     EXPECT_EQ(schedule->last_epoch(), 3);
@@ -435,10 +452,24 @@ TEST(SerializeCheckpoint, LoadsTheVersion1Fixtures) {
   }
 }
 
-TEST(SerializeCheckpoint, ThisBuildStillWritesTheVersion1Bytes) {
-  // While the format version is 1, an unchanged writer reproduces the committed bytes; a change
-  // of layout must come with a new format (or class) version.
+}  // namespace
+
+TEST(SerializeCheckpoint, LoadsTheVersion1Fixtures) { check_fixtures(1); }
+
+TEST(SerializeCheckpoint, LoadsTheVersion2Fixtures) { check_fixtures(2); }
+
+TEST(SerializeCheckpoint, ThisBuildWritesTheVersion2Bytes) {
+  // While the format version is 1 and the optimizer state's class version 2, an unchanged writer
+  // reproduces the committed serialize_v2 bytes; a change of layout must come with a new format
+  // (or class) version and fixtures of its own. (serialize_v1 holds the class-version-1 layout,
+  // which this build still reads but no longer writes.)
   if (kArchiveFormatVersion != 1) GTEST_SKIP() << "the format moved on; the fixtures stay as they are";
   EXPECT_EQ(checkpoint_bytes(fixture_checkpoint(), ArchiveFormat::binary), read_bytes(fixture_path(kFixtureNames[0])));
   EXPECT_EQ(checkpoint_bytes(fixture_checkpoint(), ArchiveFormat::json), read_bytes(fixture_path(kFixtureNames[1])));
+  // A version-1 file loads into what the version-2 file holds: saved again, it is those bytes.
+  for (int i = 0; i < 2; ++i) {
+    const auto format = i == 0 ? ArchiveFormat::binary : ArchiveFormat::json;
+    EXPECT_EQ(checkpoint_bytes(load_checkpoint<float>(fixture_path(kFixtureNames[i], 1)), format),
+              read_bytes(fixture_path(kFixtureNames[i], 2)));
+  }
 }

@@ -137,6 +137,28 @@ TEST(SerializeHostile, SingleByteCorruptionsLoadOrThrowFormatError) {
   }
 }
 
+TEST(SerializeHostile, TheVersion1ReaderTooRejectsEveryTruncationAndSurvivesCorruption) {
+  // The committed version-1 checkpoint goes through the reader of the old layout (options as
+  // fixed fields, a parameter's state as four optional arrays).
+  const std::string bytes = read_bytes(std::string(XGRAD_FIXTURES_DIR) + "/serialize_v1/checkpoint.bin");
+  ASSERT_TRUE(load_or_reject(bytes, ArchiveFormat::binary));
+  for (std::size_t n = 0; n < bytes.size(); ++n) {
+    SCOPED_TRACE("prefix of " + std::to_string(n) + " bytes");
+    EXPECT_FALSE(load_or_reject(bytes.substr(0, n), ArchiveFormat::binary));
+  }
+  std::mt19937_64 rng(2026);
+  std::size_t loaded = 0, rejected = 0;
+  for (int trial = 0; trial < 2000; ++trial) {
+    const std::size_t at = rng() % bytes.size();
+    std::string corrupt = bytes;
+    corrupt[at] = static_cast<char>(static_cast<unsigned char>(corrupt[at]) ^ (1 + rng() % 255));
+    SCOPED_TRACE("byte " + std::to_string(at));
+    (load_or_reject(corrupt, ArchiveFormat::binary) ? loaded : rejected)++;
+  }
+  EXPECT_GT(loaded, 0u);
+  EXPECT_GT(rejected, 0u);
+}
+
 TEST(SerializeHostile, LengthsClaiming2To60ElementsThrowBeforeAllocating) {
   const std::string bytes = state_dict_bytes(one_tensor(), ArchiveFormat::binary);
   const std::uint64_t huge = std::uint64_t{1} << 60;
@@ -227,9 +249,9 @@ TEST(SerializeHostile, BytesThatAreNotBoolsAndStatesThatCannotBe) {
   TempDir dir;
   save(opt, dir.file("sgd.xgrad"), parameter_names(opt, model));
   const std::string bytes = read_bytes(dir.file("sgd.xgrad"));
-  // weight_decay, then the bytes of nesterov and maximize.
-  const std::string flags = le_double(0.375) + std::string("\0\0", 2);
-  write_bytes(dir.file("bad.xgrad"), forge(bytes, flags, le_double(0.375) + std::string("\x02\0", 2)));
+  // The option nesterov: {name, kind, value}, the value a byte.
+  const std::string nesterov = le64(8) + "nesterov" + le64(4) + "bool";
+  write_bytes(dir.file("bad.xgrad"), forge(bytes, nesterov + std::string("\0", 1), nesterov + "\x02"));
   expect_format_error([&] { load_optimizer_state<float>(dir.file("bad.xgrad")); },
                       {"'nesterov' should be a bool, got the byte 2"});
   write_bytes(dir.file("bad.xgrad"), forge(bytes, le_double(0.125), le_double(-1.0)));

@@ -66,17 +66,11 @@ void expect_same_state_dict(const nn::StateDict<T>& expected, const nn::StateDic
 template <class T>
 void expect_same_param_state(const optim::ParamState<T>& a, const optim::ParamState<T>& b, const std::string& name) {
   EXPECT_EQ(a.step, b.step) << name;
-  const std::pair<const std::optional<Array<T>>*, const std::optional<Array<T>>*> slots[] = {
-      {&a.momentum_buffer, &b.momentum_buffer},
-      {&a.exp_avg, &b.exp_avg},
-      {&a.exp_avg_sq, &b.exp_avg_sq},
-      {&a.max_exp_avg_sq, &b.max_exp_avg_sq}};
-  for (const auto& [x, y] : slots) {
-    ASSERT_EQ(x->has_value(), y->has_value()) << name;
-    if (x->has_value()) {
-      EXPECT_TRUE(same_bits(**x, **y)) << name;
-    }
-  }
+  std::vector<std::string> names_a, names_b;
+  for (const auto& [n, array] : a.arrays()) names_a.push_back(n);
+  for (const auto& [n, array] : b.arrays()) names_b.push_back(n);
+  ASSERT_EQ(names_a, names_b) << name;
+  for (const auto& [n, array] : a.arrays()) EXPECT_TRUE(same_bits(array, b.at(n))) << name << " " << n;
 }
 
 template <class T>

@@ -134,10 +134,9 @@ void adam_step(ParamGroup<T>& group, const AdamConfig& c, StateOf state_of) {
     const Array<T>& grad = p.grad();
     Array<T>& value = p.mutable_value();
     ParamState<T>& state = state_of(p);
-    const auto zeros = [&value] { return Array<T>(xt::zeros<T>(value.shape())); };
-    if (!state.exp_avg) state.exp_avg = zeros();
-    if (!state.exp_avg_sq) state.exp_avg_sq = zeros();
-    if (c.amsgrad && !state.max_exp_avg_sq) state.max_exp_avg_sq = zeros();
+    T* m = state.zeros_if_absent("exp_avg", value).data();
+    T* v = state.zeros_if_absent("exp_avg_sq", value).data();
+    T* vmax = c.amsgrad ? state.zeros_if_absent("max_exp_avg_sq", value).data() : nullptr;
     state.step += 1;
 
     const double step = static_cast<double>(state.step);
@@ -149,9 +148,6 @@ void adam_step(ParamGroup<T>& group, const AdamConfig& c, StateOf state_of) {
     const std::size_t n = value.size();
     const T* g = grad.data();
     T* theta = value.data();
-    T* m = state.exp_avg->data();
-    T* v = state.exp_avg_sq->data();
-    T* vmax = c.amsgrad ? state.max_exp_avg_sq->data() : nullptr;
     if (c.maximize) {
       if (c.amsgrad) adam_dispatch_decay<T, true, true>(decay, n, g, theta, m, v, vmax, s);
       else adam_dispatch_decay<T, true, false>(decay, n, g, theta, m, v, vmax, s);

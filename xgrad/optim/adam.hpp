@@ -15,7 +15,7 @@ namespace xgrad::optim {
 
 using Betas = std::array<double, 2>;  // (β1, β2)
 
-class AdamOptions : public OptimizerOptions {
+class AdamOptions : public OptionsBase<AdamOptions> {
  public:
   explicit AdamOptions(double lr = 1e-3) : lr_(lr) {}
   XGRAD_ARG(double, lr);
@@ -26,15 +26,21 @@ class AdamOptions : public OptimizerOptions {
   XGRAD_ARG(bool, maximize) = false;
 
  public:
-  std::unique_ptr<OptimizerOptions> clone() const override { return std::make_unique<AdamOptions>(*this); }
-  double get_lr() const override { return lr_; }
-  void set_lr(double lr) override { lr_ = lr; }
+  template <class Self, class F>
+  static void fields(Self& self, F&& f) {
+    f("lr", self.lr_);
+    f("betas", self.betas_);
+    f("eps", self.eps_);
+    f("weight_decay", self.weight_decay_);
+    f("amsgrad", self.amsgrad_);
+    f("maximize", self.maximize_);
+  }
   void validate() const override;
   const char* optimizer_name() const override { return "Adam"; }
 };
 
 // AdamOptions with decoupled weight decay, by default 1e-2.
-class AdamWOptions : public OptimizerOptions {
+class AdamWOptions : public OptionsBase<AdamWOptions> {
  public:
   explicit AdamWOptions(double lr = 1e-3) : lr_(lr) {}
   XGRAD_ARG(double, lr);
@@ -45,9 +51,15 @@ class AdamWOptions : public OptimizerOptions {
   XGRAD_ARG(bool, maximize) = false;
 
  public:
-  std::unique_ptr<OptimizerOptions> clone() const override { return std::make_unique<AdamWOptions>(*this); }
-  double get_lr() const override { return lr_; }
-  void set_lr(double lr) override { lr_ = lr; }
+  template <class Self, class F>
+  static void fields(Self& self, F&& f) {
+    f("lr", self.lr_);
+    f("betas", self.betas_);
+    f("eps", self.eps_);
+    f("weight_decay", self.weight_decay_);
+    f("amsgrad", self.amsgrad_);
+    f("maximize", self.maximize_);
+  }
   void validate() const override;
   const char* optimizer_name() const override { return "AdamW"; }
 };
@@ -60,6 +72,10 @@ class Adam : public Optimizer<T> {
   Adam(std::vector<ParamGroup<T>> groups, const AdamOptions& options = AdamOptions())
       : Optimizer<T>(std::move(groups), options) {}
 
+  std::vector<std::string> state_names() const override {
+    return {"step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+  }
+
  protected:
   void step_group(ParamGroup<T>& group) override;
 };
@@ -71,6 +87,10 @@ class AdamW : public Optimizer<T> {
       : AdamW(std::vector<ParamGroup<T>>{ParamGroup<T>(std::move(params))}, options) {}
   AdamW(std::vector<ParamGroup<T>> groups, const AdamWOptions& options = AdamWOptions())
       : Optimizer<T>(std::move(groups), options) {}
+
+  std::vector<std::string> state_names() const override {
+    return {"step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+  }
 
  protected:
   void step_group(ParamGroup<T>& group) override;

@@ -1,4 +1,4 @@
-// xgrad's optimizers (torch.optim): SGD, Adam, AdamW, gradient clipping and learning-rate
+// xgrad's optimizers (torch.optim): SGD, Adam, AdamW, RMSprop, gradient clipping and learning-rate
 // schedules, all in namespace xgrad::optim.
 #pragma once
 
@@ -6,4 +6,5 @@
 #include <xgrad/optim/clip_grad.hpp>
 #include <xgrad/optim/lr_scheduler.hpp>
 #include <xgrad/optim/optimizer.hpp>
+#include <xgrad/optim/rmsprop.hpp>
 #include <xgrad/optim/sgd.hpp>

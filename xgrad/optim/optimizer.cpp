@@ -2,8 +2,67 @@
 
 #include <algorithm>
 #include <string>
+#include <typeinfo>
 
 namespace xgrad::optim {
+
+// ---- options --------------------------------------------------------------------------------
+
+namespace options_detail {
+
+std::string option_kind(const OptionValue& v) {
+  if (std::holds_alternative<double>(v)) return "a number";
+  if (std::holds_alternative<bool>(v)) return "a bool";
+  return "a tuple of " + std::to_string(std::get<std::vector<double>>(v).size()) + " numbers";
+}
+
+std::string join(const std::vector<std::string>& names) {
+  std::string s;
+  for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
+}  // namespace options_detail
+
+void SavedOptions::set_lr(double lr) {
+  for (auto& [name, value] : values_)
+    if (name == "lr") {
+      value = lr;
+      return;
+    }
+  values_.emplace_back("lr", lr);
+}
+
+void SavedOptions::validate() const {
+  const double lr = get<double>("lr");
+  XGRAD_CHECK(lr >= 0.0, optimizer_, ": invalid learning rate ", lr);
+}
+
+// ---- ParamState ---------------------------------------------------------------------------
+
+template <class T>
+const Array<T>& ParamState<T>::at(const std::string& name) const {
+  auto it = arrays_.find(name);
+  if (it == arrays_.end()) {
+    std::vector<std::string> held;
+    for (const auto& [n, a] : arrays_) held.push_back(n);
+    XGRAD_CHECK(false, "ParamState: no array '", name, "' (held: ", held.empty() ? "none" : options_detail::join(held),
+                ")");
+  }
+  return it->second;
+}
+
+template <class T>
+Array<T>& ParamState<T>::at(const std::string& name) {
+  return const_cast<Array<T>&>(static_cast<const ParamState&>(*this).at(name));
+}
+
+template <class T>
+Array<T>& ParamState<T>::zeros_if_absent(const std::string& name, const Array<T>& like) {
+  auto it = arrays_.find(name);
+  if (it != arrays_.end()) return it->second;
+  return arrays_.emplace(name, Array<T>(xt::zeros<T>(like.shape()))).first->second;
+}
 
 // ---- ParamGroup ---------------------------------------------------------------------------
 
@@ -59,8 +118,11 @@ template <class T>
 void Optimizer<T>::add_param_group(ParamGroup<T> group) {
   if (group.has_options()) {
     const OptimizerOptions& options = group.options();
+    const OptimizerOptions& defaults = *defaults_;
     XGRAD_CHECK(std::string(options.optimizer_name()) == name(), name(), ": a parameter group has ",
                 options.optimizer_name(), " options; expected ", name(), " options");
+    XGRAD_CHECK(typeid(options) == typeid(defaults), name(), ": a parameter group has options of another type ",
+                "than the optimizer's (saved options are restored through load_optimizer_state_dict)");
     options.validate();
   } else {
     group.set_options(*defaults_);
@@ -80,6 +142,13 @@ void Optimizer<T>::add_param_group(ParamGroup<T> group) {
 
 template <class T>
 void Optimizer<T>::step() {
+  // step_group reads the options as the optimizer's own type: set_options can have changed them.
+  const OptimizerOptions& defaults = *defaults_;
+  for (const auto& group : groups_) {
+    const OptimizerOptions& options = group.options();
+    XGRAD_CHECK(typeid(options) == typeid(defaults), name(), ": a parameter group's options were replaced by ",
+                "options of another type (", options.optimizer_name(), ")");
+  }
   for (auto& group : groups_) step_group(group);
 }
 
@@ -128,16 +197,19 @@ std::vector<ParamState<T>> Optimizer<T>::state() const {
 template <class T>
 void Optimizer<T>::check_state(const Tensor<T>& param, const ParamState<T>& state) const {
   XGRAD_CHECK(state.step >= 0, name(), ": state step must be non-negative, got ", state.step);
+  const std::vector<std::string> declared = state_names();
+  const auto declares = [&](const std::string& entry) {
+    return std::find(declared.begin(), declared.end(), entry) != declared.end();
+  };
+  XGRAD_CHECK(state.step == 0 || declares("step"), name(), ": state step ", state.step, ", but ", name(),
+              " counts no steps (its state holds ", options_detail::join(declared), ")");
   const Shape shape = param.shape();
-  const std::pair<const char*, const std::optional<Array<T>>*> entries[] = {
-      {"momentum_buffer", &state.momentum_buffer},
-      {"exp_avg", &state.exp_avg},
-      {"exp_avg_sq", &state.exp_avg_sq},
-      {"max_exp_avg_sq", &state.max_exp_avg_sq}};
-  for (const auto& [entry, array] : entries)
-    if (array->has_value())
-      XGRAD_CHECK(shape_of(**array) == shape, name(), ": state '", entry, "' has shape ", shape_of(**array),
-                  " but its parameter has shape ", shape);
+  for (const auto& [entry, array] : state.arrays()) {
+    XGRAD_CHECK(entry != "step" && declares(entry), name(), ": state has an array '", entry, "'; ", name(),
+                "'s state holds ", options_detail::join(declared));
+    XGRAD_CHECK(shape_of(array) == shape, name(), ": state '", entry, "' has shape ", shape_of(array),
+                " but its parameter has shape ", shape);
+  }
 }
 
 template <class T>
@@ -167,6 +239,8 @@ void Optimizer<T>::set_state(const Tensor<T>& param, ParamState<T> state) {
   else state_[param.node()] = std::move(state);
 }
 
+template class ParamState<float>;
+template class ParamState<double>;
 template class ParamGroup<float>;
 template class ParamGroup<double>;
 template class Optimizer<float>;

@@ -11,10 +11,16 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <algorithm>
+#include <array>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
+#include <string>
 #include <unordered_map>
+#include <utility>
+#include <variant>
 #include <vector>
 
 #include <xgrad/autograd/tensor.hpp>
@@ -22,8 +28,46 @@
 
 namespace xgrad::optim {
 
+// One option as torch's param_groups hold it: a number, a flag, or a tuple of numbers (betas).
+using OptionValue = std::variant<double, bool, std::vector<double>>;
+// Options by torch's names, in the order the optimizer declares them.
+using OptionValues = std::vector<std::pair<std::string, OptionValue>>;
+
+namespace options_detail {
+// The C++ types an option may have, to and from OptionValue; from_option_value returns false
+// when the value is of another kind (or a tuple of another length).
+inline OptionValue to_option_value(double x) { return x; }
+inline OptionValue to_option_value(bool b) { return b; }
+template <std::size_t N>
+OptionValue to_option_value(const std::array<double, N>& a) {
+  return std::vector<double>(a.begin(), a.end());
+}
+inline bool from_option_value(const OptionValue& v, double& out) {
+  const double* x = std::get_if<double>(&v);
+  if (x != nullptr) out = *x;
+  return x != nullptr;
+}
+inline bool from_option_value(const OptionValue& v, bool& out) {
+  const bool* b = std::get_if<bool>(&v);
+  if (b != nullptr) out = *b;
+  return b != nullptr;
+}
+template <std::size_t N>
+bool from_option_value(const OptionValue& v, std::array<double, N>& out) {
+  const auto* t = std::get_if<std::vector<double>>(&v);
+  if (t == nullptr || t->size() != N) return false;
+  std::copy(t->begin(), t->end(), out.begin());
+  return true;
+}
+// "a number", "a bool", "a tuple of 2 numbers": for messages.
+std::string option_kind(const OptionValue& v);
+// "a, b, c"
+std::string join(const std::vector<std::string>& names);
+}  // namespace options_detail
+
 // What every optimizer's options have in common, so that a group's options can be stored
-// without knowing the optimizer, and schedules can read and write any group's learning rate.
+// without knowing the optimizer, schedules can read and write any group's learning rate, and
+// serialize can write and read any optimizer's options as named values.
 class OptimizerOptions {
  public:
   virtual ~OptimizerOptions() = default;
@@ -32,9 +76,110 @@ class OptimizerOptions {
   virtual void set_lr(double lr) = 0;
   // Throws std::invalid_argument naming the optimizer and the bad value.
   virtual void validate() const = 0;
-  // "SGD", "Adam", "AdamW": the optimizer these options belong to.
+  // "SGD", "Adam", "AdamW", "RMSprop": the optimizer these options belong to.
   virtual const char* optimizer_name() const = 0;
+  // Every option under torch's name, in declaration order (torch's param_groups entries).
+  virtual OptionValues values() const = 0;
+  // Sets every option from `values`, which must name exactly these options, each with a value of
+  // the same kind; otherwise throws std::invalid_argument saying what differs and changes nothing.
+  // Does not validate.
+  virtual void set_values(const OptionValues& values) = 0;
+
+  // One option by name, as torch's group["betas"]: get<double>("lr"), get<bool>("amsgrad"),
+  // get<Betas>("betas"). Throws std::invalid_argument if there is none of that name and kind.
+  template <class V>
+  V get(const std::string& name) const;
 };
+
+// The OptimizerOptions of an options class that lists its fields once:
+//
+//   class FooOptions : public OptionsBase<FooOptions> {
+//     XGRAD_ARG(double, lr) = 1e-2;
+//     XGRAD_ARG(bool, maximize) = false;
+//    public:
+//     template <class Self, class F>
+//     static void fields(Self& self, F&& f) { f("lr", self.lr_); f("maximize", self.maximize_); }
+//     const char* optimizer_name() const override { return "Foo"; }
+//     void validate() const override;
+//   };
+//
+// Fields may be double, bool or std::array<double, N>; there must be one named "lr".
+template <class Derived>
+class OptionsBase : public OptimizerOptions {
+ public:
+  std::unique_ptr<OptimizerOptions> clone() const override { return std::make_unique<Derived>(self()); }
+  double get_lr() const override { return self().lr(); }
+  void set_lr(double lr) override { static_cast<Derived&>(*this).lr(lr); }
+  OptionValues values() const override {
+    OptionValues all;
+    Derived::fields(self(), [&](const char* name, const auto& field) {
+      all.emplace_back(name, options_detail::to_option_value(field));
+    });
+    return all;
+  }
+  void set_values(const OptionValues& values) override;
+
+ private:
+  const Derived& self() const { return static_cast<const Derived&>(*this); }
+};
+
+// Options of any optimizer as plain named values, as an archive holds them (serialize's
+// load_optimizer_state gives these); load_optimizer_state_dict turns them into the optimizer's own
+// options. They cannot be given to an optimizer directly.
+class SavedOptions : public OptimizerOptions {
+ public:
+  SavedOptions(std::string optimizer, OptionValues values)
+      : optimizer_(std::move(optimizer)), values_(std::move(values)) {}
+  std::unique_ptr<OptimizerOptions> clone() const override { return std::make_unique<SavedOptions>(*this); }
+  double get_lr() const override { return get<double>("lr"); }
+  void set_lr(double lr) override;
+  // Only what every torch optimizer requires: a number "lr" >= 0 ("Invalid learning rate").
+  void validate() const override;
+  const char* optimizer_name() const override { return optimizer_.c_str(); }
+  OptionValues values() const override { return values_; }
+  void set_values(const OptionValues& values) override { values_ = values; }
+
+ private:
+  std::string optimizer_;
+  OptionValues values_;
+};
+
+template <class V>
+V OptimizerOptions::get(const std::string& name) const {
+  const OptionValues all = values();
+  for (const auto& [n, v] : all) {
+    if (n != name) continue;
+    V out{};
+    XGRAD_CHECK(options_detail::from_option_value(v, out), optimizer_name(), ": option '", name, "' is ",
+                options_detail::option_kind(v), ", not of the type asked for");
+    return out;
+  }
+  XGRAD_CHECK(false, optimizer_name(), ": no option '", name, "'");
+  return V{};
+}
+
+template <class Derived>
+void OptionsBase<Derived>::set_values(const OptionValues& values) {
+  Derived result = self();
+  std::vector<std::string> names;
+  Derived::fields(self(), [&](const char* name, const auto&) { names.emplace_back(name); });
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    XGRAD_CHECK(std::find(names.begin(), names.end(), values[i].first) != names.end(), optimizer_name(),
+                ": unknown option '", values[i].first, "' (", optimizer_name(), " has ", options_detail::join(names),
+                ")");
+    for (std::size_t j = 0; j < i; ++j)
+      XGRAD_CHECK(values[j].first != values[i].first, optimizer_name(), ": option '", values[i].first,
+                  "' given twice");
+  }
+  Derived::fields(result, [&](const char* name, auto& field) {
+    auto it = std::find_if(values.begin(), values.end(), [&](const auto& v) { return v.first == name; });
+    XGRAD_CHECK(it != values.end(), optimizer_name(), ": option '", name, "' is missing");
+    XGRAD_CHECK(options_detail::from_option_value(it->second, field), optimizer_name(), ": option '", name,
+                "' should be ", options_detail::option_kind(options_detail::to_option_value(field)), ", got ",
+                options_detail::option_kind(it->second));
+  });
+  static_cast<Derived&>(*this) = result;
+}
 
 // A list of parameters optimized with the same options (a dict of torch's `param_groups`).
 // Without options of its own, a group takes the optimizer's defaults when it is added.
@@ -66,19 +211,31 @@ class ParamGroup {
   std::unique_ptr<OptimizerOptions> options_;
 };
 
-// One parameter's optimizer state. Absent entries have not been created yet (as torch creates
-// them lazily at the first step that sees a gradient).
+// One parameter's optimizer state, as torch.optim.Optimizer.state_dict()["state"][i] holds it:
+// a step count and named arrays (Adam: step, exp_avg, exp_avg_sq, max_exp_avg_sq; SGD:
+// momentum_buffer). Each optimizer declares its entries (Optimizer::state_names). Arrays not
+// present have not been created yet (torch creates them lazily at the first step with a
+// gradient). Arrays are kept sorted by name.
 template <class T = float>
-struct ParamState {
-  std::int64_t step = 0;                    // Adam/AdamW: steps taken (torch's state['step'])
-  std::optional<Array<T>> momentum_buffer;  // SGD with momentum
-  std::optional<Array<T>> exp_avg;          // Adam/AdamW: first moment m
-  std::optional<Array<T>> exp_avg_sq;       // Adam/AdamW: second moment v
-  std::optional<Array<T>> max_exp_avg_sq;   // Adam/AdamW with amsgrad: running max of v
+class ParamState {
+ public:
+  std::int64_t step = 0;  // torch's state["step"]: updates taken, for optimizers that count them
 
-  bool empty() const {
-    return step == 0 && !momentum_buffer && !exp_avg && !exp_avg_sq && !max_exp_avg_sq;
-  }
+  bool has(const std::string& name) const { return arrays_.count(name) != 0; }
+  // Throws std::invalid_argument naming the arrays held.
+  const Array<T>& at(const std::string& name) const;
+  Array<T>& at(const std::string& name);
+  // Inserts or replaces; returns the stored array.
+  Array<T>& set(const std::string& name, Array<T> value) { return arrays_[name] = std::move(value); }
+  // The array, created as zeros of like's shape if absent (torch.zeros_like(p)).
+  Array<T>& zeros_if_absent(const std::string& name, const Array<T>& like);
+  void erase(const std::string& name) { arrays_.erase(name); }
+  const std::map<std::string, Array<T>>& arrays() const { return arrays_; }
+
+  bool empty() const { return step == 0 && arrays_.empty(); }
+
+ private:
+  std::map<std::string, Array<T>> arrays_;
 };
 
 template <class T = float>
@@ -107,13 +264,17 @@ class Optimizer {
   const OptimizerOptions& defaults() const { return *defaults_; }
   const char* name() const { return defaults_->optimizer_name(); }
 
+  // The entries of a parameter's state, as torch names them: "step" if the optimizer counts
+  // steps, then its arrays (Adam: {"step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"}).
+  virtual std::vector<std::string> state_names() const = 0;
+
   // Every parameter, group by group, in order: the order of state() and set_state().
   std::vector<Tensor<T>> parameters() const;
 
   // The state of every parameter in parameters() order (empty for one never stepped).
   std::vector<ParamState<T>> state() const;
-  // Replaces the whole state; one entry per parameter in parameters() order, each present
-  // array of its parameter's shape.
+  // Replaces the whole state; one entry per parameter in parameters() order, each array one of
+  // state_names() and of its parameter's shape.
   void set_state(const std::vector<ParamState<T>>& state);
   // The state of one parameter of this optimizer (empty if never stepped).
   ParamState<T> state(const Tensor<T>& param) const;
@@ -122,7 +283,7 @@ class Optimizer {
  protected:
   Optimizer(std::vector<ParamGroup<T>> groups, const OptimizerOptions& defaults);
 
-  // Updates the parameters of one group whose options are this optimizer's.
+  // Updates the parameters of one group; its options are of the type of defaults() (step() checks).
   virtual void step_group(ParamGroup<T>& group) = 0;
 
   // The state of a parameter, created empty on first use.
@@ -137,6 +298,8 @@ class Optimizer {
   std::unordered_map<std::shared_ptr<Node<T>>, ParamState<T>> state_;
 };
 
+extern template class ParamState<float>;
+extern template class ParamState<double>;
 extern template class ParamGroup<float>;
 extern template class ParamGroup<double>;
 extern template class Optimizer<float>;

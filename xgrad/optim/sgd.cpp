@@ -37,9 +37,9 @@ void SGD<T>::step_group(ParamGroup<T>& group) {
     bool first = false;
     if (use_momentum) {
       ParamState<T>& state = this->state_of(p);
-      first = !state.momentum_buffer.has_value();
-      if (first) state.momentum_buffer = Array<T>::from_shape(value.shape());
-      buf = state.momentum_buffer->data();
+      first = !state.has("momentum_buffer");
+      if (first) state.set("momentum_buffer", Array<T>::from_shape(value.shape()));
+      buf = state.at("momentum_buffer").data();
     }
     for (std::size_t i = 0; i < n; ++i) {
       T d = maximize ? -g[i] : g[i];

@@ -9,7 +9,7 @@
 
 namespace xgrad::optim {
 
-class SGDOptions : public OptimizerOptions {
+class SGDOptions : public OptionsBase<SGDOptions> {
  public:
   explicit SGDOptions(double lr) : lr_(lr) {}  // lr has no default, as in PyTorch
   XGRAD_ARG(double, lr);
@@ -20,9 +20,15 @@ class SGDOptions : public OptimizerOptions {
   XGRAD_ARG(bool, maximize) = false;
 
  public:
-  std::unique_ptr<OptimizerOptions> clone() const override { return std::make_unique<SGDOptions>(*this); }
-  double get_lr() const override { return lr_; }
-  void set_lr(double lr) override { lr_ = lr; }
+  template <class Self, class F>
+  static void fields(Self& self, F&& f) {
+    f("lr", self.lr_);
+    f("momentum", self.momentum_);
+    f("dampening", self.dampening_);
+    f("weight_decay", self.weight_decay_);
+    f("nesterov", self.nesterov_);
+    f("maximize", self.maximize_);
+  }
   void validate() const override;
   const char* optimizer_name() const override { return "SGD"; }
 };
@@ -33,6 +39,8 @@ class SGD : public Optimizer<T> {
   SGD(std::vector<Tensor<T>> params, const SGDOptions& options)
       : SGD(std::vector<ParamGroup<T>>{ParamGroup<T>(std::move(params))}, options) {}
   SGD(std::vector<ParamGroup<T>> groups, const SGDOptions& options) : Optimizer<T>(std::move(groups), options) {}
+
+  std::vector<std::string> state_names() const override { return {"momentum_buffer"}; }
 
  protected:
   void step_group(ParamGroup<T>& group) override;

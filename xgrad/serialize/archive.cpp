@@ -403,10 +403,18 @@ void load_optimizer_state_dict(optim::Optimizer<T>& optimizer, const OptimizerSt
   std::unordered_map<std::string, std::size_t> index;  // name -> position in parameters()
   for (std::size_t i = 0; i < names.size(); ++i) index.emplace(names[i], i);
   std::size_t first = 0;
+  std::vector<std::unique_ptr<optim::OptimizerOptions>> options;  // each group's, as the optimizer's own type
   for (std::size_t g = 0; g < groups.size(); ++g) {
     const auto& saved = state.param_groups[g];
     XGRAD_CHECK(saved.options != nullptr && std::string(saved.options->optimizer_name()) == optimizer.name(), who,
                 ": parameter group ", g, " of the state has no ", optimizer.name(), " options");
+    options.push_back(optimizer.defaults().clone());
+    try {
+      options.back()->set_values(saved.options->values());
+      options.back()->validate();
+    } catch (const std::invalid_argument& e) {
+      XGRAD_CHECK(false, who, ": the options of parameter group ", g, " of the state: ", e.what());
+    }
     const std::size_t count = groups[g].params().size();
     std::unordered_set<std::string> own(names.begin() + first, names.begin() + first + count);
     std::vector<std::string> missing, unexpected;
@@ -428,7 +436,7 @@ void load_optimizer_state_dict(optim::Optimizer<T>& optimizer, const OptimizerSt
   }
   optimizer.set_state(states);  // checks every shape before changing anything
   for (std::size_t g = 0; g < groups.size(); ++g) {
-    groups[g].set_options(*state.param_groups[g].options);
+    groups[g].set_options(*options[g]);
     groups[g].initial_lr = state.param_groups[g].initial_lr;
   }
 }

@@ -51,7 +51,9 @@ ArchiveFormat archive_format(const std::string& path);
 
 constexpr const char* kArchiveMagic = "xgrad";
 // The format this build writes and the newest it reads: 1 is the first. Later builds read every
-// earlier version (tests/fixtures/serialize_v1/checkpoint.* are the contract).
+// earlier version (tests/fixtures/serialize_v1/checkpoint.* are the contract). Within a format,
+// each archived type has a class version: the optimizer state's is 2 since it holds any
+// optimizer (tests/fixtures/serialize_v2/ pin what this build writes).
 constexpr std::uint32_t kArchiveFormatVersion = 1;
 
 // ---- module state ------------------------------------------------------------------------------
@@ -82,15 +84,20 @@ nn::StateDict<T> load_state_dict_from_memory(const void* data, std::size_t size,
 // ---- optimizer state -----------------------------------------------------------------------------
 
 // An optimizer's state keyed by parameter name (torch's optimizer.state_dict(), with names where
-// torch has indices): the options of each group and every parameter's state.
+// torch has indices): the options of each group and every parameter's state. Written and read the
+// same way for every optimizer: options as named values (OptimizerOptions::values()), each
+// parameter's state as a step count and named arrays.
 template <class T = float>
 struct OptimizerState {
   struct Group {
-    std::shared_ptr<const optim::OptimizerOptions> options;  // SGDOptions, AdamOptions, AdamWOptions
-    std::optional<double> initial_lr;                        // set by the first schedule
-    std::vector<std::string> params;                         // its parameters' names, in order
+    // Captured: the optimizer's own options (AdamOptions, ...); loaded from a file:
+    // optim::SavedOptions, the named values, which load_optimizer_state_dict turns into the
+    // optimizer's own options (options->get<double>("lr") reads either).
+    std::shared_ptr<const optim::OptimizerOptions> options;
+    std::optional<double> initial_lr;  // set by the first schedule
+    std::vector<std::string> params;   // its parameters' names, in order
   };
-  std::string optimizer;  // optimizer.name(): "SGD", "Adam", "AdamW"
+  std::string optimizer;  // optimizer.name(): "SGD", "Adam", "AdamW", "RMSprop", ...
   std::vector<Group> param_groups;
   // The parameters that have state (momentum buffers, moments, step counts), by name.
   std::vector<std::pair<std::string, optim::ParamState<T>>> state;
@@ -105,8 +112,9 @@ std::vector<std::string> parameter_names(const optim::Optimizer<T>& optimizer, c
 template <class T>
 OptimizerState<T> optimizer_state_dict(const optim::Optimizer<T>& optimizer, const std::vector<std::string>& names);
 // Restores options (lr included), initial_lr and per-parameter state. The optimizer must be of the
-// same kind with the same groups of the same parameters (by name, in any order within a group) of
-// the same shapes; otherwise throws std::invalid_argument saying what differs and changes nothing.
+// same kind, with the same option names, the same groups of the same parameters (by name, in any
+// order within a group) and state arrays it declares of the same shapes; otherwise throws
+// std::invalid_argument saying what differs and changes nothing.
 template <class T>
 void load_optimizer_state_dict(optim::Optimizer<T>& optimizer, const OptimizerState<T>& state,
                                const std::vector<std::string>& names);

@@ -135,14 +135,17 @@ void field(A& ar, const char* name, V&& value) {
   ar(cereal::make_nvp(name, std::forward<V>(value)));
 }
 
-// A double that JSON can hold (JSON has no NaN or infinity).
+// Throws std::invalid_argument unless JSON can hold x (it has no NaN or infinity); `what` names it.
+inline void check_json_number(const std::string& what, double x) {
+  if (!std::isfinite(x))
+    throw std::invalid_argument("cannot write '" + what + "' = " + std::to_string(x) +
+                                " to JSON (it has no NaN or infinity); save in the binary format");
+}
+
+// A double that JSON can hold.
 template <class A>
 void save_number(A& ar, const char* name, double x) {
-  if constexpr (is_json<A>) {
-    if (!std::isfinite(x))
-      throw std::invalid_argument(std::string("cannot write '") + name + "' = " + std::to_string(x) +
-                                  " to JSON (it has no NaN or infinity); save in the binary format");
-  }
+  if constexpr (is_json<A>) check_json_number(name != nullptr ? name : "a number", x);
   field(ar, name, x);
 }
 
@@ -152,9 +155,10 @@ void save_string(A& ar, const char* name, const std::string& s) {
   field(ar, name, s);
 }
 
-// A bool is a byte 0 or 1 in binary; anything else is malformed.
+// A bool is a byte 0 or 1 in binary; anything else is malformed. `what` names it in the message
+// (by default the field's name).
 template <class A>
-bool load_bool(A& ar, const char* name) {
+bool load_bool(A& ar, const char* name, const char* what = nullptr) {
   if constexpr (is_json<A>) {
     bool b = false;
     field(ar, name, b);
@@ -162,7 +166,9 @@ bool load_bool(A& ar, const char* name) {
   } else {
     std::uint8_t byte = 0;
     ar(byte);
-    if (byte > 1) throw FormatError(std::string("'") + name + "' should be a bool, got the byte " + std::to_string(byte));
+    if (byte > 1)
+      throw FormatError(std::string("'") + (what != nullptr ? what : name) + "' should be a bool, got the byte " +
+                        std::to_string(byte));
     return byte == 1;
   }
 }

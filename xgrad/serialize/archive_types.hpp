@@ -7,8 +7,9 @@
 
 #include <algorithm>
 
-#include <xgrad/optim/adam.hpp>
-#include <xgrad/optim/sgd.hpp>
+#include <variant>
+
+#include <xgrad/optim/optimizer.hpp>
 #include <xgrad/serialize/archive_io.hpp>
 
 namespace xgrad::archive_io {
@@ -16,9 +17,9 @@ namespace xgrad::archive_io {
 // Class versions of the archived types (what this build writes and the newest it reads).
 constexpr std::uint32_t kTensorVersion = 1;
 constexpr std::uint32_t kStateDictVersion = 1;
-constexpr std::uint32_t kParamStateVersion = 1;
-constexpr std::uint32_t kOptionsVersion = 1;
-constexpr std::uint32_t kOptimizerStateVersion = 1;
+constexpr std::uint32_t kParamStateVersion = 2;     // 1: step and four optional arrays; 2: named arrays
+constexpr std::uint32_t kOptionsVersion = 1;        // version 1's options objects (read only)
+constexpr std::uint32_t kOptimizerStateVersion = 2;  // 1: SGD, Adam, AdamW fields; 2: named options
 constexpr std::uint32_t kLRSchedulerStateVersion = 1;
 constexpr std::uint32_t kGeneratorStateVersion = 1;
 constexpr std::uint32_t kCheckpointVersion = 1;
@@ -155,118 +156,158 @@ void load_state_dict(A& ar, nn::StateDict<T>& out) {
   out = std::move(state);
 }
 
+// ---- optimizer state ---------------------------------------------------------------------------
+//
+// Version 2 (this build writes it) holds any optimizer the same way, as torch's state_dict does:
+//   options of a group: [{"name", "kind": "number" | "bool" | "tuple", "value"}, ...], in the order
+//                       the options class declares them (optim::OptimizerOptions::values())
+//   a parameter's state: {"step", "arrays": [{"name", "tensor"}, ...]}, arrays sorted by name
+// Version 1 knew SGD, Adam and AdamW only: each one's options as fixed fields, and a parameter's
+// state as step and four optional arrays (momentum_buffer, exp_avg, exp_avg_sq, max_exp_avg_sq).
+// The *_v1 readers below turn it into the version-2 values.
+
+template <class A>
+void save_option(A& ar, const std::string& name, const optim::OptionValue& value) {
+  node(ar, nullptr, [&] {
+    save_string(ar, "name", name);
+    if (const double* x = std::get_if<double>(&value)) {
+      if constexpr (is_json<A>) check_json_number(name, *x);
+      save_string(ar, "kind", "number");
+      field(ar, "value", *x);
+    } else if (const bool* b = std::get_if<bool>(&value)) {
+      save_string(ar, "kind", "bool");
+      field(ar, "value", *b);
+    } else {
+      const auto& tuple = std::get<std::vector<double>>(value);
+      if constexpr (is_json<A>)
+        for (double x : tuple) check_json_number(name, x);
+      save_string(ar, "kind", "tuple");
+      save_doubles(ar, "value", tuple);
+    }
+  });
+}
+
+template <class A>
+std::pair<std::string, optim::OptionValue> load_option(A& ar) {
+  std::pair<std::string, optim::OptionValue> option;
+  node(ar, nullptr, [&] {
+    std::string kind;
+    field(ar, "name", option.first);
+    field(ar, "kind", kind);
+    if (kind == "number") {
+      double x = 0;
+      field(ar, "value", x);
+      option.second = x;
+    } else if (kind == "bool") {
+      option.second = load_bool(ar, "value", option.first.c_str());
+    } else if (kind == "tuple") {
+      std::vector<double> tuple;
+      load_doubles(ar, "value", tuple);
+      option.second = std::move(tuple);
+    } else {
+      throw FormatError("the option '" + option.first + "' is of the unknown kind '" + kind +
+                        "' (expected number, bool or tuple)");
+    }
+  });
+  return option;
+}
+
+template <class A>
+void save_options(A& ar, const optim::OptimizerOptions& options) {
+  const optim::OptionValues values = options.values();
+  save_seq(ar, "options", values.size(), [&](std::size_t i) { save_option(ar, values[i].first, values[i].second); });
+}
+
+template <class A>
+optim::OptionValues load_options(A& ar) {
+  optim::OptionValues values;
+  // each at least a name and a kind (two u64 lengths) and a byte
+  load_seq(ar, "options", 2 * sizeof(std::uint64_t) + 1, "options", [&](std::size_t, std::size_t) {
+    auto option = load_option(ar);
+    for (const auto& [name, value] : values)
+      if (name == option.first) throw FormatError("the option '" + name + "' appears twice");
+    values.push_back(std::move(option));
+  });
+  return values;
+}
+
+// Version 1's options: the fields of SGDOptions, AdamOptions and AdamWOptions as they were
+// written, by optimizer name (kind 'n' a number, 'b' a bool, '2' two numbers).
+struct OptionsV1 {
+  std::string optimizer;  // set before reading
+  optim::OptionValues values;
+};
+
+struct FieldV1 {
+  const char* name;
+  char kind;
+};
+
+inline std::vector<FieldV1> option_fields_v1(const std::string& optimizer) {
+  if (optimizer == "SGD")
+    return {{"lr", 'n'}, {"momentum", 'n'}, {"dampening", 'n'}, {"weight_decay", 'n'}, {"nesterov", 'b'},
+            {"maximize", 'b'}};
+  if (optimizer == "Adam" || optimizer == "AdamW")
+    return {{"lr", 'n'}, {"betas", '2'}, {"eps", 'n'}, {"weight_decay", 'n'}, {"amsgrad", 'b'}, {"maximize", 'b'}};
+  throw FormatError("unknown optimizer '" + optimizer + "' (a version-1 optimizer state is of SGD, Adam or AdamW)");
+}
+
+template <class A>
+void load_options_v1(A& ar, OptionsV1& o) {
+  o.values.clear();
+  for (const FieldV1& f : option_fields_v1(o.optimizer)) {
+    if (f.kind == 'n') {
+      double x = 0;
+      field(ar, f.name, x);
+      o.values.emplace_back(f.name, x);
+    } else if (f.kind == 'b') {
+      o.values.emplace_back(f.name, load_bool(ar, f.name));
+    } else {
+      std::vector<double> pair(2);
+      load_fixed_seq(ar, f.name, 2, f.name, [&](std::size_t i) { ar(pair[i]); });
+      o.values.emplace_back(f.name, std::move(pair));
+    }
+  }
+}
+
 template <class A, class T>
 void save_param_state(A& ar, const optim::ParamState<T>& s) {
   field(ar, "step", s.step);
-  auto tensor = [&](const Array<T>& a) { ar(a); };
-  save_optional(ar, "momentum_buffer", s.momentum_buffer, tensor);
-  save_optional(ar, "exp_avg", s.exp_avg, tensor);
-  save_optional(ar, "exp_avg_sq", s.exp_avg_sq, tensor);
-  save_optional(ar, "max_exp_avg_sq", s.max_exp_avg_sq, tensor);
+  save_seq(ar, "arrays", s.arrays().size(), [&ar, it = s.arrays().begin()](std::size_t) mutable {
+    node(ar, nullptr, [&] {
+      save_string(ar, "name", it->first);
+      field(ar, "tensor", it->second);
+    });
+    ++it;
+  });
 }
 
 template <class A, class T>
-void load_param_state(A& ar, optim::ParamState<T>& s) {
-  field(ar, "step", s.step);
-  if (s.step < 0) throw FormatError("a parameter's step count is negative (" + std::to_string(s.step) + ")");
-  const std::pair<const char*, std::optional<Array<T>>*> entries[] = {{"momentum_buffer", &s.momentum_buffer},
-                                                                      {"exp_avg", &s.exp_avg},
-                                                                      {"exp_avg_sq", &s.exp_avg_sq},
-                                                                      {"max_exp_avg_sq", &s.max_exp_avg_sq}};
-  for (const auto& [name, slot] : entries) {
-    slot->reset();
-    load_optional(ar, name, [&, slot = slot] {
-      Array<T> a;
-      ar(a);
-      *slot = std::move(a);
+void load_param_state(A& ar, optim::ParamState<T>& s, std::uint32_t version) {
+  optim::ParamState<T> state;
+  field(ar, "step", state.step);
+  if (state.step < 0) throw FormatError("a parameter's step count is negative (" + std::to_string(state.step) + ")");
+  if (version == 1) {
+    for (const char* name : {"momentum_buffer", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"})
+      load_optional(ar, name, [&] {
+        Array<T> a;
+        ar(a);
+        state.set(name, std::move(a));
+      });
+  } else {
+    // each at least a name and a tensor's dtype and shape (three u64 lengths)
+    load_seq(ar, "arrays", 3 * sizeof(std::uint64_t), "state arrays", [&](std::size_t, std::size_t) {
+      node(ar, nullptr, [&] {
+        std::string name;
+        Array<T> a;
+        field(ar, "name", name);
+        field(ar, "tensor", a);
+        if (state.has(name)) throw FormatError("the state array '" + name + "' appears twice");
+        state.set(name, std::move(a));
+      });
     });
   }
-}
-
-template <class A>
-void save_sgd_options(A& ar, const optim::SGDOptions& o) {
-  save_number(ar, "lr", o.lr());
-  save_number(ar, "momentum", o.momentum());
-  save_number(ar, "dampening", o.dampening());
-  save_number(ar, "weight_decay", o.weight_decay());
-  field(ar, "nesterov", o.nesterov());
-  field(ar, "maximize", o.maximize());
-}
-
-template <class A>
-double load_number(A& ar, const char* name) {
-  double x = 0;
-  field(ar, name, x);
-  return x;
-}
-
-template <class A>
-void load_sgd_options(A& ar, optim::SGDOptions& o) {
-  o.lr(load_number(ar, "lr"));
-  o.momentum(load_number(ar, "momentum"));
-  o.dampening(load_number(ar, "dampening"));
-  o.weight_decay(load_number(ar, "weight_decay"));
-  o.nesterov(load_bool(ar, "nesterov"));
-  o.maximize(load_bool(ar, "maximize"));
-}
-
-// AdamOptions and AdamWOptions: the same fields.
-template <class A, class O>
-void save_adam_options(A& ar, const O& o) {
-  save_number(ar, "lr", o.lr());
-  save_seq(ar, "betas", 2, [&](std::size_t i) { save_number(ar, nullptr, o.betas()[i]); });
-  save_number(ar, "eps", o.eps());
-  save_number(ar, "weight_decay", o.weight_decay());
-  field(ar, "amsgrad", o.amsgrad());
-  field(ar, "maximize", o.maximize());
-}
-
-template <class A, class O>
-void load_adam_options(A& ar, O& o) {
-  o.lr(load_number(ar, "lr"));
-  optim::Betas betas{};
-  load_fixed_seq(ar, "betas", 2, "betas", [&](std::size_t i) { ar(betas[i]); });
-  o.betas(betas);
-  o.eps(load_number(ar, "eps"));
-  o.weight_decay(load_number(ar, "weight_decay"));
-  o.amsgrad(load_bool(ar, "amsgrad"));
-  o.maximize(load_bool(ar, "maximize"));
-}
-
-// The options of the optimizers the archive knows, by optimizer name; throws
-// std::invalid_argument for another optimizer.
-template <class A>
-void save_options(A& ar, const std::string& optimizer, const optim::OptimizerOptions& o) {
-  if (optimizer != o.optimizer_name())
-    throw std::invalid_argument("a parameter group of " + optimizer + " has " + o.optimizer_name() + " options");
-  if (optimizer == "SGD") field(ar, "options", dynamic_cast<const optim::SGDOptions&>(o));
-  else if (optimizer == "Adam") field(ar, "options", dynamic_cast<const optim::AdamOptions&>(o));
-  else if (optimizer == "AdamW") field(ar, "options", dynamic_cast<const optim::AdamWOptions&>(o));
-  else throw std::invalid_argument("cannot archive the options of optimizer '" + optimizer + "' (known: SGD, Adam, AdamW)");
-}
-
-template <class A>
-std::shared_ptr<const optim::OptimizerOptions> load_options(A& ar, const std::string& optimizer) {
-  std::shared_ptr<optim::OptimizerOptions> o;
-  if (optimizer == "SGD") {
-    auto sgd = std::make_shared<optim::SGDOptions>(0.0);
-    field(ar, "options", *sgd);
-    o = sgd;
-  } else if (optimizer == "Adam") {
-    auto adam = std::make_shared<optim::AdamOptions>();
-    field(ar, "options", *adam);
-    o = adam;
-  } else {
-    auto adamw = std::make_shared<optim::AdamWOptions>();
-    field(ar, "options", *adamw);
-    o = adamw;
-  }
-  try {
-    o->validate();
-  } catch (const std::invalid_argument& e) {
-    throw FormatError(std::string("invalid options: ") + e.what());
-  }
-  return o;
+  s = std::move(state);
 }
 
 template <class A, class T>
@@ -275,8 +316,11 @@ void save_optimizer_state(A& ar, const OptimizerState<T>& s) {
   save_seq(ar, "param_groups", s.param_groups.size(), [&](std::size_t i) {
     const auto& group = s.param_groups[i];
     if (!group.options) throw std::invalid_argument("parameter group " + std::to_string(i) + " has no options");
+    if (s.optimizer != group.options->optimizer_name())
+      throw std::invalid_argument("parameter group " + std::to_string(i) + " of " + s.optimizer + " has " +
+                                  group.options->optimizer_name() + " options");
     node(ar, nullptr, [&] {
-      save_options(ar, s.optimizer, *group.options);
+      save_options(ar, *group.options);
       save_optional(ar, "initial_lr", group.initial_lr, [&](double lr) { save_number(ar, nullptr, lr); });
       save_strings(ar, "params", group.params);
     });
@@ -294,15 +338,29 @@ template <class T>
 void check_optimizer_state(const OptimizerState<T>& s);
 
 template <class A, class T>
-void load_optimizer_state(A& ar, OptimizerState<T>& out) {
+void load_optimizer_state(A& ar, OptimizerState<T>& out, std::uint32_t version) {
   OptimizerState<T> s;
   field(ar, "optimizer", s.optimizer);
-  if (s.optimizer != "SGD" && s.optimizer != "Adam" && s.optimizer != "AdamW")
-    throw FormatError("unknown optimizer '" + s.optimizer + "' (known: SGD, Adam, AdamW)");
+  if (s.optimizer.empty()) throw FormatError("the optimizer has no name");
+  if (version == 1) option_fields_v1(s.optimizer);  // throws for an optimizer version 1 did not know
   load_seq(ar, "param_groups", 3 * sizeof(std::uint64_t), "parameter groups", [&](std::size_t, std::size_t) {
     node(ar, nullptr, [&] {
       typename OptimizerState<T>::Group group;
-      group.options = load_options(ar, s.optimizer);
+      optim::OptionValues values;
+      if (version == 1) {
+        OptionsV1 v1{s.optimizer, {}};
+        field(ar, "options", v1);
+        values = std::move(v1.values);
+      } else {
+        values = load_options(ar);
+      }
+      auto options = std::make_shared<optim::SavedOptions>(s.optimizer, std::move(values));
+      try {
+        options->validate();
+      } catch (const std::invalid_argument& e) {
+        throw FormatError(std::string("invalid options: ") + e.what());
+      }
+      group.options = std::move(options);
       load_optional(ar, "initial_lr", [&] {
         double lr = 0;
         ar(lr);
@@ -388,21 +446,37 @@ namespace cereal {
     xgrad::archive_io::LOAD(ar, value);                                                 \
   }
 
+// The same for types whose load reads older class versions: LOAD(ar, value, version).
+#define XGRAD_ARCHIVED_VERSIONS(TYPE, VERSION, WHAT, SAVE, LOAD)                        \
+  template <class A>                                                                    \
+  void CEREAL_SAVE_FUNCTION_NAME(A& ar, const TYPE& value, const std::uint32_t) {       \
+    xgrad::archive_io::SAVE(ar, value);                                                 \
+  }                                                                                     \
+  template <class A>                                                                    \
+  void CEREAL_LOAD_FUNCTION_NAME(A& ar, TYPE& value, const std::uint32_t version) {     \
+    xgrad::archive_io::check_version(version, xgrad::archive_io::VERSION, WHAT);        \
+    xgrad::archive_io::LOAD(ar, value, version);                                        \
+  }
+
 XGRAD_ARCHIVED(xgrad::Array<float>, kTensorVersion, "tensor", save_tensor, load_tensor)
 XGRAD_ARCHIVED(xgrad::Array<double>, kTensorVersion, "tensor", save_tensor, load_tensor)
 XGRAD_ARCHIVED(xgrad::nn::StateDict<float>, kStateDictVersion, "state dict", save_state_dict, load_state_dict)
 XGRAD_ARCHIVED(xgrad::nn::StateDict<double>, kStateDictVersion, "state dict", save_state_dict, load_state_dict)
-XGRAD_ARCHIVED(xgrad::optim::ParamState<float>, kParamStateVersion, "parameter state", save_param_state,
-               load_param_state)
-XGRAD_ARCHIVED(xgrad::optim::ParamState<double>, kParamStateVersion, "parameter state", save_param_state,
-               load_param_state)
-XGRAD_ARCHIVED(xgrad::optim::SGDOptions, kOptionsVersion, "SGD options", save_sgd_options, load_sgd_options)
-XGRAD_ARCHIVED(xgrad::optim::AdamOptions, kOptionsVersion, "Adam options", save_adam_options, load_adam_options)
-XGRAD_ARCHIVED(xgrad::optim::AdamWOptions, kOptionsVersion, "AdamW options", save_adam_options, load_adam_options)
-XGRAD_ARCHIVED(xgrad::OptimizerState<float>, kOptimizerStateVersion, "optimizer state", save_optimizer_state,
-               load_optimizer_state)
-XGRAD_ARCHIVED(xgrad::OptimizerState<double>, kOptimizerStateVersion, "optimizer state", save_optimizer_state,
-               load_optimizer_state)
+XGRAD_ARCHIVED_VERSIONS(xgrad::optim::ParamState<float>, kParamStateVersion, "parameter state", save_param_state,
+                        load_param_state)
+XGRAD_ARCHIVED_VERSIONS(xgrad::optim::ParamState<double>, kParamStateVersion, "parameter state",
+                        save_param_state, load_param_state)
+XGRAD_ARCHIVED_VERSIONS(xgrad::OptimizerState<float>, kOptimizerStateVersion, "optimizer state",
+                        save_optimizer_state, load_optimizer_state)
+XGRAD_ARCHIVED_VERSIONS(xgrad::OptimizerState<double>, kOptimizerStateVersion, "optimizer state",
+                        save_optimizer_state, load_optimizer_state)
+
+// Version 1's options are only read.
+template <class A>
+void CEREAL_LOAD_FUNCTION_NAME(A& ar, xgrad::archive_io::OptionsV1& value, const std::uint32_t version) {
+  xgrad::archive_io::check_version(version, xgrad::archive_io::kOptionsVersion, "options");
+  xgrad::archive_io::load_options_v1(ar, value);
+}
 XGRAD_ARCHIVED(xgrad::optim::LRSchedulerState, kLRSchedulerStateVersion, "schedule state", save_lr_scheduler_state,
                load_lr_scheduler_state)
 XGRAD_ARCHIVED(xgrad::GeneratorState, kGeneratorStateVersion, "generator state", save_generator_state,
@@ -416,9 +490,7 @@ CEREAL_CLASS_VERSION(xgrad::nn::StateDict<float>, xgrad::archive_io::kStateDictV
 CEREAL_CLASS_VERSION(xgrad::nn::StateDict<double>, xgrad::archive_io::kStateDictVersion)
 CEREAL_CLASS_VERSION(xgrad::optim::ParamState<float>, xgrad::archive_io::kParamStateVersion)
 CEREAL_CLASS_VERSION(xgrad::optim::ParamState<double>, xgrad::archive_io::kParamStateVersion)
-CEREAL_CLASS_VERSION(xgrad::optim::SGDOptions, xgrad::archive_io::kOptionsVersion)
-CEREAL_CLASS_VERSION(xgrad::optim::AdamOptions, xgrad::archive_io::kOptionsVersion)
-CEREAL_CLASS_VERSION(xgrad::optim::AdamWOptions, xgrad::archive_io::kOptionsVersion)
+CEREAL_CLASS_VERSION(xgrad::archive_io::OptionsV1, xgrad::archive_io::kOptionsVersion)
 CEREAL_CLASS_VERSION(xgrad::OptimizerState<float>, xgrad::archive_io::kOptimizerStateVersion)
 CEREAL_CLASS_VERSION(xgrad::OptimizerState<double>, xgrad::archive_io::kOptimizerStateVersion)
 CEREAL_CLASS_VERSION(xgrad::optim::LRSchedulerState, xgrad::archive_io::kLRSchedulerStateVersion)
