@@ -48,6 +48,35 @@ std::string concat(const Args&... args) {
 }
 
 }  // namespace detail
+
+// The element count of `shape`, checked: every shape that enters the library (factories,
+// from_vector, reshape, expand, the loaders) passes here before memory is allocated for it.
+// Throws std::invalid_argument naming `who` and the shape when the product of the dims
+// overflows, or when the tensor would need more than PTRDIFF_MAX bytes of elements of
+// `element_size` bytes (more than malloc can give or xtensor's signed strides can address).
+// Zero dims give 0 elements, but the other dims must still fit (xtensor computes strides from
+// them).
+template <class Range>
+std::size_t checked_numel(const Range& shape, std::size_t element_size, const char* who) {
+  constexpr std::size_t limit = static_cast<std::size_t>(PTRDIFF_MAX);
+  std::size_t strides = 1;  // product of max(d, 1)
+  bool zero = false;
+  for (const auto d : shape) {
+    const auto n = static_cast<std::size_t>(d);
+    zero = zero || n == 0;
+    if (n > 1 && strides > limit / n)
+      throw std::invalid_argument(detail::concat(who, ": the shape ", shape_str(shape),
+                                                 " has too many elements (the product of its sizes overflows)"));
+    if (n > 1) strides *= n;
+  }
+  const std::size_t numel = zero ? 0 : strides;
+  if (numel > limit / element_size)
+    throw std::invalid_argument(detail::concat(who, ": the shape ", shape_str(shape), " has ", numel,
+                                               " elements of ", element_size, " bytes, more than can be allocated (",
+                                               limit, " bytes at most)"));
+  return numel;
+}
+
 }  // namespace xgrad
 
 // XGRAD_CHECK(a.dim() == 2, "matmul: expected a 2-D tensor, got ", a.shape());

@@ -22,6 +22,7 @@ Tensor<T> dropout(const Tensor<T>& a, double p, bool training, Generator* genera
     std::fill(pm, pm + n, T(0));
   } else {
     Generator& gen = generator ? *generator : default_generator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
     const T scale = T(1.0 / (1.0 - p));
     for (std::size_t i = 0; i < n; ++i) pm[i] = T(gen.uniform() >= p) * scale;  // branch-free: the outcome is random
   }

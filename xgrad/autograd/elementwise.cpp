@@ -26,15 +26,20 @@ Array<T> unary_map(const Array<T>& a, F f) {
   return out;
 }
 
+// What a pointwise backward reads: the input x, the output y, both or neither (then derivative
+// gets zeros). Only what it reads must be unchanged in place at backward time, as in PyTorch.
+enum Saves : unsigned { kNone = 0, kX = 1, kY = 2, kXY = 3 };
+
 // Unary op helper: y = forward(x) elementwise; backward multiplies by derivative(x, y).
 template <class T, class Fwd, class Der>
-Tensor<T> pointwise(const char* op, const Tensor<T>& a, Fwd forward, Der derivative) {
-  return make_result<T>(op, unary_map(a.value(), forward), {a}, [derivative](Node<T>& out) {
-    const T* px = out.input_value(0).data();
-    const T* py = out.value.data();
+Tensor<T> pointwise(const char* op, const Tensor<T>& a, Saves saves, Fwd forward, Der derivative) {
+  return make_result<T>(op, unary_map(a.value(), forward), {a}, [saves, derivative](Node<T>& out) {
+    const T* px = saves & kX ? out.input_value(0).data() : nullptr;
+    const T* py = saves & kY ? out.output_value().data() : nullptr;
     Array<T> gx = std::move(out.grad);  // dx = dy * dy/dx, in place
     T* pgx = gx.data();
-    for (std::size_t i = 0, n = gx.size(); i < n; ++i) pgx[i] = pgx[i] * derivative(px[i], py[i]);
+    for (std::size_t i = 0, n = gx.size(); i < n; ++i)
+      pgx[i] = pgx[i] * derivative(px ? px[i] : T(0), py ? py[i] : T(0));
     out.input(0).accumulate_grad(std::move(gx));
   });
 }
@@ -109,9 +114,9 @@ Tensor<T> add(const Tensor<T>& a, const Tensor<T>& b) {
     // y = a + b: da = dy, db = dy (summed over broadcast dims); the last use takes dy over.
     const bool both = out.input_needs_grad(0) && out.input_needs_grad(1);
     if (out.input_needs_grad(0))
-      out.input(0).accumulate_grad(both ? sum_to(out.grad, shape_of(out.input_value(0)))
-                                        : sum_to(std::move(out.grad), shape_of(out.input_value(0))));
-    if (out.input_needs_grad(1)) out.input(1).accumulate_grad(sum_to(std::move(out.grad), shape_of(out.input_value(1))));
+      out.input(0).accumulate_grad(both ? sum_to(out.grad, out.input_shape(0))
+                                        : sum_to(std::move(out.grad), out.input_shape(0)));
+    if (out.input_needs_grad(1)) out.input(1).accumulate_grad(sum_to(std::move(out.grad), out.input_shape(1)));
   });
 }
 
@@ -122,10 +127,10 @@ Tensor<T> sub(const Tensor<T>& a, const Tensor<T>& b) {
     // y = a - b: da = dy, db = -dy; the last use takes dy over.
     const bool both = out.input_needs_grad(0) && out.input_needs_grad(1);
     if (out.input_needs_grad(0))
-      out.input(0).accumulate_grad(both ? sum_to(out.grad, shape_of(out.input_value(0)))
-                                        : sum_to(std::move(out.grad), shape_of(out.input_value(0))));
+      out.input(0).accumulate_grad(both ? sum_to(out.grad, out.input_shape(0))
+                                        : sum_to(std::move(out.grad), out.input_shape(0)));
     if (out.input_needs_grad(1)) {
-      Array<T> g = sum_to(std::move(out.grad), shape_of(out.input_value(1)));
+      Array<T> g = sum_to(std::move(out.grad), out.input_shape(1));
       for (auto& v : g) v = -v;
       out.input(1).accumulate_grad(std::move(g));
     }
@@ -141,7 +146,7 @@ Tensor<T> mul(const Tensor<T>& a, const Tensor<T>& b) {
       if (!out.input_needs_grad(i)) continue;
       const Array<T>& other = out.input_value(1 - i);
       Array<T> g = binary_map(out.grad, other, "mul", [](T dy, T o) { return dy * o; });
-      out.input(i).accumulate_grad(sum_to(std::move(g), shape_of(out.input_value(i))));
+      out.input(i).accumulate_grad(sum_to(std::move(g), out.input_shape(i)));
     }
   });
 }
@@ -154,13 +159,13 @@ Tensor<T> div(const Tensor<T>& a, const Tensor<T>& b) {
     // y = a / b: da = dy / b
     if (out.input_needs_grad(0)) {
       Array<T> g = binary_map(out.grad, bv, "div", [](T dy, T z) { return dy / z; });
-      out.input(0).accumulate_grad(sum_to(std::move(g), shape_of(out.input_value(0))));
+      out.input(0).accumulate_grad(sum_to(std::move(g), out.input_shape(0)));
     }
     // db = -dy * a / b^2 = -dy * y / b
     if (out.input_needs_grad(1)) {
-      Array<T> dy_y = binary_map(out.grad, out.value, "div", [](T dy, T q) { return -dy * q; });
+      Array<T> dy_y = binary_map(out.grad, out.output_value(), "div", [](T dy, T q) { return -dy * q; });
       Array<T> g = binary_map(dy_y, bv, "div", [](T v, T z) { return v / z; });
-      out.input(1).accumulate_grad(sum_to(std::move(g), shape_of(bv)));
+      out.input(1).accumulate_grad(sum_to(std::move(g), out.input_shape(1)));
     }
   });
 }
@@ -169,72 +174,72 @@ Tensor<T> div(const Tensor<T>& a, const Tensor<T>& b) {
 
 template <class T>
 Tensor<T> add(const Tensor<T>& a, Scalar<T> s) {
-  return pointwise<T>("add", a, [s](T x) { return x + s; }, [](T, T) { return T(1); });
+  return pointwise<T>("add", a, kNone, [s](T x) { return x + s; }, [](T, T) { return T(1); });
 }
 
 template <class T>
 Tensor<T> mul(const Tensor<T>& a, Scalar<T> s) {
-  return pointwise<T>("mul", a, [s](T x) { return x * s; }, [s](T, T) { return s; });
+  return pointwise<T>("mul", a, kNone, [s](T x) { return x * s; }, [s](T, T) { return s; });
 }
 
 template <class T>
 Tensor<T> rsub(const Tensor<T>& a, Scalar<T> s) {
-  return pointwise<T>("rsub", a, [s](T x) { return s - x; }, [](T, T) { return T(-1); });
+  return pointwise<T>("rsub", a, kNone, [s](T x) { return s - x; }, [](T, T) { return T(-1); });
 }
 
 template <class T>
 Tensor<T> rdiv(const Tensor<T>& a, Scalar<T> s) {
   // y = s / x: dy/dx = -s / x^2 = -y / x
-  return pointwise<T>("rdiv", a, [s](T x) { return s / x; }, [](T x, T y) { return -y / x; });
+  return pointwise<T>("rdiv", a, kXY, [s](T x) { return s / x; }, [](T x, T y) { return -y / x; });
 }
 
 // ---- pointwise functions ----------------------------------------------------------------------
 
 template <class T>
 Tensor<T> neg(const Tensor<T>& a) {
-  return pointwise<T>("neg", a, [](T x) { return -x; }, [](T, T) { return T(-1); });
+  return pointwise<T>("neg", a, kNone, [](T x) { return -x; }, [](T, T) { return T(-1); });
 }
 
 template <class T>
 Tensor<T> pow(const Tensor<T>& a, Scalar<T> p) {
   // y = x^p: dy/dx = p x^(p-1)
-  if (p == T(2)) return pointwise<T>("pow", a, [](T x) { return x * x; }, [](T x, T) { return 2 * x; });
-  return pointwise<T>("pow", a, [p](T x) { return std::pow(x, p); },
+  if (p == T(2)) return pointwise<T>("pow", a, kX, [](T x) { return x * x; }, [](T x, T) { return 2 * x; });
+  return pointwise<T>("pow", a, kX, [p](T x) { return std::pow(x, p); },
                       [p](T x, T) { return p == T(0) ? T(0) : p * std::pow(x, p - 1); });
 }
 
 template <class T>
 Tensor<T> exp(const Tensor<T>& a) {
-  return pointwise<T>("exp", a, [](T x) { return std::exp(x); }, [](T, T y) { return y; });
+  return pointwise<T>("exp", a, kY, [](T x) { return std::exp(x); }, [](T, T y) { return y; });
 }
 
 template <class T>
 Tensor<T> log(const Tensor<T>& a) {
-  return pointwise<T>("log", a, [](T x) { return std::log(x); }, [](T x, T) { return 1 / x; });
+  return pointwise<T>("log", a, kX, [](T x) { return std::log(x); }, [](T x, T) { return 1 / x; });
 }
 
 template <class T>
 Tensor<T> sqrt(const Tensor<T>& a) {
   // y = sqrt(x): dy/dx = 1 / (2 y)
-  return pointwise<T>("sqrt", a, [](T x) { return std::sqrt(x); }, [](T, T y) { return T(0.5) / y; });
+  return pointwise<T>("sqrt", a, kY, [](T x) { return std::sqrt(x); }, [](T, T y) { return T(0.5) / y; });
 }
 
 template <class T>
 Tensor<T> abs(const Tensor<T>& a) {
-  return pointwise<T>("abs", a, [](T x) { return std::abs(x); },
+  return pointwise<T>("abs", a, kX, [](T x) { return std::abs(x); },
                       [](T x, T) { return x > 0 ? T(1) : (x < 0 ? T(-1) : T(0)); });
 }
 
 template <class T>
 Tensor<T> tanh(const Tensor<T>& a) {
-  return pointwise<T>("tanh", a, [](T x) { return std::tanh(x); }, [](T, T y) { return 1 - y * y; });
+  return pointwise<T>("tanh", a, kY, [](T x) { return std::tanh(x); }, [](T, T y) { return 1 - y * y; });
 }
 
 template <class T>
 Tensor<T> sigmoid(const Tensor<T>& a) {
   // Stable for large |x|: never exponentiates a positive number.
   return pointwise<T>(
-      "sigmoid", a,
+      "sigmoid", a, kY,
       [](T x) {
         if (x >= 0) return 1 / (1 + std::exp(-x));
         const T e = std::exp(x);
@@ -245,7 +250,7 @@ Tensor<T> sigmoid(const Tensor<T>& a) {
 
 template <class T>
 Tensor<T> relu(const Tensor<T>& a) {
-  return pointwise<T>("relu", a, [](T x) { return x > 0 ? x : T(0); }, [](T x, T) { return x > 0 ? T(1) : T(0); });
+  return pointwise<T>("relu", a, kX, [](T x) { return x > 0 ? x : T(0); }, [](T x, T) { return x > 0 ? T(1) : T(0); });
 }
 
 template <class T>
@@ -270,7 +275,7 @@ Tensor<T> clamp(const Tensor<T>& a, std::optional<Scalar<T>> min, std::optional<
   const T lo = min ? *min : -std::numeric_limits<T>::infinity();
   const T hi = max ? *max : std::numeric_limits<T>::infinity();
   return pointwise<T>(
-      "clamp", a, [lo, hi](T x) { return x < lo ? lo : (x > hi ? hi : x); },
+      "clamp", a, kX, [lo, hi](T x) { return x < lo ? lo : (x > hi ? hi : x); },
       [lo, hi](T x, T) { return (x >= lo && x <= hi) ? T(1) : T(0); });
 }
 

@@ -45,6 +45,18 @@ Node<T>::~Node() {
 }
 
 template <class T>
+void Node<T>::throw_modified(std::size_t i) const {
+  const bool output = i >= inputs.size();
+  const Node<T>& n = output ? *this : *inputs[i];
+  throw std::runtime_error(detail::concat(
+      "one of the variables needed for gradient computation has been modified by an inplace operation: ", op,
+      "'s ", (output ? "output" : "input "), (output ? std::string() : std::to_string(i)), " of shape ",
+      n.value.shape(), " is at version ", n.version, "; expected version ",
+      (output ? std::uint64_t{0} : input_versions[i]), " (it was changed through mutable_value() after ", op,
+      " used it; change a copy, or call backward first)"));
+}
+
+template <class T>
 void Node<T>::accumulate_grad(Array<T>&& g) {
   XGRAD_CHECK(g.shape() == value.shape(), "autograd: the backward of '",
               (running_backward_op ? running_backward_op : "?"), "' produced a gradient of shape ",
@@ -82,7 +94,10 @@ Tensor<T> make_result_from(const char* op, Array<T>&& value, It first, It last,
     node->requires_grad = true;
     node->is_leaf = false;
     node->inputs.reserve(static_cast<std::size_t>(last - first));
-    for (It t = first; t != last; ++t) node->inputs.push_back(t->node());
+    for (It t = first; t != last; ++t) {
+      node->inputs.push_back(t->node());
+      node->input_versions.push_back(t->defined() ? t->node()->version : 0);
+    }
     node->backward_fn = std::move(backward_fn);
   }
   return Tensor<T>(std::move(node));

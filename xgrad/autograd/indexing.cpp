@@ -48,7 +48,7 @@ Tensor<T> index_select(const Tensor<T>& a, int dim, const IndexArray& index) {
       std::memcpy(y.data() + (o * m + j) * inner, src + (o * size + rows[j]) * inner, inner * sizeof(T));
   return make_result<T>("index_select", std::move(y), {a},
                         [outer, size, inner, rows = std::move(rows)](Node<T>& out) {
-    Array<T> g = xt::zeros<T>(out.input_value(0).shape());
+    Array<T> g = xt::zeros<T>(out.input_shape(0));
     const std::size_t m = rows.size();
     const T* pg = out.grad.data();
     for (std::size_t o = 0; o < outer; ++o)
@@ -87,7 +87,7 @@ Tensor<T> embedding(const IndexArray& indices, const Tensor<T>& weight, std::opt
   for (std::size_t j = 0; j < m && D > 0; ++j)
     std::memcpy(y.data() + j * D, w + static_cast<std::size_t>(idx[j]) * D, D * sizeof(T));
   return make_result<T>("embedding", std::move(y), {weight}, [indices, pad, D](Node<T>& out) {
-    Array<T> g = xt::zeros<T>(out.input_value(0).shape());
+    Array<T> g = xt::zeros<T>(out.input_shape(0));
     const T* pg = out.grad.data();
     const std::int64_t* idx = indices.data();
     for (std::size_t j = 0, m = indices.size(); j < m; ++j) {
@@ -157,7 +157,7 @@ Tensor<T> where(const BoolArray& condition, const Tensor<T>& a, const Tensor<T>&
       detail::for_each_index(out_shape, sc, [&](std::size_t i, std::size_t ic) {
         pgk[i] = pc[ic] == take ? pg[i] : T(0);
       });
-      out.input(k).accumulate_grad(sum_to(g, shape_of(out.input_value(k))));
+      out.input(k).accumulate_grad(sum_to(g, out.input_shape(k)));
     }
   });
 }

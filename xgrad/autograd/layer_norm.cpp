@@ -215,10 +215,10 @@ Tensor<T> layer_norm(const Tensor<T>& x, const Shape& normalized_shape, const Te
     const bool need_w = s.weight >= 0 && out.input_needs_grad(s.weight);
     const bool need_b = s.bias >= 0 && out.input_needs_grad(s.bias);
     const T* px = out.input_value(0).data();
-    const T* pw = s.weight >= 0 ? out.input_value(s.weight).data() : nullptr;
+    const T* pw = s.weight >= 0 && need_x ? out.input_value(s.weight).data() : nullptr;  // dx reads w
     const T* pdy = out.grad.data();
     Array<T> dx;
-    if (need_x) dx = empty_array<T>(shape_of(out.input_value(0)));
+    if (need_x) dx = empty_array<T>(out.input_shape(0));
     // dw, db per piece of rows: (pieces, D) each, summed over pieces below.
     std::vector<double> dw(need_w ? pieces * D : 0, 0.0), db(need_b ? pieces * D : 0, 0.0);
     detail::parallel_for(pieces, 1, [&](std::size_t p0, std::size_t p1) {
@@ -229,7 +229,7 @@ Tensor<T> layer_norm(const Tensor<T>& x, const Shape& normalized_shape, const Te
     });
     if (need_x) out.input(0).accumulate_grad(std::move(dx));
     const auto to_array = [&out, pieces, D](const std::vector<double>& v, int input) {
-      Array<T> a = empty_array<T>(shape_of(out.input_value(static_cast<std::size_t>(input))));
+      Array<T> a = empty_array<T>(out.input_shape(static_cast<std::size_t>(input)));
       T* pa = a.data();
       for (std::size_t j = 0; j < D; ++j) {
         double sum = v[j];

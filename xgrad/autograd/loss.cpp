@@ -73,12 +73,12 @@ Tensor<T> mse_loss(const Tensor<T>& input, const Tensor<T>& target, const std::s
       for (std::size_t i = 0; i < n; ++i) pg[i] *= scale;
     }
     if (out.input_needs_grad(1)) {
-      Array<T> gt = sum_to(g, shape_of(out.input_value(1)));
+      Array<T> gt = sum_to(g, out.input_shape(1));
       for (auto& v : gt) v = -v;
       out.input(1).accumulate_grad(std::move(gt));
     }
     if (out.input_needs_grad(0)) {
-      const Shape si = shape_of(out.input_value(0));
+      const Shape si = out.input_shape(0);
       if (si == shape_of(g)) out.input(0).accumulate_grad(std::move(g));
       else out.input(0).accumulate_grad(sum_to(g, si));
     }
@@ -200,7 +200,7 @@ Tensor<T> cross_entropy(const Tensor<T>& logits, const IndexArray& target, std::
     const std::int64_t* pt = s.target.data();
     const T* dy = out.grad.data();
     // d loss / d x_c = scale * (p_c - (1 - ls) [c == t] - ls / C), p_c = exp(x_c - max) / sum_exp
-    Array<T> dx = xt::zeros<T>(shape_of(out.input_value(0)));
+    Array<T> dx = xt::zeros<T>(out.input_shape(0));
     T* pdx = dx.data();
     const double ls = s.label_smoothing;
     const double uniform = ls / static_cast<double>(C);

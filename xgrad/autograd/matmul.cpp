@@ -178,14 +178,14 @@ Tensor<T> matmul(const Tensor<T>& a, const Tensor<T>& b) {
   return make_result<T>("matmul", std::move(c), {a, b}, [plan](Node<T>& out) {
     const MatmulPlan& p = *plan;
     const std::size_t mk = p.m * p.k, kn = p.k * p.n, mn = p.m * p.n;
-    const T* pa = out.input_value(0).data();
-    const T* pb = out.input_value(1).data();
+    const T* pa = out.input_needs_grad(1) ? out.input_value(0).data() : nullptr;  // dB reads A
+    const T* pb = out.input_needs_grad(0) ? out.input_value(1).data() : nullptr;  // dA reads B
     const T* dc = out.grad.data();
     const bool fold = p.b_count == 1 && p.a_count == p.batch;
     // dA = dC B^T: (m, n) (n, k); summed over the batches that share one A matrix.
     if (out.input_needs_grad(0)) {
       const bool shared = p.a_count != p.batch;  // (or batch = 0: no gemm runs)
-      Array<T> da = grad_buffer<T>(shape_of(out.input_value(0)), shared);
+      Array<T> da = grad_buffer<T>(out.input_shape(0), shared);
       if (fold) {
         gemm<T>(false, true, p.batch * p.m, p.k, p.n, T(1), dc, p.n, pb, p.n, T(0), da.data(), p.k);
       } else {
@@ -198,7 +198,7 @@ Tensor<T> matmul(const Tensor<T>& a, const Tensor<T>& b) {
     // dB = A^T dC: (k, m) (m, n); summed over the batches that share one B matrix.
     if (out.input_needs_grad(1)) {
       const bool shared = p.b_count != p.batch;
-      Array<T> db = grad_buffer<T>(shape_of(out.input_value(1)), shared);
+      Array<T> db = grad_buffer<T>(out.input_shape(1), shared);
       if (fold) {
         // sum_i A_i^T dC_i = [A_0; A_1; ...]^T [dC_0; dC_1; ...]: one gemm over the stacked rows.
         gemm<T>(true, false, p.k, p.n, p.batch * p.m, T(1), pa, p.k, dc, p.n, T(0), db.data(), p.n);
@@ -249,14 +249,14 @@ Tensor<T> linear(const Tensor<T>& x, const Tensor<T>& weight, const Tensor<T>& b
     const T* dy = out.grad.data();
     // dx = dy W: (rows, out) (out, in)
     if (out.input_needs_grad(0)) {
-      Array<T> dx = empty_array<T>(shape_of(out.input_value(0)));
+      Array<T> dx = empty_array<T>(out.input_shape(0));
       gemm<T>(false, false, rows_total, in, outf, T(1), dy, outf, out.input_value(1).data(), in, T(0), dx.data(),
               in);
       out.input(0).accumulate_grad(std::move(dx));
     }
     // dW = dy^T x: (out, rows) (rows, in)
     if (out.input_needs_grad(1)) {
-      Array<T> dw = empty_array<T>(shape_of(out.input_value(1)));
+      Array<T> dw = empty_array<T>(out.input_shape(1));
       gemm<T>(true, false, outf, in, rows_total, T(1), dy, outf, out.input_value(0).data(), in, T(0), dw.data(),
               in);
       out.input(1).accumulate_grad(std::move(dw));

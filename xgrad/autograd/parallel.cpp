@@ -36,6 +36,7 @@ namespace xgrad {
 namespace {
 
 thread_local bool t_in_parallel_region = false;
+std::atomic<void (*)(int)> thread_start_hook{nullptr};
 
 int default_num_threads() {
   if (const char* env = std::getenv("OMP_NUM_THREADS")) {
@@ -49,15 +50,41 @@ int default_num_threads() {
 
 class Pool {
  public:
-  Pool() { start(default_num_threads()); }
+  // If the default count cannot be started (a process near its thread limit), one thread.
+  Pool() {
+    try {
+      start(default_num_threads());
+    } catch (const std::exception&) {
+      stop();
+      start(1);
+    }
+  }
   ~Pool() { stop(); }
 
   int size() const { return size_.load(std::memory_order_relaxed); }
 
+  // All or nothing: when a thread cannot be started, the ones that were are stopped, the
+  // previous count is started again, and the error says what happened.
   void resize(int n) {
     std::lock_guard<std::mutex> run(run_mutex_);
+    const int previous = size();
     stop();
-    start(n);
+    try {
+      start(n);
+    } catch (const std::exception& e) {
+      const std::string failed = "set_num_threads(" + std::to_string(n) + "): started " +
+                                 std::to_string(workers_.size()) + " of the " + std::to_string(n - 1) +
+                                 " worker threads, then thread creation failed (" + e.what() + "); stopped them, ";
+      stop();
+      try {
+        start(previous);
+      } catch (const std::exception&) {
+        stop();
+        throw std::runtime_error(failed + "nor restart the previous " + std::to_string(previous) +
+                                 " threads; running on 1 thread");
+      }
+      throw std::runtime_error(failed + "kept the previous " + std::to_string(previous) + " threads");
+    }
   }
 
   // Runs fn(ctx, begin, end) over [0, n) in `chunks` balanced contiguous chunks (the first
@@ -140,7 +167,10 @@ class Pool {
   void start(int n) {
     openblas_set_num_threads(1);
     stopping_.store(false);
-    for (int i = 1; i < n; ++i) workers_.emplace_back([this] { worker_loop(); });
+    for (int i = 1; i < n; ++i) {
+      if (auto hook = thread_start_hook.load()) hook(i);
+      workers_.emplace_back([this] { worker_loop(); });
+    }
     size_.store(n, std::memory_order_relaxed);
   }
 
@@ -193,6 +223,8 @@ int get_num_threads() { return pool().size(); }
 namespace detail {
 
 bool in_parallel_region() { return t_in_parallel_region; }
+
+void set_thread_start_hook(void (*hook)(int worker)) { thread_start_hook.store(hook); }
 
 void parallel_for_impl(std::size_t n, std::size_t grain, RangeFn fn, const void* ctx) {
   if (n == 0) return;

@@ -15,6 +15,9 @@
 namespace xgrad {
 
 // Sets the number of threads xgrad's kernels use (n >= 1; 1 runs everything on the caller).
+// All or nothing: when a thread cannot be created (the process or user is at its thread or
+// memory limit), the pool goes back to its previous size and a std::runtime_error names
+// set_num_threads, the count asked for and the reason.
 void set_num_threads(int n);
 int get_num_threads();
 
@@ -43,6 +46,10 @@ void parallel_for(std::size_t n, std::size_t grain, const F& fn) {
 // True on a pool thread, and on the caller while it runs chunks of a parallel job; false in a
 // parallel_for that runs inline (one thread, or less than 2 * grain of work).
 bool in_parallel_region();
+
+// For tests: hook(i) is called before the pool creates worker thread i (1-based: thread 0 is
+// the caller); a hook that throws stands for a failed thread creation. nullptr removes it.
+void set_thread_start_hook(void (*hook)(int worker));
 
 }  // namespace detail
 }  // namespace xgrad

@@ -14,6 +14,7 @@ std::uint64_t splitmix64(std::uint64_t& x) {
 }  // namespace
 
 void Generator::manual_seed(std::uint64_t seed) {
+  std::lock_guard<std::mutex> lock(mutex_);
   seed_ = seed;
   std::uint64_t x = seed;
   for (auto& word : s_) word = splitmix64(x);

@@ -3,10 +3,19 @@
 // The stream is xoshiro256** seeded through splitmix64: the same seed gives the same numbers on
 // every run and platform. It is not PyTorch's stream (that cannot be matched), only as
 // reproducible.
+//
+// Threads: as PyTorch's CPU generators, each Generator carries a mutex, and everything in xgrad
+// that draws from one (rand, randn, dropout, the nn::init functions, manual_seed, get_state,
+// set_state) holds it for the whole tensor. So threads may share a generator -- the default
+// one in particular: two threads building modules at once get different numbers, each tensor a
+// contiguous run of the one stream (which thread's tensor comes first is up to the scheduler).
+// The one-number calls (next_u64, uniform, normal, ...) do not lock: code drawing numbers one by
+// one from a shared generator holds `std::lock_guard lock(generator.mutex());` itself.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <mutex>
 
 namespace xgrad {
 
@@ -23,12 +32,27 @@ class Generator {
   static constexpr std::uint64_t default_seed = 67280421310721ULL;
 
   explicit Generator(std::uint64_t seed = default_seed) { manual_seed(seed); }
+  // Copies the state (not the mutex).
+  Generator(const Generator& other) { set_state(other.get_state()); }
+  Generator& operator=(const Generator& other) {
+    if (this != &other) set_state(other.get_state());
+    return *this;
+  }
 
   void manual_seed(std::uint64_t seed);
-  std::uint64_t initial_seed() const { return seed_; }
+  std::uint64_t initial_seed() const { return get_state().seed; }
 
-  GeneratorState get_state() const { return {seed_, s_}; }
-  void set_state(const GeneratorState& state) { seed_ = state.seed; s_ = state.s; }
+  GeneratorState get_state() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return {seed_, s_};
+  }
+  void set_state(const GeneratorState& state) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    seed_ = state.seed;
+    s_ = state.s;
+  }
+  // Held while a tensor's worth of numbers is drawn (see the comment at the top).
+  std::mutex& mutex() const { return mutex_; }
 
   // xoshiro256** (Blackman and Vigna); inline because dropout draws one per element.
   std::uint64_t next_u64() {
@@ -51,12 +75,14 @@ class Generator {
   static std::uint64_t rotl(std::uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
   std::uint64_t seed_ = 0;
   std::array<std::uint64_t, 4> s_{};
+  mutable std::mutex mutex_;
 };
 
-// The generator used when none is passed.
+// The generator used when none is passed: one per process, shared by all threads (as PyTorch's
+// default CPU generator).
 Generator& default_generator();
 
-// Seeds the default generator (torch.manual_seed).
+// Seeds the default generator (torch.manual_seed); safe while other threads draw from it.
 void manual_seed(std::uint64_t seed);
 
 }  // namespace xgrad

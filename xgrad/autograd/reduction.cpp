@@ -92,7 +92,7 @@ Tensor<T> scaled_sum(const char* op, const Tensor<T>& a, ReducePlan plan, Acc sc
   Array<T> y = empty_array<T>(plan.out_shape);
   for (std::size_t o = 0; o < plan.out_size; ++o) y.data()[o] = static_cast<T>(acc[o] * scale);
   return make_result<T>(op, std::move(y), {a}, [plan = std::move(plan), scale](Node<T>& out) {
-    Array<T> gx = Array<T>::from_shape(out.input_value(0).shape());
+    Array<T> gx = Array<T>::from_shape(out.input_shape(0));
     const T* pg = out.grad.data();
     T* pgx = gx.data();
     const T s = static_cast<T>(scale);
@@ -152,7 +152,7 @@ Tensor<T> max_shared(const char* op, const Tensor<T>& a, ReducePlan plan) {
   return make_result<T>(op, std::move(y), {a}, [plan = std::move(plan)](Node<T>& out) {
     const Array<T>& x = out.input_value(0);
     const T* px = x.data();
-    const T* py = out.value.data();
+    const T* py = out.output_value().data();
     const T* pg = out.grad.data();
     std::vector<std::size_t> n_ties(plan.out_size, 0);
     visit(plan, [&](std::size_t i, std::size_t o) { n_ties[o] += ties(px[i], py[o]); });
@@ -247,7 +247,7 @@ std::pair<Tensor<T>, IndexArray> max(const Tensor<T>& a, int dim, bool keepdim) 
     indices.data()[o] = static_cast<std::int64_t>((arg[o] / inner) % size);
   }
   Tensor<T> values = make_result<T>("max", std::move(y), {a}, [arg = std::move(arg)](Node<T>& out) {
-    Array<T> gx = xt::zeros<T>(out.input_value(0).shape());
+    Array<T> gx = xt::zeros<T>(out.input_shape(0));
     const T* pg = out.grad.data();
     for (std::size_t o = 0; o < arg.size(); ++o) gx.data()[arg[o]] += pg[o];
     out.input(0).accumulate_grad(std::move(gx));

@@ -66,7 +66,7 @@ Tensor<T> reshaped(const char* op, const Tensor<T>& a, const Shape& shape) {
   y.reshape(shape);
   return make_result<T>(op, std::move(y), {a}, [](Node<T>& out) {
     Array<T> g = std::move(out.grad);
-    g.reshape(out.input_value(0).shape());
+    g.reshape(out.input_shape(0));
     out.input(0).accumulate_grad(std::move(g));
   });
 }
@@ -89,7 +89,7 @@ Tensor<T> join(const char* op, const std::vector<Tensor<T>>& tensors, std::size_
     std::size_t col = 0;
     for (std::size_t k = 0; k < chunk.size(); ++k) {
       if (out.input_needs_grad(k)) {
-        Array<T> g = Array<T>::from_shape(out.input_value(k).shape());
+        Array<T> g = Array<T>::from_shape(out.input_shape(k));
         for (std::size_t o = 0; o < outer && chunk[k] > 0; ++o)
           std::memcpy(g.data() + o * chunk[k], out.grad.data() + o * row + col, chunk[k] * sizeof(T));
         out.input(k).accumulate_grad(std::move(g));
@@ -119,7 +119,7 @@ Tensor<T> strided_slice(const char* op, const Tensor<T>& a, std::size_t k, std::
     for (std::size_t j = 0; j < length; ++j)
       std::memcpy(y.data() + (o * length + j) * inner, src + (o * size + start + j * step) * inner, inner * sizeof(T));
   return make_result<T>(op, std::move(y), {a}, [outer, size, inner, start, length, step](Node<T>& out) {
-    Array<T> g = xt::zeros<T>(out.input_value(0).shape());
+    Array<T> g = xt::zeros<T>(out.input_shape(0));
     for (std::size_t o = 0; o < outer && inner > 0; ++o)
       for (std::size_t j = 0; j < length; ++j)
         std::memcpy(g.data() + (o * size + start + j * step) * inner, out.grad.data() + (o * length + j) * inner,
@@ -176,6 +176,13 @@ Tensor<T> reshape(const Tensor<T>& a, const std::vector<std::int64_t>& shape) {
     XGRAD_CHECK(shape[d] >= 0, "reshape: invalid size ", shape[d], " at dimension ", d, " in shape ", shape);
     out[d] = static_cast<std::size_t>(shape[d]);
     known *= out[d];
+  }
+  Shape known_sizes = out;  // their product must not overflow: it is compared with numel below
+  if (infer < shape.size()) known_sizes[infer] = 1;
+  try {
+    checked_numel(known_sizes, 1, "reshape");
+  } catch (const std::invalid_argument&) {
+    XGRAD_CHECK(false, "reshape: the shape ", shape, " has too many elements (the product of its sizes overflows)");
   }
   if (infer < shape.size()) {
     XGRAD_CHECK(known != 0, "reshape: cannot reshape a tensor of shape ", a.shape(), " into shape ", shape,
@@ -258,10 +265,10 @@ Tensor<T> expand(const Tensor<T>& a, const std::vector<std::int64_t>& sizes) {
                 ") at non-singleton dimension ", d, "; target sizes ", sizes, ", tensor shape ", in);
     out[d] = static_cast<std::size_t>(sizes[d]);
   }
-  Array<T> y = empty_array<T>(out);
+  Array<T> y = empty_array<T>(out, "expand");
   gather_strided(a.value().data(), out, detail::broadcast_strides(in, out), y.data());
   return make_result<T>("expand", std::move(y), {a}, [](Node<T>& node) {
-    node.input(0).accumulate_grad(sum_to(std::move(node.grad), shape_of(node.input_value(0))));
+    node.input(0).accumulate_grad(sum_to(std::move(node.grad), node.input_shape(0)));
   });
 }
 
@@ -362,7 +369,7 @@ Tensor<T> detail::permute_reshape(const Tensor<T>& a, const Shape& view, const s
   gather_strided(a.value().data(), permuted, forward, y.data());
   return make_result<T>("permute_reshape", std::move(y), {a},
                         [view, backward = std::move(backward)](Node<T>& node) {
-                          Array<T> g = empty_array<T>(shape_of(node.input_value(0)));
+                          Array<T> g = empty_array<T>(node.input_shape(0));
                           gather_strided(node.grad.data(), view, backward, g.data());
                           node.input(0).accumulate_grad(std::move(g));
                         });

@@ -149,8 +149,8 @@ Tensor<T> softmax_impl(const char* op, const Tensor<T>& a, int dim, bool log) {
   softmax_forward(a.value().data(), y.data(), L, log);
   return make_result<T>(op, std::move(y), {a}, [L, log](Node<T>& out) {
     if (!out.input_needs_grad(0)) return;
-    Array<T> dx = empty_array<T>(shape_of(out.value));
-    softmax_backward(out.value.data(), out.grad.data(), dx.data(), L, log);
+    Array<T> dx = empty_array<T>(shape_of(out.output_value()));
+    softmax_backward(out.output_value().data(), out.grad.data(), dx.data(), L, log);
     out.input(0).accumulate_grad(std::move(dx));
   });
 }

@@ -97,21 +97,28 @@ void Tensor<T>::backward(const Array<T>& gradient, bool retain_graph) const {
 
 // ---- factories ----------------------------------------------------------------------------
 
+namespace {
+template <class T>
+Tensor<T> filled(const char* who, const Shape& shape, T fill_value, bool requires_grad) {
+  Array<T> a = empty_array<T>(shape, who);
+  std::fill(a.begin(), a.end(), fill_value);
+  return Tensor<T>(std::move(a), requires_grad);
+}
+}  // namespace
+
 template <class T>
 Tensor<T> zeros(const Shape& shape, bool requires_grad) {
-  return full<T>(shape, T(0), requires_grad);
+  return filled<T>("zeros", shape, T(0), requires_grad);
 }
 
 template <class T>
 Tensor<T> ones(const Shape& shape, bool requires_grad) {
-  return full<T>(shape, T(1), requires_grad);
+  return filled<T>("ones", shape, T(1), requires_grad);
 }
 
 template <class T>
 Tensor<T> full(const Shape& shape, T fill_value, bool requires_grad) {
-  Array<T> a = empty_array<T>(shape);
-  std::fill(a.begin(), a.end(), fill_value);
-  return Tensor<T>(std::move(a), requires_grad);
+  return filled<T>("full", shape, fill_value, requires_grad);
 }
 
 template <class T>
@@ -120,14 +127,15 @@ Tensor<T> arange(T start, T end, T step, bool requires_grad) {
   XGRAD_CHECK((step > 0 && end >= start) || (step < 0 && end <= start), "arange: upper bound ", end,
               " and lower bound ", start, " inconsistent with step sign ", step);
   const auto n = static_cast<std::size_t>(std::ceil(static_cast<double>(end - start) / static_cast<double>(step)));
-  Array<T> a = empty_array<T>({n});
+  Array<T> a = empty_array<T>({n}, "arange");
   for (std::size_t i = 0; i < n; ++i) a(i) = start + static_cast<T>(i) * step;
   return Tensor<T>(std::move(a), requires_grad);
 }
 
 template <class T>
 Tensor<T> rand(const Shape& shape, Generator& generator, bool requires_grad) {
-  Array<T> a = empty_array<T>(shape);
+  Array<T> a = empty_array<T>(shape, "rand");
+  std::lock_guard<std::mutex> lock(generator.mutex());
   for (auto& x : a) {
     if constexpr (std::is_same_v<T, float>) x = generator.uniform_float();
     else x = static_cast<T>(generator.uniform());
@@ -142,7 +150,8 @@ Tensor<T> rand(const Shape& shape, bool requires_grad) {
 
 template <class T>
 Tensor<T> randn(const Shape& shape, Generator& generator, bool requires_grad) {
-  Array<T> a = empty_array<T>(shape);
+  Array<T> a = empty_array<T>(shape, "randn");
+  std::lock_guard<std::mutex> lock(generator.mutex());
   for (auto& x : a) x = static_cast<T>(generator.normal());
   return Tensor<T>(std::move(a), requires_grad);
 }
@@ -154,9 +163,10 @@ Tensor<T> randn(const Shape& shape, bool requires_grad) {
 
 template <class T>
 Tensor<T> from_vector(const std::vector<T>& data, const Shape& shape, bool requires_grad) {
-  Array<T> a = empty_array<T>(shape);
-  XGRAD_CHECK(a.size() == data.size(), "from_vector: shape ", shape, " holds ", a.size(),
-              " elements, got ", data.size(), " values");
+  const std::size_t n = checked_numel(shape, sizeof(T), "from_vector");
+  XGRAD_CHECK(n == data.size(), "from_vector: shape ", shape, " holds ", n, " elements, got ", data.size(),
+              " values");
+  Array<T> a = empty_array<T>(shape, "from_vector");
   std::copy(data.begin(), data.end(), a.begin());
   return Tensor<T>(std::move(a), requires_grad);
 }

@@ -44,20 +44,43 @@ struct Node {
   bool is_leaf = true;       // made by the user, not by an op
   bool released = false;     // its graph was freed by a backward without retain_graph
   std::uint64_t visit_mark = 0;  // run_backward's traversal: equal to its pass number once visited
+  // Counts in-place changes of `value` (torch's tensor._version): every Tensor::mutable_value()
+  // bumps it, so optimizer steps, initializers and load_state_dict do too.
+  std::uint64_t version = 0;
   const char* op = "leaf";   // the op that produced it, for error messages and to_dot
   std::vector<std::shared_ptr<Node<T>>> inputs;
+  // inputs[i]->version when this node was made: a backward that reads an input's value checks
+  // it is unchanged (torch's SavedVariable), see input_value.
+  xt::svector<std::uint64_t, 4> input_versions;
   // Reads this node's grad (and value, inputs) and accumulates into the inputs' grads. It may
   // move from `grad` (the engine drops a non-leaf's gradient right after its backward).
   std::function<void(Node<T>&)> backward_fn;
 
   Node<T>& input(std::size_t i) { return *inputs[i]; }
-  const Array<T>& input_value(std::size_t i) const { return inputs[i]->value; }
+  // For backward closures. input_value and output_value read a value saved for the backward:
+  // they throw, as PyTorch does, if it was changed in place since this node was made. An op
+  // whose backward needs only shapes (add, sub, reshape, ...) reads input_shape, which never
+  // throws. Code that fills a fresh result before anyone uses it may write `value` directly.
+  const Array<T>& input_value(std::size_t i) const {
+    if (inputs[i]->version != input_versions[i]) throw_modified(i);
+    return inputs[i]->value;
+  }
+  Shape input_shape(std::size_t i) const { return Shape(inputs[i]->value.shape().begin(), inputs[i]->value.shape().end()); }
+  const Array<T>& output_value() const {
+    if (version != 0) throw_modified(inputs.size());
+    return value;
+  }
   bool input_needs_grad(std::size_t i) const { return inputs[i]->requires_grad; }
 
   // The one place where gradients meet: checks the shape, then adds (or moves in the first
   // contribution). In anomaly mode, also checks that g is finite.
   void accumulate_grad(Array<T>&& g);
   void accumulate_grad(const Array<T>& g) { accumulate_grad(Array<T>(g)); }
+
+ private:
+  // "one of the variables needed for gradient computation has been modified by an inplace
+  // operation: ..." naming this op, the input (i < inputs.size()) or the output, and both versions.
+  [[noreturn]] void throw_modified(std::size_t i) const;
 };
 
 template <class T = float>
@@ -71,7 +94,15 @@ class Tensor {
 
   const Array<T>& value() const { return checked().value; }
   // In-place access for optimizers and initializers (as torch's `with no_grad(): p.copy_(...)`).
-  Array<T>& mutable_value() { return checked().value; }
+  // Each call bumps version(): a backward that needs the old value then throws instead of
+  // computing a wrong gradient. Write through the reference right away; do not keep it.
+  Array<T>& mutable_value() {
+    Node<T>& n = checked();
+    ++n.version;
+    return n.value;
+  }
+  // How many times mutable_value() was called (torch's tensor._version).
+  std::uint64_t version() const { return checked().version; }
 
   bool has_grad() const { return checked().has_grad; }
   // The accumulated gradient; throws if backward() has not reached this tensor.
@@ -191,8 +222,10 @@ template <class T = float>
 Tensor<T> from_vector(const std::vector<T>& data, const Shape& shape, bool requires_grad = false);
 
 // An Array<T> of the given shape (uninitialized), from_shape spelled for std::vector shapes.
+// The shape is checked first (checked_numel): an error names `who`.
 template <class T>
-Array<T> empty_array(const Shape& shape) {
+Array<T> empty_array(const Shape& shape, const char* who = "allocating a tensor") {
+  checked_numel(shape, sizeof(T), who);
   return Array<T>::from_shape(shape);
 }
 

@@ -27,6 +27,7 @@ template <class T>
 Tensor<T> uniform_(Tensor<T> tensor, double a, double b, Generator* generator) {
   XGRAD_CHECK(a <= b, "init::uniform_: expected a <= b, got a=", a, ", b=", b);
   Generator& gen = generator ? *generator : default_generator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
   for (auto& v : tensor.mutable_value()) v = static_cast<T>(a + (b - a) * gen.uniform());
   return tensor;
 }
@@ -35,6 +36,7 @@ template <class T>
 Tensor<T> normal_(Tensor<T> tensor, double mean, double std, Generator* generator) {
   XGRAD_CHECK(std >= 0, "init::normal_: expected std >= 0, got ", std);
   Generator& gen = generator ? *generator : default_generator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
   for (auto& v : tensor.mutable_value()) v = static_cast<T>(mean + std * gen.normal());
   return tensor;
 }

@@ -150,18 +150,13 @@ std::uint64_t checked_numel(const Shape& shape) {
   if (shape.size() > kMaxRank)
     throw FormatError("a tensor of " + std::to_string(shape.size()) + " dimensions (at most " +
                       std::to_string(kMaxRank) + ")");
-  constexpr std::uint64_t limit = std::uint64_t{1} << 62;
-  std::uint64_t product = 1;
-  bool zero = false;
-  for (const std::size_t d : shape) {
-    if (d == 0) {
-      zero = true;
-      continue;
-    }
-    if (d > limit / product) throw FormatError("the shape " + shape_str(shape) + " has too many elements");
-    product *= d;
+  try {
+    // Bytes per element 1: the data's byte size is bounded by the file's (check_fits) before
+    // anything is allocated.
+    return xgrad::checked_numel(shape, 1, "");
+  } catch (const std::invalid_argument& e) {
+    throw FormatError(std::string(e.what()).substr(2));  // without the empty "who: "
   }
-  return zero ? 0 : product;
 }
 
 void check_binary_start(const char* data, std::size_t size) {
@@ -230,17 +225,7 @@ void check_optimizer_state(const OptimizerState<T>& s) {
 template void check_optimizer_state<float>(const OptimizerState<float>&);
 template void check_optimizer_state<double>(const OptimizerState<double>&);
 
-std::string read_file(const char* who, const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    throw std::runtime_error(std::string(who) + ": cannot read '" + path + "': it is a folder");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error(std::string(who) + ": cannot open '" + path + "': " + std::strerror(errno));
-  std::ostringstream bytes;
-  bytes << in.rdbuf();
-  if (in.bad()) throw std::runtime_error(std::string(who) + ": cannot read '" + path + "'");
-  return std::move(bytes).str();
-}
+std::string read_file(const char* who, const std::string& path) { return read_regular_file(who, path); }
 
 }  // namespace archive_io
 

@@ -110,8 +110,8 @@ void check_version(std::uint32_t version, std::uint32_t newest, const char* type
 // std::invalid_argument naming `what` otherwise.
 void check_json_string(const std::string& s, const char* what);
 
-// The product of a shape's dimensions, for allocation: throws FormatError if it (ignoring
-// zeros) exceeds 2^62 or the rank exceeds kMaxRank.
+// The product of a shape's dimensions, for allocation: throws FormatError if the rank exceeds
+// kMaxRank or xgrad::checked_numel refuses the shape (its count overflows).
 std::uint64_t checked_numel(const Shape& shape);
 
 // The nearest float or double (|x| beyond the largest finite value becomes +-inf, by IEEE

@@ -4,6 +4,7 @@
 //   write_file_atomically("model.safetensors", [&](std::ostream& out) { out.write(...); });
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <ostream>
 #include <string>
@@ -22,15 +23,46 @@ namespace xgrad {
 //    (std::throw_with_nested; std::rethrow_if_nested gives it back);
 //  - a write, flush, fsync or close fails (full disk, file size limit, I/O error): strerror;
 //  - the folder cannot take a new file (missing, not a folder, read-only, no permission);
-//  - the rename fails (e.g. `path` is a folder).
+//  - the rename fails (e.g. `path` is a folder);
+//  - `path` exists and is neither a regular file nor a folder (a device such as /dev/null, a
+//    FIFO, a socket): it is refused before anything is written, so a save never replaces one.
 // `write` may also stop early by leaving the stream in a failed state (badbit/failbit).
 //
-// Replacing a symbolic link replaces the link, not the file it points to.
+// A symbolic link is written through: the file it points to (after every link in the chain) is
+// replaced atomically, in its own folder, and the link stays. A link that points nowhere is
+// refused. (The checks and the rename are separate steps: a path swapped for a device by
+// another process in between is not detected.)
 //
 // tests/test_safetensors.cpp forces each failure for real, also as root (who ignores
 // permission bits): a `write` that throws halfway; RLIMIT_FSIZE, which makes write(2) fail
 // with EFBIG halfway as a full disk would with ENOSPC; a parent path that is a regular file or
 // missing; a target that is a folder (the rename fails).
 void write_file_atomically(const std::string& path, const std::function<void(std::ostream&)>& write);
+
+// For the loaders: reads a whole file, refusing anything but a regular file. The file is opened
+// with O_NONBLOCK (so a FIFO without a writer cannot block the open) and then fstat'ed: a folder,
+// a device (/dev/zero is endless), a FIFO or a socket is refused with a std::runtime_error that
+// names `who`, the path and what it is. At most the size fstat reports is read (a file that
+// grows meanwhile is cut there; one that shrinks gives fewer bytes, which the parsers refuse).
+std::string read_regular_file(const char* who, const std::string& path);
+
+// The same checks, for reading a regular file piece by piece (the safetensors loader).
+class RegularFile {
+ public:
+  RegularFile(const char* who, const std::string& path);
+  ~RegularFile();
+  RegularFile(const RegularFile&) = delete;
+  RegularFile& operator=(const RegularFile&) = delete;
+
+  std::uint64_t size() const { return size_; }  // as fstat reported at open
+  // Reads up to n bytes at offset into out; returns how many were read (fewer at the end of the
+  // file). Throws std::runtime_error on an I/O error.
+  std::uint64_t read_at(std::uint64_t offset, std::uint64_t n, void* out) const;
+
+ private:
+  std::string who_, path_;
+  int fd_ = -1;
+  std::uint64_t size_ = 0;
+};
 
 }  // namespace xgrad

@@ -42,6 +42,9 @@ const DtypeInfo* find_dtype(const std::string& name) {
 // Nesting deeper than this cannot be a safetensors header (it needs 3 levels); refusing it
 // early bounds the parser's work on hostile input.
 constexpr int kMaxJsonDepth = 16;
+// At most 64 dims per tensor, as PyTorch and xgrad's archives; checked while the header is
+// parsed, before a forged shape of millions of dims is built.
+constexpr std::size_t kMaxDims = 64;
 
 template <class... Args>
 [[noreturn]] void malformed(const std::string& where, const Args&... args) {
@@ -202,18 +205,13 @@ SafetensorsEntry parse_entry(const std::string& where, const std::string& name, 
 
   // Elements = prod(shape). The product of the non-zero dims must also fit, even for an empty
   // tensor: xtensor computes strides from it (as signed integers).
-  std::uint64_t count = 1, strides_product = 1;
-  bool overflow = false;
-  for (std::uint64_t d : e.shape) {
-    overflow |= __builtin_mul_overflow(strides_product, std::max<std::uint64_t>(d, 1), &strides_product);
-    count = d == 0 ? 0 : count * d;  // never overflows while strides_product does not
+  std::uint64_t count = 0;
+  try {
+    count = checked_numel(e.shape, info->itemsize, "safetensors");
+  } catch (const std::invalid_argument&) {
+    malformed(where, "entry ", q, ": shape ", e.shape, " overflows: its element count or byte size exceeds 2^63");
   }
-  overflow |= strides_product > static_cast<std::uint64_t>(std::numeric_limits<std::ptrdiff_t>::max());
-  std::uint64_t bytes = 0;
-  overflow |= __builtin_mul_overflow(count, static_cast<std::uint64_t>(info->itemsize), &bytes);
-  if (overflow)
-    malformed(where, "entry ", q, ": shape ", e.shape,
-              " overflows: its element count or byte size exceeds 2^63");
+  const std::uint64_t bytes = count * info->itemsize;
   if (e.end - e.begin != bytes)
     malformed(where, "entry ", q, ": data_offsets [", e.begin, ", ", e.end, "] span ", e.end - e.begin,
               " bytes but shape ", e.shape, " of ", e.dtype, " needs ", bytes);
@@ -274,14 +272,27 @@ SafetensorsHeader parse_header(const std::string& where, std::string_view text, 
   std::vector<std::unordered_set<std::string>> open_objects;
   std::vector<std::string> top_level_keys;  // the file's order (json objects sort their keys)
   std::string duplicate, duplicate_in;
-  std::string current_entry;
+  std::string current_entry, entry_key;  // the last keys at depths 1 and 2
+  std::size_t shape_dims = 0;
+  bool in_shape = false;  // inside an entry's "shape" array, counting its elements
   auto callback = [&](int depth, json::parse_event_t event, json& parsed) {
+    if (in_shape && depth == 3 && (event == json::parse_event_t::value || event == json::parse_event_t::array_start ||
+                                   event == json::parse_event_t::object_start) &&
+        ++shape_dims > kMaxDims)
+      malformed(where, "entry ", quote(current_entry), ": shape has more than ", kMaxDims, " dimensions");
     switch (event) {
       case json::parse_event_t::object_start:
       case json::parse_event_t::array_start:
         if (depth >= kMaxJsonDepth)
           malformed(where, "the header nests deeper than ", kMaxJsonDepth, " levels");
         if (event == json::parse_event_t::object_start) open_objects.emplace_back();
+        if (event == json::parse_event_t::array_start && depth == 2 && entry_key == "shape") {
+          in_shape = true;
+          shape_dims = 0;
+        }
+        break;
+      case json::parse_event_t::array_end:
+        if (depth == 2) in_shape = false;
         break;
       case json::parse_event_t::object_end:
         open_objects.pop_back();
@@ -296,6 +307,7 @@ SafetensorsHeader parse_header(const std::string& where, std::string_view text, 
           top_level_keys.push_back(key);
           current_entry = key;
         }
+        if (depth == 2) entry_key = key;
         break;
       }
       default:
@@ -360,30 +372,18 @@ void check_loadable(const std::string& where, const SafetensorsHeader& header) {
                 ", which xgrad does not load (it loads F16, BF16, F32 and F64)");
 }
 
-// An open file with its size; errors of the file system are std::runtime_error.
+// An open regular file with its size (a device, FIFO or folder is refused before any read);
+// errors of the file system are std::runtime_error.
 struct InputFile {
-  std::ifstream in;
+  RegularFile file;
   std::uint64_t size = 0;
   std::string path;
 
-  explicit InputFile(const std::string& p) : path(p) {
-    namespace fs = std::filesystem;
-    in.open(path, std::ios::binary);
-    if (!in) throw std::runtime_error("safetensors: cannot open '" + path + "': " + std::strerror(errno));
-    std::error_code ec;
-    if (!fs::is_regular_file(fs::status(path, ec)))
-      throw std::runtime_error("safetensors: '" + path + "' is not a regular file");
-    in.seekg(0, std::ios::end);
-    const std::streamoff end = in.tellg();
-    if (end < 0) throw std::runtime_error("safetensors: cannot read '" + path + "'");
-    size = static_cast<std::uint64_t>(end);
-  }
+  explicit InputFile(const std::string& p) : file("safetensors", p), size(file.size()), path(p) {}
 
   // Reads [offset, offset + n), already checked to lie within `size`.
   void read(std::uint64_t offset, std::uint64_t n, void* out) {
-    in.seekg(static_cast<std::streamoff>(offset));
-    in.read(static_cast<char*>(out), static_cast<std::streamsize>(n));
-    if (!in || static_cast<std::uint64_t>(in.gcount()) != n)
+    if (file.read_at(offset, n, out) != n)
       malformed(path, "cannot read bytes [", offset, ", ", offset + n,
                 "): the file shrank while being read or is unreadable");
   }

@@ -1,0 +1,249 @@
+// What a hostile or careless caller meets (issue 15): shapes whose element count overflows or
+// cannot be allocated are refused by name; the default generator may be shared by threads;
+// set_num_threads is all or nothing when threads cannot be created.
+#include "test_util.hpp"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <dirent.h>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <thread>
+
+#include <xgrad/nn/nn.hpp>
+
+using namespace xgrad;
+using namespace xgrad::testing;
+
+namespace {
+
+template <class F>
+std::string message_of(F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an exception";
+  return "";
+}
+
+#define EXPECT_MESSAGE(f, ...)                                               \
+  do {                                                                       \
+    const std::string m_ = message_of([&] { f; });                           \
+    for (const char* part : {__VA_ARGS__}) EXPECT_NE(m_.find(part), std::string::npos) << m_; \
+  } while (0)
+
+constexpr std::size_t k62 = std::size_t{1} << 62;
+
+}  // namespace
+
+// ---- element counts -------------------------------------------------------------------------------
+
+TEST(ElementCount, FactoriesRefuseShapesThatOverflowOrCannotBeAllocated) {
+  // The issue's cases: numel 2^64 wrapped to 0.
+  EXPECT_MESSAGE(zeros<float>({k62, 4}), "zeros: the shape (4611686018427387904, 4) has too many elements");
+  EXPECT_MESSAGE(ones<double>({std::size_t{1} << 32, std::size_t{1} << 32}), "ones: the shape (4294967296, 4294967296)",
+                 "too many elements");
+  EXPECT_MESSAGE(full<float>({3, k62, 5}, 1.f), "full: the shape (3, 4611686018427387904, 5)");
+  EXPECT_MESSAGE(rand<float>({k62, 8}), "rand: the shape");
+  EXPECT_MESSAGE(randn<double>({k62, 8}), "randn: the shape");
+  EXPECT_MESSAGE(from_vector<float>({1, 2, 3, 4}, {k62 + 1, 4}), "from_vector: the shape (4611686018427387905, 4)");
+  // A count that fits but whose bytes do not: 2^61 doubles are 2^64 bytes.
+  EXPECT_MESSAGE(zeros<double>({std::size_t{1} << 61}), "zeros: the shape (2305843009213693952) has",
+                 "more than can be allocated");
+  // Zero elements, but the other sizes still overflow xtensor's strides.
+  EXPECT_MESSAGE(zeros<float>({0, k62, 8}), "too many elements");
+  // What fits is fine.
+  EXPECT_EQ(zeros<float>({0, std::size_t{1} << 40}).numel(), 0u);
+  EXPECT_EQ(checked_numel(Shape{2, 3, 4}, 8, "x"), 24u);
+}
+
+TEST(ElementCount, ReshapeAndExpandRefuseOverflowingShapes) {
+  auto x = from_vector<float>({1, 2, 3, 4}, {4}, true);
+  // (2^62 + 1) * 4 wraps to 4 = x.numel(): it used to be accepted.
+  EXPECT_MESSAGE(reshape(x, {static_cast<std::int64_t>(k62 + 1), 4}), "reshape: the shape (4611686018427387905, 4)");
+  EXPECT_MESSAGE(view(x, {static_cast<std::int64_t>(k62 + 1), -1, 4}),
+                 "reshape: the shape (4611686018427387905, -1, 4) has too many elements");
+  EXPECT_MESSAGE(expand(x, {static_cast<std::int64_t>(k62), 4}), "expand: the shape (4611686018427387904, 4)",
+                 "too many elements");
+  EXPECT_EQ(reshape(x, {2, -1}).shape(), (Shape{2, 2}));
+  EXPECT_EQ(expand(x, {3, 4}).numel(), 12u);
+}
+
+// ---- the default generator ---------------------------------------------------------------------------
+
+TEST(DefaultGenerator, ThreadsBuildingModulesGetDifferentWeightsFromTheOneStream) {
+  // Serially, two Linear(256, 256) draw one stream; built at once on two threads, each tensor
+  // takes a contiguous run of the same stream: the same values overall (the bias bound differs
+  // from the weight bound in the last bit, hence the tolerance), and never the same weights.
+  auto values = [](const nn::Linear<double>& l, std::vector<double>& out) {
+    out.insert(out.end(), l.weight.value().begin(), l.weight.value().end());
+    out.insert(out.end(), l.bias.value().begin(), l.bias.value().end());
+  };
+  for (std::uint64_t trial = 0; trial < 8; ++trial) {
+    SCOPED_TRACE(trial);
+    manual_seed(trial);
+    std::vector<double> serial;
+    {
+      nn::Linear<double> a(256, 256), b(256, 256);
+      values(a, serial);
+      values(b, serial);
+    }
+    manual_seed(trial);
+    std::optional<nn::Linear<double>> la, lb;
+    std::atomic<int> ready{0};
+    auto build = [&](std::optional<nn::Linear<double>>& slot) {
+      ++ready;
+      while (ready.load() < 2) {
+      }
+      slot.emplace(256, 256);
+    };
+    std::thread t1(build, std::ref(la)), t2(build, std::ref(lb));
+    t1.join();
+    t2.join();
+    EXPECT_NE(la->weight.value(), lb->weight.value());
+    std::vector<double> concurrent;
+    values(*la, concurrent);
+    values(*lb, concurrent);
+    std::sort(serial.begin(), serial.end());
+    std::sort(concurrent.begin(), concurrent.end());
+    ASSERT_EQ(serial.size(), concurrent.size());
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < serial.size(); ++i) differ += std::abs(serial[i] - concurrent[i]) > 1e-15;
+    EXPECT_EQ(differ, 0u);
+  }
+}
+
+TEST(DefaultGenerator, ManualSeedWhileAnotherThreadDrawsIsSafe) {
+  // A reseed lands between two tensors' draws, never inside one: every tensor drawn is one of
+  // the 64-number blocks of seed 42's stream.
+  constexpr int kTensors = 300;
+  manual_seed(42);
+  const Array<double> stream = rand<double>({kTensors, 64}).value();
+  std::atomic<bool> stop{false};
+  std::atomic<long> reseeds{0};
+  std::thread seeder([&] {
+    while (!stop.load()) {
+      manual_seed(42);
+      ++reseeds;
+    }
+  });
+  while (reseeds.load() == 0) {
+  }
+  int matched = 0;
+  for (int i = 0; i < kTensors; ++i) {
+    const Array<double> t = rand<double>({64}).value();
+    for (int k = 0; k < kTensors; ++k)
+      if (std::equal(t.begin(), t.end(), stream.data() + 64 * k)) {
+        ++matched;
+        break;
+      }
+  }
+  stop = true;
+  seeder.join();
+  EXPECT_EQ(matched, kTensors);
+  EXPECT_GT(reseeds.load(), 1);
+}
+
+// ---- set_num_threads ---------------------------------------------------------------------------------
+
+namespace {
+
+std::size_t live_threads() {
+  std::size_t n = 0;
+  if (DIR* d = ::opendir("/proc/self/task")) {
+    while (const dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
+    ::closedir(d);
+  }
+  return n;
+}
+
+std::atomic<int> fail_from{1 << 30};
+void failing_start(int worker) {
+  if (worker >= fail_from.load()) throw std::system_error(EAGAIN, std::generic_category(), "pthread_create");
+}
+
+struct HookGuard {
+  explicit HookGuard(int from) {
+    fail_from = from;
+    detail::set_thread_start_hook(&failing_start);
+  }
+  ~HookGuard() { detail::set_thread_start_hook(nullptr); }
+};
+
+// The pool's threads all take part: a sum over many chunks comes out right.
+void expect_pool_works() {
+  std::vector<double> v(1 << 16, 1.0);
+  std::atomic<long> total{0};
+  detail::parallel_for(v.size(), 64, [&](std::size_t b, std::size_t e) { total += static_cast<long>(e - b); });
+  EXPECT_EQ(total.load(), 1 << 16);
+}
+
+}  // namespace
+
+TEST(SetNumThreads, FailedThreadCreationRollsBackToThePreviousPool) {
+  const int before = get_num_threads();
+  set_num_threads(3);
+  const std::size_t threads_with_3 = live_threads();
+  {
+    HookGuard fail(3);  // workers 1 and 2 start (enough for the previous 3 threads), worker 3 fails
+    EXPECT_MESSAGE(set_num_threads(100), "set_num_threads(100): started 2 of the 99 worker threads",
+                   "Resource temporarily unavailable", "kept the previous 3 threads");
+  }
+  EXPECT_EQ(get_num_threads(), 3);
+  EXPECT_EQ(live_threads(), threads_with_3);
+  expect_pool_works();
+  set_num_threads(before);
+}
+
+TEST(SetNumThreads, WhenEvenThePreviousPoolCannotRestartItRunsOnOneThread) {
+  const int before = get_num_threads();
+  set_num_threads(3);
+  const std::size_t threads_with_3 = live_threads();
+  {
+    HookGuard fail(1);  // no thread starts at all
+    EXPECT_MESSAGE(set_num_threads(8), "set_num_threads(8): started 0 of the 7 worker threads",
+                   "nor restart the previous 3 threads; running on 1 thread");
+    EXPECT_EQ(get_num_threads(), 1);
+    EXPECT_EQ(live_threads(), threads_with_3 - 2);
+    expect_pool_works();
+  }
+  set_num_threads(before);
+  EXPECT_EQ(get_num_threads(), before);
+}
+
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+TEST(SetNumThreads, RealThreadCreationFailureUnderAnAddressSpaceLimit) {
+  // Without hooks: an address-space limit a little above what the process maps leaves room
+  // for a few 8 MiB thread stacks, not for 1000. (Sanitizers map terabytes: skipped there.)
+  const int before = get_num_threads();
+  set_num_threads(2);
+  const std::size_t threads_with_2 = live_threads();
+  rlimit old{};
+  ASSERT_EQ(::getrlimit(RLIMIT_AS, &old), 0);
+  long pages = 0;
+  {
+    FILE* f = std::fopen("/proc/self/statm", "r");
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(std::fscanf(f, "%ld", &pages), 1);
+    std::fclose(f);
+  }
+  rlimit tight = old;
+  tight.rlim_cur = static_cast<rlim_t>(pages) * static_cast<rlim_t>(::sysconf(_SC_PAGESIZE)) + (64u << 20);
+  ASSERT_EQ(::setrlimit(RLIMIT_AS, &tight), 0);
+  const std::string m = message_of([] { set_num_threads(1000); });
+  ASSERT_EQ(::setrlimit(RLIMIT_AS, &old), 0);
+  EXPECT_NE(m.find("set_num_threads(1000)"), std::string::npos) << m;
+  EXPECT_NE(m.find("kept the previous 2 threads"), std::string::npos) << m;
+  EXPECT_EQ(get_num_threads(), 2);
+  EXPECT_EQ(live_threads(), threads_with_2);
+  expect_pool_works();
+  set_num_threads(before);
+}
+#endif
