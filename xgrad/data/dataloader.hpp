@@ -23,7 +23,7 @@
 // num_workers > 0: that many threads fetch and collate batches ahead of the loop, at most
 // num_workers * prefetch_factor batches ahead; the loop receives them in the sampler's order, so
 // the batches are the same as with 0 workers. An exception thrown while making a batch is
-// rethrown by the next() that would have returned it. dataset.get and the collate function are
+// rethrown by the next() that would have returned it (the call after goes on with the batch after). dataset.get and the collate function are
 // then called from several threads at once and must allow it (the ones in xgrad::data do).
 //
 // Each epoch's order is drawn from the sampler when the epoch starts (set_epoch(e) first). The
@@ -222,9 +222,10 @@ class DataLoader {
       prefetcher_.reset();
       return std::nullopt;
     }
-    std::optional<Batch> batch = prefetcher_ ? prefetcher_->take() : make_batch(*dataset_, collate_, *batches_, next_batch_);
-    ++next_batch_;
-    return batch;
+    // A batch whose making throws counts as returned (the next call goes on to the one after), with
+    // workers or without.
+    const std::size_t k = next_batch_++;
+    return prefetcher_ ? prefetcher_->take() : make_batch(*dataset_, collate_, *batches_, k);
   }
 
   class Iterator {

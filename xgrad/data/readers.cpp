@@ -96,8 +96,9 @@ xt::xarray<T> read_npy(const std::string& path) {
   return convert<std::uint8_t, T>(bytes, shape, fortran_order);  // u1, and b1 (bytes 0 or 1)
 }
 
-std::vector<std::string> read_lines(const std::string& path) {
-  const std::string data = read_file("read_lines", path);
+namespace {
+std::vector<std::string> split_lines(const char* who, const std::string& path) {
+  const std::string data = read_file(who, path);
   std::vector<std::string> lines;
   std::size_t begin = 0;
   while (begin < data.size()) {
@@ -110,11 +111,14 @@ std::vector<std::string> read_lines(const std::string& path) {
   }
   return lines;
 }
+}  // namespace
+
+std::vector<std::string> read_lines(const std::string& path) { return split_lines("read_lines", path); }
 
 template <class T>
 xt::xarray<T> read_csv(const std::string& path, const CsvOptions& options) {
   constexpr const char* who = "read_csv";
-  const std::vector<std::string> lines = read_lines(path);
+  const std::vector<std::string> lines = split_lines(who, path);
   std::vector<T> values;
   std::size_t columns = 0, rows = 0, first_row_line = 0;
   for (std::size_t i = options.header() ? 1 : 0; i < lines.size(); ++i) {
