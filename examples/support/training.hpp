@@ -1,0 +1,195 @@
+// The plumbing of a training program, shared by the examples; it knows nothing of the task.
+//
+// - Settings: the flags that define a run's results. Each is declared once (flag, variable, help);
+//   they are saved in every checkpoint ("config.<flag>") and --resume restores them, refusing a
+//   flag given again with another value.
+// - RunOptions: the flags that do not change the results (--checkpoint, --checkpoint-interval,
+//   --resume, --csv, --plot, --save-weights, --stop-at, --threads).
+// - Trainer: the loop around the task's loss -- zero_grad, backward, gradient clipping, optimizer
+//   and schedule steps -- with a live progress line on a terminal (plain lines otherwise), a CSV
+//   row per evaluation (step,loss,accuracy,lr,elapsed), a checkpoint every N steps, at the end and
+//   on Ctrl-C (exit status 130), and --stop-at. A resumed run continues bit for bit.
+//
+//   Config c;
+//   CLI::App app{"..."};
+//   training::Settings settings;
+//   settings.add(app, "--d-model", c.d_model, "model width")->check(CLI::Range(1, 4096));
+//   training::RunOptions run{"my.ckpt", "my.csv", "my.png"};
+//   training::add_run_flags(app, run);
+//   CLI11_PARSE(app, argc, argv);
+//   return training::guarded("my_program", [&] {
+//     training::Resumed resumed = training::prepare("my_program", run, settings, app);  // c = the checkpoint's
+//     MyModel model(c);  AdamW optimizer(...);  SequentialLR schedule(...);
+//     training::Trainer trainer("my_program", run, settings, std::move(resumed), model, optimizer, &schedule,
+//                               {c.steps, c.eval_interval, c.clip});
+//     if (auto stopped = trainer.train([&](int step) { return loss_of_batch(step); },
+//                                      [&] { return held_out_accuracy(); }))
+//       return *stopped;  // Ctrl-C (130) or --stop-at (0)
+//     ... print results ...
+//     trainer.finish();  // wall time, --save-weights, --plot
+//     return 0;
+//   });
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include <xgrad/serialize/checkpoint.hpp>
+#include <xgrad/xgrad.hpp>
+
+namespace training {
+
+// A refusal of the flags or of a checkpoint: guarded() prints the message alone and exits with 2.
+class Refused : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Runs body(); a Refused prints its message and gives 2, any other exception prints
+// "program: message" and gives 1.
+int guarded(const std::string& program, const std::function<int()>& body);
+
+// ---- flags -----------------------------------------------------------------------------------
+
+// The flags that do not change the results of a run; the constructor takes the default file names.
+struct RunOptions {
+  std::string checkpoint_path;
+  std::string csv_path;
+  std::string plot_path;
+  int checkpoint_interval = 250;
+  std::string resume_path;
+  std::string weights_path;
+  int stop_at = 0;
+  int threads = 1;
+
+  RunOptions(std::string checkpoint, std::string csv, std::string plot)
+      : checkpoint_path(std::move(checkpoint)), csv_path(std::move(csv)), plot_path(std::move(plot)) {}
+};
+void add_run_flags(CLI::App& app, RunOptions& run);
+
+// A setting's text, written so that it reads back to the same value (doubles with 17 digits).
+std::string format_setting(int v);
+std::string format_setting(std::uint64_t v);
+std::string format_setting(double v);
+std::string format_setting(const std::string& v);
+// Throws std::logic_error (std::invalid_argument, std::out_of_range) on malformed text.
+void parse_setting(const std::string& text, int& v);
+void parse_setting(const std::string& text, std::uint64_t& v);
+void parse_setting(const std::string& text, double& v);
+void parse_setting(const std::string& text, std::string& v);
+
+// The flags that define a run's results, bound to the program's own variables.
+class Settings {
+ public:
+  // Declares the flag (with its default shown in --help) and binds it; returns it for ->check().
+  template <class T>
+  CLI::Option* add(CLI::App& app, const std::string& flag, T& value, const std::string& help) {
+    entries_.push_back({flag.substr(2), [&value] { return format_setting(value); },
+                        [&value](const std::string& text) { parse_setting(text, value); }});
+    return app.add_option(flag, value, help)->capture_default_str();
+  }
+  // Key (the flag without "--") -> value, in the order declared.
+  std::vector<std::pair<std::string, std::string>> values() const;
+  // Sets every variable from `saved`; throws std::logic_error on a missing or malformed entry.
+  void assign(const std::map<std::string, std::string>& saved);
+
+ private:
+  struct Entry {
+    std::string key;
+    std::function<std::string()> get;
+    std::function<void(const std::string&)> set;
+  };
+  std::vector<Entry> entries_;
+};
+
+// ---- resuming --------------------------------------------------------------------------------
+
+// What the loop carries from step to step besides the model, optimizer, schedule and generator.
+struct LoopState {
+  int step = 0;         // steps done
+  double loss_sum = 0;  // training loss summed since the last evaluation
+  int loss_count = 0;
+  double accuracy = 0;  // at the last evaluation
+  double elapsed = 0;   // seconds of training over every run
+};
+
+struct Resumed {
+  std::optional<xgrad::Checkpoint<float>> checkpoint;  // empty without --resume
+  LoopState state;
+};
+
+// Applies --threads. With --resume, reads the checkpoint and sets `settings` to its values; a flag
+// given again on the command line must agree (otherwise Refused).
+Resumed prepare(const std::string& program, const RunOptions& run, Settings& settings, const CLI::App& app);
+
+// ---- the loop --------------------------------------------------------------------------------
+
+// One line redrawn in place with '\r' on a terminal (at most 10 times a second); on a pipe or
+// file, one plain line per evaluation.
+class Progress {
+ public:
+  Progress();
+  // steps_run and seconds: this run's, for the speed and the time left; accuracy < 0: none yet.
+  void update(int step, int steps, double loss, double accuracy, int steps_run, double seconds, bool row);
+  void note(const std::string& message);  // a line of its own, above the progress line
+  void finish();                          // ends the redrawn line
+
+ private:
+  bool tty_;
+  bool drawn_ = false;
+  std::chrono::steady_clock::time_point last_draw_{};
+};
+
+struct LoopOptions {
+  int steps;          // in all, counting the steps of the runs resumed
+  int eval_interval;  // steps between evaluations (and CSV rows); the last step is evaluated too
+  double clip;        // max gradient norm (clip_grad_norm_); 0: none
+};
+
+class Trainer {
+ public:
+  // Restores model, optimizer, schedule and the default generator from `resumed` (Refused on a
+  // mismatch); built from the same settings, they continue the saved run bit for bit.
+  Trainer(std::string program, const RunOptions& run, const Settings& settings, Resumed resumed,
+          xgrad::nn::Module<float>& model, xgrad::optim::Optimizer<float>& optimizer,
+          xgrad::optim::LRScheduler<float>* schedule, LoopOptions loop);
+
+  // Trains to the last step, in training mode. loss(step) is the loss of the batch of that step
+  // (0-based; draw it from (seed, step) so that a resumed run sees the same batches); accuracy()
+  // evaluates on held-out data. Returns the exit status when the run stops early (130 on Ctrl-C,
+  // 0 at --stop-at) after saving a checkpoint; nothing when every step is done.
+  std::optional<int> train(const std::function<xgrad::Tensor<float>(int step)>& loss,
+                           const std::function<double()>& accuracy);
+
+  // Prints the wall time, writes --save-weights and renders --plot.
+  void finish();
+
+  int first_step() const { return first_step_; }  // where this run started
+  double elapsed() const;                          // seconds over every run
+
+ private:
+  void save(const char* why);
+
+  std::string program_;
+  const RunOptions& run_;
+  const Settings& settings_;
+  xgrad::nn::Module<float>& model_;
+  xgrad::optim::Optimizer<float>& optimizer_;
+  xgrad::optim::LRScheduler<float>* schedule_;
+  LoopOptions loop_;
+  LoopState state_;
+  int first_step_;
+  double elapsed_before_;
+  std::chrono::steady_clock::time_point start_;
+  Progress progress_;
+};
+
+}  // namespace training
