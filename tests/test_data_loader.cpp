@@ -240,6 +240,11 @@ TEST(DataLoaderTest, ShuffleIsSeededAndNewEachEpoch) {
   manual_seed(4);
   auto e = make_data_loader(ds, opts);
   EXPECT_EQ(epoch(d), epoch(e));
+  // With a generator, the default generator is left alone.
+  manual_seed(4);
+  auto f = make_data_loader(ds, DataLoaderOptions(opts).generator(Generator(11)));
+  EXPECT_EQ(default_generator().get_state(), Generator(4).get_state());
+  EXPECT_EQ(epoch(f), a0);
   EXPECT_THROW(make_data_loader(ds, DataLoaderOptions(opts).sampler(std::make_shared<SequentialSampler>(23))),
                std::invalid_argument);
 }

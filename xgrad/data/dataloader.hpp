@@ -194,9 +194,12 @@ class DataLoader {
       }
     }
     std::shared_ptr<Sampler> sampler = options_.sampler();
-    if (!sampler && options_.shuffle())
-      sampler = std::make_shared<RandomSampler>(
-          dataset_->size(), options_.generator().value_or(Generator(default_generator().next_u64())));
+    if (!sampler && options_.shuffle()) {
+      // Without a generator, one draw from the default generator seeds the sampler's (only then).
+      const Generator generator =
+          options_.generator() ? *options_.generator() : Generator(default_generator().next_u64());
+      sampler = std::make_shared<RandomSampler>(dataset_->size(), generator);
+    }
     if (!sampler) sampler = std::make_shared<SequentialSampler>(dataset_->size());
     batch_sampler_ = std::make_shared<BatchSampler>(sampler, options_.batch_size(), options_.drop_last());
   }
