@@ -8,6 +8,7 @@
 #include <xgrad/autograd/parallel.hpp>
 #include <xgrad/autograd/random.hpp>
 #include <xgrad/autograd/tensor.hpp>
+#include <xgrad/data/data.hpp>
 #include <xgrad/nn/nn.hpp>
 #include <xgrad/optim/optim.hpp>
 #include <xgrad/serialize/serialize.hpp>

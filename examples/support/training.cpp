@@ -265,8 +265,11 @@ double Trainer::elapsed() const {
 
 void Trainer::save(const char* why) {
   if (run_.checkpoint_path.empty()) return;
+  std::map<std::string, std::string> metadata = metadata_of(settings_, state_);
+  if (extra_metadata)
+    for (auto& [key, value] : extra_metadata()) metadata.emplace(key, std::move(value));
   xgrad::save_checkpoint(run_.checkpoint_path, model_, optimizer_, schedule_, xgrad::default_generator(),
-                         state_.step, metadata_of(settings_, state_));
+                         state_.step, std::move(metadata));
   progress_.note("checkpoint " + run_.checkpoint_path + " (step " + std::to_string(state_.step) + ", " + why + ")");
 }
 

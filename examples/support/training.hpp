@@ -172,6 +172,10 @@ class Trainer {
   // Prints the wall time, writes --save-weights and renders --plot.
   void finish();
 
+  // Metadata of the program's own added to every checkpoint (a DataLoader's position); set before
+  // train(). Its keys must not start with "config." nor be the loop's own.
+  std::function<std::map<std::string, std::string>()> extra_metadata;
+
   int first_step() const { return first_step_; }  // where this run started
   double elapsed() const;                          // seconds over every run
 

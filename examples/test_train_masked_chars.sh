@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# ctest's check of train_masked_chars on a small word list (tests/fixtures/words_small.txt, 400
+# lines of /usr/share/dict/words, 19 of them not lower-case a-z), with a small model:
+#   1. the training loss falls along the CSV;
+#   2. a run stopped mid-epoch with --stop-at, then resumed from its checkpoint (the DataLoader's
+#      position, with 2 worker threads, included), ends with the same weights bit for bit and the
+#      same CSV rows as an uninterrupted one;
+#   3. --resume with a larger --steps extends the run;
+#   4. --predict fills the blanks with the top 3 letters from the checkpoint;
+#   5. a missing word list, a bad flag, --predict without a checkpoint and a --resume with a
+#      contradicting flag are refused with a message naming the fix.
+#
+#   test_train_masked_chars.sh PROGRAM WORKDIR WORDS
+set -euo pipefail
+program=$1
+work=$2
+words=$3
+flags=(--words "$words" --steps 160 --batch-size 32 --d-model 32 --layers 1 --heads 2 --dim-feedforward 64
+       --warmup 20 --lr 0.01 --eval-interval 40 --workers 2 --plot "" --checkpoint-interval 0)
+
+rm -rf "$work"
+mkdir -p "$work"
+cd "$work"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+echo "== 1. uninterrupted run"
+"$program" "${flags[@]}" --checkpoint full.ckpt --csv full.csv --save-weights full.safetensors | tee full.log
+grep -q "341 training, 40 held out, 19 lines skipped" full.log || fail "the word counts are not printed"
+[[ $(tail -n 1 full.csv | cut -d, -f1) == 160 ]] || fail "the CSV does not end at step 160"
+first=$(sed -n 2p full.csv | cut -d, -f2)
+last=$(tail -n 1 full.csv | cut -d, -f2)
+awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.2) }' || fail "the loss went from $first to $last"
+echo "training loss fell from $first to $last"
+
+echo "== 2. stopped at step 75 (mid-epoch), then resumed"
+"$program" "${flags[@]}" --checkpoint half.ckpt --csv half.csv --stop-at 75
+"$program" --resume half.ckpt --checkpoint half.ckpt --csv half.csv --save-weights half.safetensors --plot "" \
+  --workers 2 --eval-interval 40
+cmp full.safetensors half.safetensors || fail "the resumed run's weights differ"
+diff <(cut -d, -f1-4 full.csv) <(cut -d, -f1-4 half.csv) || fail "the resumed run's CSV differs"
+
+echo "== 3. extended to 200 steps"
+"$program" --resume full.ckpt --steps 200 --checkpoint long.ckpt --csv full.csv --plot "" --eval-interval 10 \
+  | tee long.log
+grep -q "at step 160 of 200" long.log || fail "the run was not extended"
+lr=$(grep "^170," full.csv | cut -d, -f4)  # the lr of step 170's update: the new cosine's, not ~0
+awk -v lr="$lr" 'BEGIN { exit !(lr > 1e-4) }' || fail "the extended run's learning rate is $lr"
+[[ $(tail -n 1 full.csv | cut -d, -f1) == 200 ]] || fail "the extended CSV does not end at step 200"
+
+echo "== 4. --predict"
+"$program" --checkpoint full.ckpt --predict "h_llo w_rld" | tee predict.log
+grep -Eq "^h_llo: blank 2:  [a-z] 0\.[0-9]{3}  [a-z] 0\.[0-9]{3}  [a-z] 0\.[0-9]{3}$" predict.log ||
+  fail "--predict printed no top-3 letters"
+grep -q "^w_rld: blank 2:" predict.log || fail "--predict skipped a word"
+
+echo "== 5. refused"
+refused() {  # expected message, then the command
+  local expected=$1 status=0
+  shift
+  "$@" >bad.log 2>&1 || status=$?
+  cat bad.log
+  [[ $status != 0 ]] && grep -q -- "$expected" bad.log || fail "not refused with '$expected': $*"
+}
+refused "no word list missing.txt: apt-get install wamerican, or pass --words FILE" "$program" --words missing.txt
+refused "--steps" "$program" --steps abc
+refused "train first, or pass --checkpoint FILE" "$program" --predict "h_llo" --checkpoint none.ckpt
+refused "--d-model 8 differs from the checkpoint" "$program" --resume full.ckpt --d-model 8 --csv ""
+echo "PASS"

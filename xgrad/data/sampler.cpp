@@ -1,0 +1,66 @@
+// Samplers (sampler.hpp).
+#include <xgrad/data/sampler.hpp>
+
+#include <xgrad/autograd/check.hpp>
+#include <xgrad/data/dataset.hpp>
+
+namespace xgrad::data {
+
+void Sampler::load_state(const std::optional<GeneratorState>& state) {
+  XGRAD_CHECK(!state, "Sampler::load_state: this sampler has a fixed order, but the state holds a generator's "
+              "state (saved from a random sampler: build the loader with the same shuffle and sampler)");
+}
+
+std::vector<std::size_t> SequentialSampler::indices() {
+  std::vector<std::size_t> order(size_);
+  for (std::size_t i = 0; i < size_; ++i) order[i] = i;
+  return order;
+}
+
+RandomSampler::RandomSampler(std::size_t size, Generator generator, bool replacement,
+                             std::optional<std::size_t> num_samples)
+    : data_size_(size), replacement_(replacement), num_samples_(num_samples.value_or(size)),
+      generator_(generator) {
+  XGRAD_CHECK(!num_samples || *num_samples > 0, "RandomSampler: num_samples must be positive, got 0");
+  XGRAD_CHECK(replacement || !num_samples || *num_samples == size, "RandomSampler: num_samples (", num_samples_,
+              ") differs from the dataset's size (", size, "): only allowed with replacement=true");
+}
+
+std::vector<std::size_t> RandomSampler::indices() {
+  if (!replacement_) return detail::randperm(data_size_, generator_);
+  XGRAD_CHECK(data_size_ > 0, "RandomSampler: cannot draw with replacement from an empty dataset");
+  std::vector<std::size_t> order(num_samples_);
+  for (auto& i : order) i = detail::uniform_index(generator_, data_size_);
+  return order;
+}
+
+void RandomSampler::load_state(const std::optional<GeneratorState>& state) {
+  XGRAD_CHECK(state.has_value(), "RandomSampler::load_state: the state holds no generator state (saved from a ",
+              "sequential sampler: build the loader with the same shuffle and sampler)");
+  generator_.set_state(*state);
+}
+
+BatchSampler::BatchSampler(std::shared_ptr<Sampler> sampler, std::size_t batch_size, bool drop_last)
+    : sampler_(std::move(sampler)), batch_size_(batch_size), drop_last_(drop_last) {
+  XGRAD_CHECK(sampler_ != nullptr, "BatchSampler: the sampler is null");
+  XGRAD_CHECK(batch_size_ > 0, "BatchSampler: batch_size must be positive, got 0");
+}
+
+std::size_t BatchSampler::size() const {
+  const std::size_t n = sampler_->size();
+  return drop_last_ ? n / batch_size_ : (n + batch_size_ - 1) / batch_size_;
+}
+
+std::vector<std::vector<std::size_t>> BatchSampler::batches() {
+  const std::vector<std::size_t> order = sampler_->indices();
+  std::vector<std::vector<std::size_t>> out;
+  out.reserve(order.size() / batch_size_ + 1);
+  for (std::size_t begin = 0; begin < order.size(); begin += batch_size_) {
+    const std::size_t end = std::min(order.size(), begin + batch_size_);
+    if (drop_last_ && end - begin < batch_size_) break;
+    out.emplace_back(order.begin() + begin, order.begin() + end);
+  }
+  return out;
+}
+
+}  // namespace xgrad::data
