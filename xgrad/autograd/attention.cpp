@@ -357,6 +357,7 @@ std::pair<Tensor<T>, Tensor<T>> attention_node(std::vector<Tensor<T>> inputs, co
       std::fill(pd, pd + D.size(), T(0));
     } else {
       Generator& gen = args.generator ? *args.generator : default_generator();
+      std::lock_guard<std::mutex> lock(gen.mutex());  // one mask's draws in one piece (random.hpp)
       const T keep_scale = T(1.0 / (1.0 - args.dropout_p));
       for (std::size_t i = 0, m = D.size(); i < m; ++i) pd[i] = T(gen.uniform() >= args.dropout_p) * keep_scale;
     }
@@ -380,9 +381,9 @@ std::pair<Tensor<T>, Tensor<T>> attention_node(std::vector<Tensor<T>> inputs, co
                    need_v = node.input_needs_grad(packed ? 0 : 2);
         // dq, dk, dv: three arrays, or one (3, lead..., L, E) array for the packed input.
         Array<T> dq, dk, dv;
-        if (need_q) dq = Array<T>::from_shape(node.input_value(0).shape());
-        if (need_k && !packed) dk = Array<T>::from_shape(node.input_value(1).shape());
-        if (need_v && !packed) dv = Array<T>::from_shape(node.input_value(2).shape());
+        if (need_q) dq = Array<T>::from_shape(node.input_shape(0));
+        if (need_k && !packed) dk = Array<T>::from_shape(node.input_shape(1));
+        if (need_v && !packed) dv = Array<T>::from_shape(node.input_shape(2));
         const Qkv<T*> d = packed ? (need_q ? Qkv<T*>::packed(dq.data(), n) : Qkv<T*>{nullptr, nullptr, nullptr})
                                  : Qkv<T*>{need_q ? dq.data() : nullptr, need_k ? dk.data() : nullptr,
                                            need_v ? dv.data() : nullptr};
