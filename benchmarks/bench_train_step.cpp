@@ -16,7 +16,10 @@
 //   --min-time S  --min-reps R  --max-reps R  --warmup W  --warmup-time S
 //   --threads N            xgrad::set_num_threads(N) (default: xgrad's default, OMP_NUM_THREADS
 //                          or every core); xgrad splits gemms and kernels over its own threads and
-//                          keeps BLAS single-threaded. The count in use is printed. benchmarks/compare.py runs the same steps in PyTorch beside this program.
+//                          keeps BLAS single-threaded. The count in use is printed.
+//   --bf16                 the step's forward and loss under xgrad::AutocastGuard (bfloat16 gemms,
+//                          fp32 accumulation; everything else fp32), as torch.autocast on CPU; with
+//                          --gemm, the bf16 gemm's rate too. The bf16 gemm path is printed. benchmarks/compare.py runs the same steps in PyTorch beside this program.
 #include <dlfcn.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -33,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include <xgrad/autograd/bf16.hpp>
 #include <xgrad/autograd/gemm.hpp>
 #include <xgrad/xgrad.hpp>
 
@@ -67,7 +71,7 @@ double step_flops(const Config& c) {
 struct Options {
   std::string config;                // --config: run this one in-process
   std::vector<std::string> configs;  // --configs: the default mode's subset
-  bool gemm_only = false, no_gemm = false, json = false, breakdown = false;
+  bool gemm_only = false, no_gemm = false, json = false, breakdown = false, bf16 = false;
   int threads = 0;                   // --threads: xgrad::set_num_threads (0: the default)
   double min_time = 3.0, warmup_time = 0.5;
   std::size_t min_reps = 5, max_reps = 100000, warmup = 3;
@@ -151,8 +155,9 @@ void print_stats_json(const Stats& s) {
               s.median, s.p25, s.p75, s.min, s.max);
 }
 
-// C = A B with A, B: (1024, 1024) standard normal, through xgrad's BLAS entry point.
-int run_gemm(const Options& o) {
+// C = A B with A, B: (1024, 1024) standard normal, through xgrad's BLAS entry point (sgemm), or
+// through detail::gemm_bf16 (bf16 operands, fp32 accumulation) when `bf16`.
+void time_gemm(const Options& o, bool bf16) {
   constexpr std::size_t n = 1024;
   xgrad::manual_seed(0);
   const xgrad::Array<float> a = xgrad::randn<float>({n, n}).value();
@@ -162,19 +167,31 @@ int run_gemm(const Options& o) {
   g.min_time = std::min(o.min_time, 1.5);
   g.min_reps = std::max<std::size_t>(o.min_reps, 10);
   const Stats s = time_calls(
-      [&] { xgrad::detail::gemm<float>(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n); },
+      [&] {
+        if (bf16)
+          xgrad::detail::gemm_bf16(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+        else
+          xgrad::detail::gemm<float>(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+      },
       g, [] {});
   const double flops = 2.0 * double(n) * n * n;
   const double gflops = flops / (s.median * 1e6), best = flops / (s.min * 1e6);
   if (o.json) {
     std::printf("{\"kind\":\"gemm\",\"framework\":\"xgrad\",\"n\":%zu,\"xgrad_threads\":%d,\"blas_threads\":%d,"
                 "\"blas\":\"%s\",", n, xgrad::get_num_threads(), blas_threads(), json_escape(blas_config()).c_str());
+    if (bf16)
+      std::printf("\"dtype\":\"bf16\",\"bf16_path\":\"%s\",", json_escape(xgrad::detail::bf16_gemm_path()).c_str());
     print_stats_json(s);
     std::printf(",\"gflops\":%.6g,\"gflops_best\":%.6g,\"peak_rss_mib\":%.6g}\n", gflops, best, peak_rss_mib());
   } else {
-    std::printf("sgemm 1024x1024x1024 (%d xgrad threads): median %.2f ms = %.1f GFLOP/s (best %.1f), %zu runs\n",
-                xgrad::get_num_threads(), s.median, gflops, best, s.reps);
+    std::printf("%s 1024x1024x1024 (%d xgrad threads): median %.2f ms = %.1f GFLOP/s (best %.1f), %zu runs\n",
+                bf16 ? "bf16 gemm" : "sgemm", xgrad::get_num_threads(), s.median, gflops, best, s.reps);
   }
+}
+
+int run_gemm(const Options& o) {
+  time_gemm(o, false);
+  if (o.bf16) time_gemm(o, true);
   return 0;
 }
 
@@ -206,7 +223,11 @@ int run_config(const Config& c, const Options& o) {
     const auto t0 = Clock::now();
     opt.zero_grad();
     const auto t1 = Clock::now();
-    Tensor<float> loss = mse_loss(encoder->forward(x), target);
+    Tensor<float> loss;
+    {
+      AutocastGuard autocast(o.bf16);  // the backward follows the forward's choice
+      loss = mse_loss(encoder->forward(x), target);
+    }
     const auto t2 = Clock::now();
     loss.backward();
     const auto t3 = Clock::now();
@@ -230,6 +251,8 @@ int run_config(const Config& c, const Options& o) {
     std::printf("{\"kind\":\"train_step\",\"framework\":\"xgrad\",\"config\":\"%s\",\"B\":%zu,\"N\":%zu,\"d\":%zu,"
                 "\"h\":%zu,\"ff\":%zu,\"L\":%zu,\"xgrad_threads\":%d,\"blas_threads\":%d,\"flops\":%.6g,",
                 c.name, c.B, c.N, c.d, c.h, c.ff, c.L, get_num_threads(), blas_threads(), flops);
+    if (o.bf16)
+      std::printf("\"precision\":\"bf16\",\"bf16_path\":\"%s\",", json_escape(detail::bf16_gemm_path()).c_str());
     print_stats_json(s);
     std::printf(",\"gflops\":%.6g,\"peak_rss_mib\":%.6g,\"baseline_rss_mib\":%.6g,\"final_loss\":%.6g,"
                 "\"phases_median_ms\":{\"zero_grad\":%.6g,\"forward_loss\":%.6g,\"backward\":%.6g,\"step\":%.6g}}\n",
@@ -284,7 +307,7 @@ void usage() {
   std::fprintf(stderr,
                "usage: bench_train_step [--config NAME | --gemm | --configs A,B,...] [--no-gemm] [--json]\n"
                "                        [--breakdown] [--quick] [--min-time S] [--min-reps R] [--max-reps R]\n"
-               "                        [--warmup W] [--warmup-time S] [--threads N]\n"
+               "                        [--warmup W] [--warmup-time S] [--threads N] [--bf16]\n"
                "configurations: tiny small medium large\n");
 }
 
@@ -309,6 +332,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--warmup") o.warmup = std::stoul(value());
     else if (a == "--warmup-time") o.warmup_time = std::stod(value());
     else if (a == "--threads") o.threads = std::stoi(value());
+    else if (a == "--bf16") o.bf16 = true;
     else throw std::invalid_argument("unknown argument " + a);
   }
   if (o.min_reps < 1) o.min_reps = 1;
@@ -328,6 +352,7 @@ std::vector<std::string> timing_args(const Options& o) {
     args.push_back("--threads");
     args.push_back(std::to_string(o.threads));
   }
+  if (o.bf16) args.push_back("--bf16");
   return args;
 }
 
@@ -360,14 +385,22 @@ int main(int argc, char** argv) {
   if (o.breakdown) base.push_back("--breakdown");
   for (const auto& a : timing_args(o)) base.push_back(a);
   if (o.json) {
-    std::printf("{\"kind\":\"header\",\"flop_formula\":\"%s\",\"blas\":\"%s\"}\n", kFlopFormula,
+    std::printf("{\"kind\":\"header\",\"flop_formula\":\"%s\",\"blas\":\"%s\"", kFlopFormula,
                 json_escape(blas_config()).c_str());
+    if (o.bf16)
+      std::printf(",\"precision\":\"bf16\",\"bf16_path\":\"%s\"",
+                  json_escape(xgrad::detail::bf16_gemm_path()).c_str());
+    std::printf("}\n");
   } else {
-    std::printf("xgrad float32 training step: zero_grad, forward, mse_loss(encoder(x), target), backward, Adam\n"
+    std::printf("xgrad %s training step: zero_grad, forward, mse_loss(encoder(x), target), backward, Adam\n"
                 "model: pre-norm GELU TransformerEncoder, dropout 0, batch_first; BLAS: %s; %d xgrad threads\n"
                 "GFLOP/s = model matmul FLOPs / median step time, FLOPs = %s (backward = 2x forward)\n"
                 "each configuration runs in its own process: peak MiB is that process's ru_maxrss\n",
-                blas_config().c_str(), xgrad::get_num_threads(), kFlopFormula);
+                o.bf16 ? "bfloat16 autocast" : "float32", blas_config().c_str(), xgrad::get_num_threads(),
+                kFlopFormula);
+    if (o.bf16)
+      std::printf("bf16: forward and loss under xgrad::AutocastGuard; bf16 gemm path: %s\n",
+                  xgrad::detail::bf16_gemm_path());
   }
   int failures = 0;
   if (!o.no_gemm) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <xgrad/autograd/allocator.hpp>
+#include <xgrad/autograd/autocast.hpp>
 #include <xgrad/autograd/check.hpp>
 #include <xgrad/autograd/gradcheck.hpp>
 #include <xgrad/autograd/ops.hpp>
