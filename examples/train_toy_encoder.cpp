@@ -144,18 +144,26 @@ IndexArray predict(ToyEncoder& model, const IndexArray& tokens) {
   return out;
 }
 
-// The fractions of digits and of whole sequences predicted right.
+// The fractions of digits and of whole sequences predicted right. In a distributed run each rank
+// predicts its share of the rows and the counts are summed over the ranks.
 std::pair<double, double> accuracy(ToyEncoder& model, const Batch& data) {
-  const IndexArray pred = predict(model, data.tokens);
+  const training::World& world = training::world();
   const std::size_t n = data.tokens.shape(0), L = data.tokens.shape(1);
-  std::size_t right = 0, whole = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    std::size_t r = 0;
-    for (std::size_t j = 0; j < L; ++j) r += pred(i, j) == data.targets(i, j);
-    right += r;
-    whole += r == L;
+  const std::size_t begin = n * std::size_t(world.rank) / std::size_t(world.size);
+  const std::size_t end = n * std::size_t(world.rank + 1) / std::size_t(world.size);
+  double counts[2] = {0, 0};  // digits right, sequences right
+  if (end > begin) {
+    const IndexArray mine(xt::view(data.tokens, xt::range(begin, end), xt::all()));
+    const IndexArray pred = predict(model, mine);
+    for (std::size_t i = begin; i < end; ++i) {
+      std::size_t r = 0;
+      for (std::size_t j = 0; j < L; ++j) r += pred(i - begin, j) == data.targets(i, j);
+      counts[0] += double(r);
+      counts[1] += r == L;
+    }
   }
-  return {double(right) / double(n * L), double(whole) / double(n)};
+  training::sum_over_ranks(counts, 2);
+  return {counts[0] / double(n * L), counts[1] / double(n)};
 }
 
 int train(Config& c, const training::RunOptions& run, training::Settings& settings, const CLI::App& app,

@@ -59,16 +59,6 @@ std::vector<xgrad::GeneratorState> gather_generator_states() {
   return states;
 }
 
-// Sums `values` over the ranks, in place (nothing in a world of 1).
-void sum_over_ranks(double* values, std::size_t count) {
-#ifdef XGRAD_WITH_MPI
-  if (g_world.size > 1) xgrad::distributed::all_reduce(values, count, xgrad::distributed::ReduceOp::SUM);
-#else
-  (void)values;
-  (void)count;
-#endif
-}
-
 void barrier() {
 #ifdef XGRAD_WITH_MPI
   if (g_world.size > 1) xgrad::distributed::barrier();
@@ -98,6 +88,15 @@ ProcessGroup::~ProcessGroup() {
 }
 
 const World& world() { return g_world; }
+
+void sum_over_ranks(double* values, std::size_t count) {
+#ifdef XGRAD_WITH_MPI
+  if (g_world.size > 1) xgrad::distributed::all_reduce(values, count, xgrad::distributed::ReduceOp::SUM);
+#else
+  (void)values;
+  (void)count;
+#endif
+}
 
 bool built_with_mpi() {
 #ifdef XGRAD_WITH_MPI

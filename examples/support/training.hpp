@@ -91,6 +91,10 @@ class ProcessGroup {
 // The world of the ProcessGroup alive (0 of 1 when none is, or none was initialized).
 const World& world();
 
+// Sums values[0, count) over the ranks, in place, on every rank (a collective: every rank calls
+// it); nothing in a world of 1.
+void sum_over_ranks(double* values, std::size_t count);
+
 // True when this build has xgrad::distributed (the CMake option XGRAD_WITH_MPI).
 bool built_with_mpi();
 
