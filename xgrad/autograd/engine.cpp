@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <unordered_map>
 #include <utility>
 
 #include <xgrad/autograd/strided.hpp>
@@ -13,6 +14,9 @@ namespace {
 thread_local bool grad_enabled = true;
 thread_local bool anomaly_enabled = false;
 thread_local const char* running_backward_op = nullptr;  // for anomaly messages
+// The callbacks queued (queue_backward_callback) during the backward running on this thread;
+// null outside a backward. A backward started from a hook gets its own list.
+thread_local std::vector<std::function<void()>>* backward_callbacks = nullptr;
 // Numbers run_backward's traversals: a node is visited in pass p once its visit_mark == p.
 std::atomic<std::uint64_t> backward_pass{0};
 
@@ -116,14 +120,56 @@ Tensor<T> make_result(const char* op, Array<T>&& value, std::initializer_list<Te
   return make_result_from<T>(op, std::move(value), inputs.begin(), inputs.end(), std::move(backward_fn));
 }
 
+void queue_backward_callback(std::function<void()> callback) {
+  XGRAD_CHECK(backward_callbacks != nullptr,
+              "queue_backward_callback: no backward is running on this thread (call it from a hook)");
+  backward_callbacks->push_back(std::move(callback));
+}
+
+namespace {
+template <class T>
+void run_post_accumulate_grad_hooks(const std::shared_ptr<Node<T>>& leaf) {
+  if (!leaf->has_grad || leaf->post_accumulate_grad_hooks.empty()) return;
+  Tensor<T> tensor(leaf);
+  // A copy: a hook may remove itself (or others) while they run.
+  auto hooks = leaf->post_accumulate_grad_hooks;
+  for (auto& hook : hooks) hook.second(tensor);
+}
+
+template <class T>
+void run_backward_pass(const Tensor<T>& root, Array<T> gradient, bool retain_graph);
+}  // namespace
+
 template <class T>
 void run_backward(const Tensor<T>& root, Array<T> gradient, bool retain_graph) {
+  // Installs this backward's callback list, runs the pass, then the callbacks (which may queue
+  // more). The outer list comes back even when something throws.
+  std::vector<std::function<void()>> callbacks;
+  std::vector<std::function<void()>>* outer = backward_callbacks;
+  backward_callbacks = &callbacks;
+  try {
+    run_backward_pass(root, std::move(gradient), retain_graph);
+    for (std::size_t i = 0; i < callbacks.size(); ++i) {
+      std::function<void()> callback = std::move(callbacks[i]);
+      callback();
+    }
+  } catch (...) {
+    backward_callbacks = outer;
+    throw;
+  }
+  backward_callbacks = outer;
+}
+
+namespace {
+template <class T>
+void run_backward_pass(const Tensor<T>& root, Array<T> gradient, bool retain_graph) {
   const std::shared_ptr<Node<T>>& r = root.node();
   XGRAD_CHECK(r != nullptr, "backward: the tensor is undefined");
   XGRAD_CHECK(r->requires_grad, "backward: the tensor does not require grad and has no graph "
               "(did it come from inputs without requires_grad, or under a NoGradGuard?)");
   if (r->is_leaf) {
     r->accumulate_grad(std::move(gradient));
+    run_post_accumulate_grad_hooks(r);
     return;
   }
   XGRAD_CHECK(!r->released, released_message<T>(r->op));
@@ -153,8 +199,33 @@ void run_backward(const Tensor<T>& root, Array<T> gradient, bool retain_graph) {
     }
   }
 
+  // Leaves with post-accumulate-grad hooks: each is complete once the last node (in the order
+  // below) that feeds it has run its backward. hooks_after[k]: the leaves whose last consumer is
+  // the k-th node run.
+  std::vector<std::vector<std::shared_ptr<Node<T>>>> hooks_after;
+  {
+    std::unordered_map<const Node<T>*, std::size_t> last;  // hooked leaf -> index of its last consumer
+    std::size_t k = 0;
+    for (auto it = order.rbegin(); it != order.rend(); ++it, ++k)
+      for (const auto& in : (*it)->inputs)
+        if (in && in->is_leaf && in->requires_grad && !in->post_accumulate_grad_hooks.empty()) last[in.get()] = k;
+    if (!last.empty()) {
+      hooks_after.resize(order.size());
+      k = 0;
+      for (auto it = order.rbegin(); it != order.rend(); ++it, ++k)
+        for (const auto& in : (*it)->inputs) {
+          auto found = in ? last.find(in.get()) : last.end();
+          if (found != last.end() && found->second == k) {
+            hooks_after[k].push_back(in);
+            last.erase(found);  // listed once even if the node uses it twice
+          }
+        }
+    }
+  }
+
   r->accumulate_grad(std::move(gradient));
-  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+  std::size_t k = 0;
+  for (auto it = order.rbegin(); it != order.rend(); ++it, ++k) {
     Node<T>& node = **it;
     if (node.has_grad) {
       running_backward_op = node.op;
@@ -173,10 +244,13 @@ void run_backward(const Tensor<T>& root, Array<T> gradient, bool retain_graph) {
       node.backward_fn = nullptr;  // frees what the closure saved
       node.released = true;
     }
+    if (!hooks_after.empty())
+      for (const auto& leaf : hooks_after[k]) run_post_accumulate_grad_hooks(leaf);
   }
   if (!retain_graph)
     for (Node<T>* node : order) node->inputs.clear();
 }
+}  // namespace
 
 namespace {
 template <class T>

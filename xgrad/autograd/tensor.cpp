@@ -1,6 +1,7 @@
 #include <xgrad/autograd/tensor.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 
 namespace xgrad {
@@ -79,6 +80,27 @@ Tensor<T>& Tensor<T>::requires_grad_(bool requires_grad) {
 template <class T>
 Tensor<T> Tensor<T>::detach() const {
   return Tensor<T>(value(), false);
+}
+
+template <class T>
+RemovableHandle Tensor<T>::register_post_accumulate_grad_hook(std::function<void(Tensor<T>&)> hook) {
+  Node<T>& n = checked();
+  XGRAD_CHECK(n.is_leaf, "register_post_accumulate_grad_hook: post accumulate grad hooks cannot be "
+              "registered on non-leaf tensors (this one was produced by '", n.op, "')");
+  XGRAD_CHECK(n.requires_grad, "register_post_accumulate_grad_hook: cannot register a hook on a tensor "
+              "that doesn't require gradient");
+  XGRAD_CHECK(static_cast<bool>(hook), "register_post_accumulate_grad_hook: the hook is empty");
+  static std::atomic<std::uint64_t> next_id{0};
+  const std::uint64_t id = ++next_id;
+  n.post_accumulate_grad_hooks.emplace_back(id, std::move(hook));
+  std::weak_ptr<Node<T>> weak = node_;
+  return RemovableHandle([weak, id] {
+    if (auto node = weak.lock()) {
+      auto& hooks = node->post_accumulate_grad_hooks;
+      hooks.erase(std::remove_if(hooks.begin(), hooks.end(), [id](const auto& h) { return h.first == id; }),
+                  hooks.end());
+    }
+  });
 }
 
 template <class T>

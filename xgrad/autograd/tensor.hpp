@@ -12,6 +12,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <xtensor/xarray.hpp>
@@ -25,6 +26,25 @@ template <class T>
 using Array = xt::xarray<T>;
 using BoolArray = xt::xarray<bool>;
 using IndexArray = xt::xarray<std::int64_t>;
+
+template <class T>
+class Tensor;
+
+// What registering a hook returns: remove() unregisters the hook (torch.utils.hooks.RemovableHandle).
+// Dropping the handle keeps the hook; remove() on a handle whose tensor is gone does nothing.
+class RemovableHandle {
+ public:
+  RemovableHandle() = default;
+  explicit RemovableHandle(std::function<void()> remover) : remover_(std::move(remover)) {}
+  void remove() {
+    std::function<void()> r = std::move(remover_);
+    remover_ = nullptr;
+    if (r) r();
+  }
+
+ private:
+  std::function<void()> remover_;
+};
 
 // One vertex of the graph: the value an op produced, the gradient flowing into it, and how to
 // pass that gradient on to the op's inputs.
@@ -55,6 +75,9 @@ struct Node {
   // Reads this node's grad (and value, inputs) and accumulates into the inputs' grads. It may
   // move from `grad` (the engine drops a non-leaf's gradient right after its backward).
   std::function<void(Node<T>&)> backward_fn;
+  // Leaves only: called by run_backward once this leaf's gradient holds every contribution of the
+  // current backward (Tensor::register_post_accumulate_grad_hook), in registration order.
+  std::vector<std::pair<std::uint64_t, std::function<void(Tensor<T>&)>>> post_accumulate_grad_hooks;
 
   Node<T>& input(std::size_t i) { return *inputs[i]; }
   // For backward closures. input_value and output_value read a value saved for the backward:
@@ -126,6 +149,15 @@ class Tensor {
   // A new leaf sharing nothing with the graph (the value is copied).
   Tensor detach() const;
 
+  // torch's Tensor.register_post_accumulate_grad_hook: on a leaf that requires grad, `hook` runs
+  // once per backward that reaches this tensor, after its gradient has received every
+  // contribution of that backward (so grad() is complete), with this tensor as its argument.
+  // Leaves complete in reverse-topological order (the gradients of the layers nearest the loss
+  // first), which is what DistributedDataParallel uses to start its all-reduces early. The hook
+  // is kept by the tensor: capture no Tensor handle of it in the hook (that would be a cycle);
+  // use the argument.
+  RemovableHandle register_post_accumulate_grad_hook(std::function<void(Tensor<T>&)> hook);
+
   // backward() on a scalar seeds its gradient with 1; a non-scalar needs the gradient.
   void backward(bool retain_graph = false) const;
   void backward(const Array<T>& gradient, bool retain_graph = false) const;
@@ -186,6 +218,12 @@ Tensor<T> make_result(const char* op, Array<T>&& value, std::initializer_list<Te
 // Runs reverse-mode differentiation from root with the given seed gradient.
 template <class T>
 void run_backward(const Tensor<T>& root, Array<T> gradient, bool retain_graph);
+
+// torch's Variable._execution_engine.queue_callback: called from a hook during a backward, queues
+// `callback` to run when that backward has finished (after every gradient and hook), in queue
+// order. Throws when no backward is running on this thread. A backward that throws drops its
+// queued callbacks.
+void queue_backward_callback(std::function<void()> callback);
 
 // Sums a (broadcast) gradient back to `shape`: the reverse of NumPy broadcasting.
 template <class T>
