@@ -296,7 +296,9 @@ void plot(const std::string& csv, const std::string& png) {
 
 }  // namespace
 
-Progress::Progress() : tty_(isatty(STDOUT_FILENO) != 0) {}
+// Under mpirun, a rank's stdout is a pseudo-terminal of Open MPI's even when mpirun's own output
+// goes to a file: plain lines there.
+Progress::Progress() : tty_(isatty(STDOUT_FILENO) != 0 && std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr) {}
 
 void Progress::update(int step, int steps, double loss, double accuracy, int steps_run, double seconds, bool row) {
   const double rate = seconds > 0 ? steps_run / seconds : 0;
