@@ -20,7 +20,10 @@
 // to the last bucket's end, DistributedDataParallel's last_allreduce_seconds), the wait after
 // backward (last_wait_seconds: the part that did not overlap backward), the overlapped fraction
 // 1 - wait / span, and a blocking all_reduce of every gradient at once, timed alone, for the
-// transport's speed.
+// transport's speed; and the least over ranks of CPU time / wall time during the timed steps, the
+// cores a rank actually had (1 per thread on an idle machine; less on a shared one).
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -60,10 +63,18 @@ struct Options {
   std::size_t batch = 0;  // 0: the configuration's B
   int threads = 1;
   int warmup = 2, steps = 8;
+  double bucket_cap_mb = 25.0;  // DistributedDataParallelOptions' (torch's default)
   bool json = false;
 };
 
 using Clock = std::chrono::steady_clock;
+
+// CPU seconds this process has used (all its threads).
+double process_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -80,9 +91,10 @@ double quantile(std::vector<double> v, double q) {
 
 void usage() {
   std::printf(
-      "bench_ddp [--config tiny|small|medium|large] [--batch B] [--threads T] [--warmup W] [--steps S] [--json]\n"
+      "bench_ddp [--config tiny|small|medium|large] [--batch B] [--threads T] [--warmup W] [--steps S]\n"
+      "          [--bucket-cap-mb MB] [--json]\n"
       "  run under mpirun -np N for N ranks (as root: mpirun --allow-run-as-root ...); defaults: large, the\n"
-      "  configuration's batch, 1 thread, 2 warm-up and 8 timed steps\n");
+      "  configuration's batch, 1 thread, 2 warm-up and 8 timed steps, 25 MB buckets\n");
 }
 
 bool parse(int argc, char** argv, Options& o) {
@@ -97,6 +109,7 @@ bool parse(int argc, char** argv, Options& o) {
     else if (a == "--threads") o.threads = std::stoi(value());
     else if (a == "--warmup") o.warmup = std::stoi(value());
     else if (a == "--steps") o.steps = std::stoi(value());
+    else if (a == "--bucket-cap-mb") o.bucket_cap_mb = std::stod(value());
     else if (a == "--json") o.json = true;
     else if (a == "--help" || a == "-h") return false;
     else throw std::invalid_argument("unknown flag " + a);
@@ -131,7 +144,9 @@ int run(const Options& o, int rank, int world) {
     encoder = std::make_shared<xgrad::nn::TransformerEncoder<float>>(layer, std::int64_t(c.L));
   }
   std::unique_ptr<dist::DistributedDataParallel<xgrad::nn::TransformerEncoder<float>>> ddp;
-  if (world > 1) ddp = std::make_unique<dist::DistributedDataParallel<xgrad::nn::TransformerEncoder<float>>>(encoder);
+  if (world > 1)
+    ddp = std::make_unique<dist::DistributedDataParallel<xgrad::nn::TransformerEncoder<float>>>(
+        encoder, dist::DistributedDataParallelOptions().bucket_cap_mb(o.bucket_cap_mb));
   xgrad::optim::Adam<float> opt(encoder->parameters(), xgrad::optim::AdamOptions(1e-4));
   // The global batch, then this rank's rows of it: (rows, S, d).
   const xgrad::Array<float> x_all = xgrad::randn<float>({B, c.N, c.d}).value();
@@ -139,24 +154,47 @@ int run(const Options& o, int rank, int world) {
   const Tensor<float> x(xgrad::Array<float>(xt::view(x_all, xt::range(first, first + rows))));
   const Tensor<float> target(xgrad::Array<float>(xt::view(t_all, xt::range(first, first + rows))));
 
-  std::vector<double> step_ms, span_ms, wait_ms;
+  std::vector<double> step_ms, forward_ms, backward_ms, span_ms, wait_ms;
   float loss_value = 0;
+  const auto ms_between = [](Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+  };
+  Clock::time_point timed_start{};
+  double cpu_start = 0;
   for (int i = 0; i < o.warmup + o.steps; ++i) {
+    if (i == o.warmup) {
+      timed_start = Clock::now();
+      cpu_start = process_cpu_seconds();
+    }
     const auto t0 = Clock::now();
     opt.zero_grad();
     Tensor<float> loss = xgrad::mse_loss(ddp ? ddp->forward(x) : encoder->forward(x), target);
-    loss.backward();
+    const auto t1 = Clock::now();
+    loss.backward();  // with DDP: the all-reduces too, finished when it returns
+    const auto t2 = Clock::now();
     opt.step();
-    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    const double ms = ms_between(t0, Clock::now());
     loss_value = loss.value().data()[0];
     if (i < o.warmup) continue;
     step_ms.push_back(ms);
+    forward_ms.push_back(ms_between(t0, t1));
+    backward_ms.push_back(ms_between(t1, t2));
     if (ddp) {
       span_ms.push_back(1e3 * ddp->last_allreduce_seconds());
       wait_ms.push_back(1e3 * ddp->last_wait_seconds());
     }
   }
   if (!std::isfinite(loss_value)) throw std::runtime_error("the loss is not finite");
+  // The cores this rank had during the timed steps (CPU time / wall time): below its thread
+  // count when other processes took turns on its cores. The least over ranks is reported.
+  const double cpu_share =
+      (process_cpu_seconds() - cpu_start) / std::chrono::duration<double>(Clock::now() - timed_start).count();
+  double least_share = cpu_share;
+  if (world > 1) {
+    least_share = -cpu_share;
+    dist::all_reduce(&least_share, 1, dist::ReduceOp::MAX);
+    least_share = -least_share;
+  }
 
   // Every gradient in one blocking all-reduce, alone: what the transport costs without overlap.
   double blocking_ms = 0;
@@ -182,16 +220,18 @@ int run(const Options& o, int rank, int world) {
   if (o.json) {
     std::printf("{\"kind\":\"ddp_step\",\"config\":\"%s\",\"ranks\":%d,\"threads\":%d,\"batch\":%zu,"
                 "\"steps\":%zu,\"median_ms\":%.6g,\"p25_ms\":%.6g,\"p75_ms\":%.6g,\"samples_per_s\":%.6g,"
+                "\"forward_ms\":%.6g,\"backward_ms\":%.6g,\"bucket_cap_mb\":%.6g,\"least_cpu_share\":%.6g,"
                 "\"grad_mib\":%.6g,\"buckets\":%zu,\"allreduce_span_ms\":%.6g,\"wait_ms\":%.6g,"
                 "\"overlap\":%.6g,\"blocking_allreduce_ms\":%.6g,\"final_loss\":%.6g}\n",
                 c.name, world, o.threads, B, step_ms.size(), step, quantile(step_ms, 0.25), quantile(step_ms, 0.75),
-                samples, grad_mib, ddp ? ddp->bucket_parameter_names().size() : std::size_t(0), span, wait, overlap,
+                samples, median(forward_ms), median(backward_ms), o.bucket_cap_mb, least_share, grad_mib, ddp ? ddp->bucket_parameter_names().size() : std::size_t(0), span, wait, overlap,
                 blocking_ms, double(loss_value));
   } else {
     std::printf("%s: %d rank(s) x %d thread(s), batch %zu (%zu per rank): step median %.1f ms [%.1f, %.1f] over %zu "
-                "steps = %.2f samples/s\n",
+                "steps = %.2f samples/s (zero_grad+forward %.1f ms, backward %.1f ms); CPU time / wall time: %.2f "
+                "(the least over ranks)\n",
                 c.name, world, o.threads, B, rows, step, quantile(step_ms, 0.25), quantile(step_ms, 0.75),
-                step_ms.size(), samples);
+                step_ms.size(), samples, median(forward_ms), median(backward_ms), least_share);
     if (ddp)
       std::printf("  gradients %.1f MiB in %zu buckets: all-reduce span %.1f ms per step, of which %.1f ms waited "
                   "after backward (%.0f%% overlapped backward); one blocking all-reduce of it all: %.1f ms\n",
