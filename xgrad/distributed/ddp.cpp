@@ -188,6 +188,7 @@ template <class T>
 void Reducer<T>::finalize() {
   if (!armed_) return;
   armed_ = false;
+  last_started_in_backward_ = next_bucket_;
   for (std::size_t k = 0; k < params_.size(); ++k) {
     if (ready_[k]) continue;
     Bucket& b = *buckets_[bucket_of_[k]];

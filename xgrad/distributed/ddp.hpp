@@ -78,6 +78,9 @@ class Reducer {
   // to the end of that wait.
   double last_wait_seconds() const { return last_wait_seconds_; }
   double last_allreduce_seconds() const { return last_allreduce_seconds_; }
+  // How many buckets the last synchronized backward started from hooks, before its end (the rest
+  // started at the end: buckets waiting for an unused parameter, or for an earlier bucket).
+  std::size_t last_buckets_started_in_backward() const { return last_started_in_backward_; }
 
  private:
   struct Bucket;
@@ -101,6 +104,7 @@ class Reducer {
   double first_launch_time_ = 0;
   double last_wait_seconds_ = 0;
   double last_allreduce_seconds_ = 0;
+  std::size_t last_started_in_backward_ = 0;
 };
 
 template <class T>
@@ -161,6 +165,7 @@ class DistributedDataParallel {
   std::vector<std::vector<std::string>> bucket_parameter_names() const { return reducer_->bucket_parameter_names(); }
   double last_wait_seconds() const { return reducer_->last_wait_seconds(); }
   double last_allreduce_seconds() const { return reducer_->last_allreduce_seconds(); }
+  std::size_t last_buckets_started_in_backward() const { return reducer_->last_buckets_started_in_backward(); }
 
  private:
   std::shared_ptr<M> module_;

@@ -6,6 +6,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <cxxabi.h>
 #include <exception>
 #include <typeinfo>
 
@@ -58,13 +59,20 @@ void check_src(int src, const char* who) {
     try {
       std::rethrow_exception(e);
     } catch (const std::exception& ex) {
-      what = detail::concat("uncaught exception (", typeid(ex).name(), "): ", ex.what());
+      int status = 0;
+      char* type = abi::__cxa_demangle(typeid(ex).name(), nullptr, nullptr, &status);
+      what = detail::concat("uncaught exception (", status == 0 && type ? type : typeid(ex).name(), "): ", ex.what());
+      std::free(type);
     } catch (...) {
       what = "uncaught exception of a non-std::exception type";
     }
   }
   abort(what, 1);
 }
+
+// A program that returns from main without destroy_process_group still finalizes MPI (else
+// mpirun reports the rank as failed).
+void finalize_at_exit() { destroy_process_group(); }
 
 template <class T>
 void divide_by_world(T* data, std::size_t count) {
@@ -85,6 +93,8 @@ void init_process_group() {
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   initialized = true;
   previous_terminate = std::set_terminate(terminate_handler);
+  static const bool registered = (std::atexit(finalize_at_exit), true);
+  (void)registered;
 }
 
 void destroy_process_group() {

@@ -32,8 +32,8 @@ enum class ReduceOp { SUM, AVG, MAX };
 // calls MPI_Abort, so a rank that fails ends the whole job (non-zero exit) instead of leaving the
 // others hanging in a collective. Throws if already initialized.
 void init_process_group();
-// MPI_Finalize (after a barrier-free wait for nothing: every collective is blocking or waited).
-// Safe to call when not initialized (does nothing).
+// MPI_Finalize, and the previous terminate handler back. Does nothing when not initialized; a
+// program that returns from main without calling it is finalized at exit.
 void destroy_process_group();
 bool is_initialized();
 // MPI rank in [0, world_size) and the number of processes; throw when not initialized.
