@@ -20,8 +20,9 @@
 // to the last bucket's end, DistributedDataParallel's last_allreduce_seconds), the wait after
 // backward (last_wait_seconds: the part that did not overlap backward), the overlapped fraction
 // 1 - wait / span, and a blocking all_reduce of every gradient at once, timed alone, for the
-// transport's speed; and the least over ranks of CPU time / wall time during the timed steps, the
-// cores a rank actually had (1 per thread on an idle machine; less on a shared one).
+// transport's speed; and CPU time / wall time during the timed steps, summed over the ranks and
+// the least of one rank: the cores the run actually had (ranks x threads on an idle machine; less
+// on a shared one), and samples per CPU second, which the machine's other load changes less.
 #include <time.h>
 
 #include <algorithm>
@@ -189,11 +190,12 @@ int run(const Options& o, int rank, int world) {
   // count when other processes took turns on its cores. The least over ranks is reported.
   const double cpu_share =
       (process_cpu_seconds() - cpu_start) / std::chrono::duration<double>(Clock::now() - timed_start).count();
-  double least_share = cpu_share;
+  double least_share = cpu_share, cores_used = cpu_share;
   if (world > 1) {
     least_share = -cpu_share;
     dist::all_reduce(&least_share, 1, dist::ReduceOp::MAX);
     least_share = -least_share;
+    dist::all_reduce(&cores_used, 1, dist::ReduceOp::SUM);
   }
 
   // Every gradient in one blocking all-reduce, alone: what the transport costs without overlap.
@@ -220,18 +222,19 @@ int run(const Options& o, int rank, int world) {
   if (o.json) {
     std::printf("{\"kind\":\"ddp_step\",\"config\":\"%s\",\"ranks\":%d,\"threads\":%d,\"batch\":%zu,"
                 "\"steps\":%zu,\"median_ms\":%.6g,\"p25_ms\":%.6g,\"p75_ms\":%.6g,\"samples_per_s\":%.6g,"
-                "\"forward_ms\":%.6g,\"backward_ms\":%.6g,\"bucket_cap_mb\":%.6g,\"least_cpu_share\":%.6g,"
+                "\"forward_ms\":%.6g,\"backward_ms\":%.6g,\"bucket_cap_mb\":%.6g,\"least_cpu_share\":%.6g,\"cores_used\":%.6g,\"samples_per_cpu_s\":%.6g,"
                 "\"grad_mib\":%.6g,\"buckets\":%zu,\"allreduce_span_ms\":%.6g,\"wait_ms\":%.6g,"
                 "\"overlap\":%.6g,\"blocking_allreduce_ms\":%.6g,\"final_loss\":%.6g}\n",
                 c.name, world, o.threads, B, step_ms.size(), step, quantile(step_ms, 0.25), quantile(step_ms, 0.75),
-                samples, median(forward_ms), median(backward_ms), o.bucket_cap_mb, least_share, grad_mib, ddp ? ddp->bucket_parameter_names().size() : std::size_t(0), span, wait, overlap,
+                samples, median(forward_ms), median(backward_ms), o.bucket_cap_mb, least_share, cores_used, samples / cores_used, grad_mib, ddp ? ddp->bucket_parameter_names().size() : std::size_t(0), span, wait, overlap,
                 blocking_ms, double(loss_value));
   } else {
     std::printf("%s: %d rank(s) x %d thread(s), batch %zu (%zu per rank): step median %.1f ms [%.1f, %.1f] over %zu "
-                "steps = %.2f samples/s (zero_grad+forward %.1f ms, backward %.1f ms); CPU time / wall time: %.2f "
-                "(the least over ranks)\n",
+                "steps = %.2f samples/s (zero_grad+forward %.1f ms, backward %.1f ms)\n"
+                "  CPU time / wall time: %.2f cores in all, %.2f on the least busy rank; %.2f samples per CPU second\n",
                 c.name, world, o.threads, B, rows, step, quantile(step_ms, 0.25), quantile(step_ms, 0.75),
-                step_ms.size(), samples, median(forward_ms), median(backward_ms), least_share);
+                step_ms.size(), samples, median(forward_ms), median(backward_ms), cores_used, least_share,
+                samples / cores_used);
     if (ddp)
       std::printf("  gradients %.1f MiB in %zu buckets: all-reduce span %.1f ms per step, of which %.1f ms waited "
                   "after backward (%.0f%% overlapped backward); one blocking all-reduce of it all: %.1f ms\n",

@@ -2,7 +2,9 @@
 # Data-parallel scaling of bench_ddp's configuration (large by default) on this machine: samples/s
 # for 1 rank x 1 thread, 2 ranks x 1 thread and 1 rank x 2 threads, each the best of --rounds runs
 # (the rounds interleaved, so that a burst of load elsewhere hits every setup alike), with the
-# ratios to 1 rank x 1 thread and the 2-rank all-reduce figures. Prints a Markdown table.
+# ratios to 1 rank x 1 thread and the 2-rank all-reduce figures. Prints a Markdown table. "cores
+# used" is CPU time / wall time over the run's processes: on a machine that other work shares it
+# falls below ranks x threads, and the samples/s with it.
 #
 #   benchmarks/ddp_scaling.sh [BENCH_DDP] [--rounds R] [bench_ddp flags: --config large --steps 8 ...]
 #
@@ -37,15 +39,15 @@ base = best["1x1"]["samples_per_s"]
 c = best["1x1"]
 print(f"config {c['config']}, global batch {c['batch']}, best of {sys.argv[2]} rounds of {c['steps']} timed steps")
 print()
-print("| ranks x threads | step ms (median) | samples/s | vs 1x1 | all-reduce span ms | waited after backward ms | overlapped | blocking all-reduce ms |")
-print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+print("| ranks x threads | step ms (median) | samples/s | vs 1x1 | cores used | samples per CPU s | all-reduce span ms | waited after backward ms | overlapped | blocking all-reduce ms |")
+print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 for k in ["1x1", "2x1", "1x2"]:
     o = best[k]
     ddp = o["ranks"] > 1
     extra = (f"{o['allreduce_span_ms']:.1f} | {o['wait_ms']:.1f} | {100 * o['overlap']:.0f}% | {o['blocking_allreduce_ms']:.1f}"
              if ddp else "- | - | - | -")
     print(f"| {o['ranks']} x {o['threads']} | {o['median_ms']:.0f} | {o['samples_per_s']:.2f} | "
-          f"{o['samples_per_s'] / base:.2f}x | {extra} |")
+          f"{o['samples_per_s'] / base:.2f}x | {o['cores_used']:.2f} | {o['samples_per_cpu_s']:.2f} | {extra} |")
 print()
 print("every round (samples/s):", {k: [round(o["samples_per_s"], 2) for o in v] for k, v in rows.items()})
 PY
