@@ -190,6 +190,9 @@ Resumed prepare(const std::string& program, const RunOptions& run, Settings& set
     throw Refused(program + " was started by mpirun with " + std::to_string(launched_world_size()) +
                   " processes, but this build has no MPI: configure with -DXGRAD_WITH_MPI=ON (Open MPI: "
                   "apt-get install libopenmpi-dev openmpi-bin)");
+  if (launched_world_size() > 1 && !g_group_initialized)
+    throw Refused(program + " does not train data-parallel (it holds no training::ProcessGroup): start it without "
+                  "mpirun, or with mpirun -np 1");
   if (run.threads > 0) xgrad::set_num_threads(run.threads);
   Resumed r;
   if (run.resume_path.empty()) return r;

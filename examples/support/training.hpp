@@ -167,7 +167,8 @@ struct Resumed {
   LoopState state;
 };
 
-// Applies --threads. With --resume, reads the checkpoint and sets `settings` to its values; a flag
+// Applies --threads (Refused under mpirun -np N > 1 without a ProcessGroup: N copies of a
+// single-process program would write the same files). With --resume, reads the checkpoint and sets `settings` to its values; a flag
 // given again on the command line must agree (otherwise Refused), and so must the world size.
 Resumed prepare(const std::string& program, const RunOptions& run, Settings& settings, const CLI::App& app);
 
