@@ -246,6 +246,7 @@ int run(const Options& o, int rank, int world) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  xgrad::allocator_tuning_from_env();  // as bench_train_step: keep freed tensor memory for the next step
   Options o;
   try {
     if (!parse(argc, argv, o)) {
