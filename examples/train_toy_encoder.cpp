@@ -11,14 +11,29 @@
 // progress line, the CSV metrics, the checkpoints (every --checkpoint-interval steps, at the end
 // and on Ctrl-C) and --resume (bit for bit) are examples/support/training.hpp's. --bf16 runs the
 // forward passes under xgrad::AutocastGuard (bf16 gemms, fp32 everything else).
+//
+// Under `mpirun -np N` (a build with XGRAD_WITH_MPI), data-parallel: every rank draws the same
+// global batch of --batch-size sequences and trains on its N-th of the rows (--batch-size must be
+// divisible by N), the model wrapped in DistributedDataParallel, which averages the gradients
+// over the ranks, so each step is the step of one process on the whole batch (up to rounding).
+// Dropout draws from each rank's own generator. Rank 0 alone prints and writes files.
+//
+//   mpirun -np 2 build/release/examples/train_toy_encoder            (as root: --allow-run-as-root)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
+#include <memory>
 #include <string>
 #include <unordered_set>
 #include <vector>
 
+#include <xtensor/xview.hpp>
+
 #include "support/training.hpp"
+#ifdef XGRAD_WITH_MPI
+#include <xgrad/distributed/ddp.hpp>
+#endif
 
 namespace {
 
@@ -66,9 +81,17 @@ Batch make_batch(const Config& c, xgrad::Generator& gen, std::size_t n,
 }
 
 // The batch of step `step` depends on (seed, step) alone, so a resumed run draws the same ones.
-Batch training_batch(const Config& c, int step, const std::unordered_set<std::string>& held_out) {
+// Of the global batch, rank r of N takes rows [r B/N, (r+1) B/N).
+Batch training_batch(const Config& c, int step, const std::unordered_set<std::string>& held_out,
+                     const training::World& world) {
   xgrad::Generator gen(c.seed * 0x9E3779B97F4A7C15ULL + static_cast<std::uint64_t>(step) + 1);
-  return make_batch(c, gen, static_cast<std::size_t>(c.batch_size), &held_out);
+  const Batch global = make_batch(c, gen, static_cast<std::size_t>(c.batch_size), &held_out);
+  if (world.size == 1) return global;
+  const std::size_t rows = static_cast<std::size_t>(c.batch_size / world.size);
+  const std::size_t first = rows * static_cast<std::size_t>(world.rank);
+  Batch mine{IndexArray(xt::view(global.tokens, xt::range(first, first + rows), xt::all())),
+             IndexArray(xt::view(global.targets, xt::range(first, first + rows), xt::all()))};
+  return mine;
 }
 
 // ---- the model -------------------------------------------------------------------------------
@@ -124,18 +147,26 @@ IndexArray predict(ToyEncoder& model, const IndexArray& tokens, bool bf16) {
   return out;
 }
 
-// The fractions of digits and of whole sequences predicted right.
+// The fractions of digits and of whole sequences predicted right. In a distributed run each rank
+// predicts its share of the rows and the counts are summed over the ranks.
 std::pair<double, double> accuracy(ToyEncoder& model, const Batch& data, bool bf16) {
-  const IndexArray pred = predict(model, data.tokens, bf16);
+  const training::World& world = training::world();
   const std::size_t n = data.tokens.shape(0), L = data.tokens.shape(1);
-  std::size_t right = 0, whole = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    std::size_t r = 0;
-    for (std::size_t j = 0; j < L; ++j) r += pred(i, j) == data.targets(i, j);
-    right += r;
-    whole += r == L;
+  const std::size_t begin = n * std::size_t(world.rank) / std::size_t(world.size);
+  const std::size_t end = n * std::size_t(world.rank + 1) / std::size_t(world.size);
+  double counts[2] = {0, 0};  // digits right, sequences right
+  if (end > begin) {
+    const IndexArray mine(xt::view(data.tokens, xt::range(begin, end), xt::all()));
+    const IndexArray pred = predict(model, mine, bf16);
+    for (std::size_t i = begin; i < end; ++i) {
+      std::size_t r = 0;
+      for (std::size_t j = 0; j < L; ++j) r += pred(i - begin, j) == data.targets(i, j);
+      counts[0] += double(r);
+      counts[1] += r == L;
+    }
   }
-  return {double(right) / double(n * L), double(whole) / double(n)};
+  training::sum_over_ranks(counts, 2);
+  return {counts[0] / double(n * L), counts[1] / double(n)};
 }
 
 int train(Config& c, const training::RunOptions& run, training::Settings& settings, const CLI::App& app,
@@ -149,6 +180,10 @@ int train(Config& c, const training::RunOptions& run, training::Settings& settin
   if (c.d_model % c.heads != 0)
     throw training::Refused("--heads " + std::to_string(c.heads) + " must divide --d-model " +
                             std::to_string(c.d_model));
+  const training::World& world = training::world();
+  if (c.batch_size % world.size != 0)
+    throw training::Refused("--batch-size " + std::to_string(c.batch_size) + " must be divisible by the " +
+                            std::to_string(world.size) + " ranks (each trains on an equal part of the batch)");
 
   // Held-out sequences, drawn from their own stream; training batches never contain them.
   xgrad::Generator eval_gen(c.seed ^ 0xE7A1D5EEDULL);
@@ -158,7 +193,20 @@ int train(Config& c, const training::RunOptions& run, training::Settings& settin
     held_out_keys.insert(key_of(held_out.tokens.data() + i * std::size_t(c.seq_len), c.seq_len));
 
   xgrad::manual_seed(c.seed);
-  ToyEncoder model(c);
+  const auto model_ptr = std::make_shared<ToyEncoder>(c);
+  ToyEncoder& model = *model_ptr;
+  // forward(tokens) of this rank: through DistributedDataParallel in a world of several ranks
+  // (its construction makes rank 0's weights everyone's), the model itself otherwise.
+  std::function<Tensor<float>(const IndexArray&)> forward = [&model](const IndexArray& t) { return model.forward(t); };
+#ifdef XGRAD_WITH_MPI
+  std::shared_ptr<xgrad::distributed::DistributedDataParallel<ToyEncoder>> ddp;
+  if (world.size > 1) {
+    ddp = std::make_shared<xgrad::distributed::DistributedDataParallel<ToyEncoder>>(model_ptr);
+    forward = [ddp](const IndexArray& t) { return ddp->forward(t); };
+  }
+#endif
+  // Dropout: rank 0 goes on with the stream the weights came from, the others with their own.
+  if (world.rank > 0) xgrad::manual_seed(c.seed + 0xD1B54A32D192ED03ULL * static_cast<std::uint64_t>(world.rank));
   optim::AdamW<float> optimizer(model.parameters(), optim::AdamWOptions(c.lr).weight_decay(c.weight_decay));
   // Warmup from lr/100 to lr over `warmup` steps, then cosine down to 0 at the last step.
   const int warmup = std::min(c.warmup, c.steps - 1);
@@ -175,24 +223,29 @@ int train(Config& c, const training::RunOptions& run, training::Settings& settin
                             {c.steps, c.eval_interval, c.clip});
   std::size_t count = 0;
   for (const auto& p : model.parameters()) count += p.numel();
-  std::printf(
-      "task: %s %d digits (0-%d) | model: d_model %d, %d layers, %d heads, ff %d, %zu parameters\n"
-      "training: %d steps of %d sequences, AdamW lr %g (warmup %d, cosine), clip %g; held-out: %d sequences\n"
-      "precision: %s\n",
-      c.task.c_str(), c.seq_len, c.vocab - 1, c.d_model, c.layers, c.heads, c.dim_feedforward, count, c.steps,
-      c.batch_size, c.lr, warmup, c.clip, c.eval_size, training::precision_description(c.bf16).c_str());
+  if (world.is_main()) {
+    std::printf(
+        "task: %s %d digits (0-%d) | model: d_model %d, %d layers, %d heads, ff %d, %zu parameters\n"
+        "training: %d steps of %d sequences, AdamW lr %g (warmup %d, cosine), clip %g; held-out: %d sequences\n"
+        "precision: %s\n",
+        c.task.c_str(), c.seq_len, c.vocab - 1, c.d_model, c.layers, c.heads, c.dim_feedforward, count, c.steps,
+        c.batch_size, c.lr, warmup, c.clip, c.eval_size, training::precision_description(c.bf16).c_str());
+    if (world.size > 1)
+      std::printf("data parallel: %d ranks, %d sequences each per step\n", world.size, c.batch_size / world.size);
+  }
 
   // logits (B, L, V) -> (B L, V) against targets (B L); with --bf16 the forward and the loss under
   // autocast (the backward follows the forward's choice).
   const auto loss = [&](int step) {
-    const Batch batch = training_batch(c, step, held_out_keys);
+    const Batch batch = training_batch(c, step, held_out_keys, world);
     xgrad::AutocastGuard autocast(c.bf16);
-    return xgrad::cross_entropy(xgrad::reshape(model.forward(batch.tokens), {-1, c.vocab}),
+    return xgrad::cross_entropy(xgrad::reshape(forward(batch.tokens), {-1, c.vocab}),
                                 IndexArray(xt::reshape_view(batch.targets, {batch.targets.size()})));
   };
   if (const auto stopped = trainer.train(loss, [&] { return accuracy(model, held_out, c.bf16).first; })) return *stopped;
 
   const auto [tokens, sequences] = accuracy(model, held_out, c.bf16);
+  if (!world.is_main()) return tokens < min_accuracy ? 1 : 0;
   std::printf("\nheld-out accuracy: %.2f%% of digits, %.2f%% of whole sequences (%d sequences never trained on)\n",
               100 * tokens, 100 * sequences, c.eval_size);
   const IndexArray pred = predict(model, held_out.tokens, c.bf16);
@@ -251,5 +304,6 @@ int main(int argc, char** argv) {
   app.add_option("--min-accuracy", min_accuracy, "exit with 1 if the final held-out token accuracy is lower")
       ->check(CLI::Range(0.0, 1.0));
   CLI11_PARSE(app, argc, argv);
+  training::ProcessGroup group;  // under mpirun -np N > 1: the ranks' process group, until main returns
   return training::guarded("train_toy_encoder", [&] { return train(c, run, settings, app, min_accuracy); });
 }

@@ -12,22 +12,108 @@
 
 #include <xgrad/autograd/bf16.hpp>
 #include <xgrad/serialize/safetensors.hpp>
+#ifdef XGRAD_WITH_MPI
+#include <xgrad/distributed/distributed.hpp>
+#endif
 
 namespace training {
 
 namespace optim = xgrad::optim;
 
+// ---- distributed runs ------------------------------------------------------------------------
+
+namespace {
+
+World g_world;
+bool g_group_initialized = false;
+bool g_mpi_missing = false;  // started by mpirun -np N > 1 in a build without MPI
+
+// The number of processes mpirun started (Open MPI tells each in its environment); 1 otherwise.
+int launched_world_size() {
+  const char* v = std::getenv("OMPI_COMM_WORLD_SIZE");
+  return v != nullptr ? std::max(1, std::atoi(v)) : 1;
+}
+
+// Ends the whole job when this is one rank of several, else prints the message; returns `status`.
+int fail(const std::string& message, int status) {
+  std::fflush(stdout);
+#ifdef XGRAD_WITH_MPI
+  if (g_world.size > 1) xgrad::distributed::abort(message, status);
+#endif
+  std::fprintf(stderr, "%s\n", message.c_str());
+  return status;
+}
+
+// Metadata keys of a distributed run's checkpoint.
+constexpr const char* kWorldSizeKey = "world_size";
+
+// Every rank's default generator state, by rank (a collective: every rank calls it).
+std::vector<xgrad::GeneratorState> gather_generator_states() {
+  std::vector<xgrad::GeneratorState> states;
+#ifdef XGRAD_WITH_MPI
+  const std::string mine = xgrad::rank_generators_to_string({xgrad::default_generator().get_state()});
+  for (const std::string& text : xgrad::distributed::all_gather_string(mine))
+    states.push_back(xgrad::rank_generators_from_string(text).at(0));
+#else
+  states.push_back(xgrad::default_generator().get_state());
+#endif
+  return states;
+}
+
+void barrier() {
+#ifdef XGRAD_WITH_MPI
+  if (g_world.size > 1) xgrad::distributed::barrier();
+#endif
+}
+
+}  // namespace
+
+ProcessGroup::ProcessGroup() {
+  if (launched_world_size() <= 1) return;
+#ifdef XGRAD_WITH_MPI
+  xgrad::distributed::init_process_group();
+  g_group_initialized = true;
+  g_world.rank = xgrad::distributed::get_rank();
+  g_world.size = xgrad::distributed::get_world_size();
+#else
+  g_mpi_missing = true;  // prepare() refuses
+#endif
+}
+
+ProcessGroup::~ProcessGroup() {
+#ifdef XGRAD_WITH_MPI
+  if (g_group_initialized) xgrad::distributed::destroy_process_group();
+#endif
+  g_group_initialized = false;
+  g_world = World{};
+}
+
+const World& world() { return g_world; }
+
+void sum_over_ranks(double* values, std::size_t count) {
+#ifdef XGRAD_WITH_MPI
+  if (g_world.size > 1) xgrad::distributed::all_reduce(values, count, xgrad::distributed::ReduceOp::SUM);
+#else
+  (void)values;
+  (void)count;
+#endif
+}
+
+bool built_with_mpi() {
+#ifdef XGRAD_WITH_MPI
+  return true;
+#else
+  return false;
+#endif
+}
+
 int guarded(const std::string& program, const std::function<int()>& body) {
   try {
     return body();
   } catch (const Refused& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "%s\n", e.what());
-    return 2;
+    return fail(e.what(), 2);
   } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "\n%s: %s\n", program.c_str(), e.what());
-    return 1;
+    return fail((g_world.size > 1 ? "" : "\n") + program + ": " + e.what(), 1);
   }
 }
 
@@ -127,6 +213,13 @@ std::map<std::string, std::string> metadata_of(const Settings& settings, const L
 }  // namespace
 
 Resumed prepare(const std::string& program, const RunOptions& run, Settings& settings, const CLI::App& app) {
+  if (g_mpi_missing)
+    throw Refused(program + " was started by mpirun with " + std::to_string(launched_world_size()) +
+                  " processes, but this build has no MPI: configure with -DXGRAD_WITH_MPI=ON (Open MPI: "
+                  "apt-get install libopenmpi-dev openmpi-bin)");
+  if (launched_world_size() > 1 && !g_group_initialized)
+    throw Refused(program + " does not train data-parallel (it holds no training::ProcessGroup): start it without "
+                  "mpirun, or with mpirun -np 1");
   if (run.threads > 0) xgrad::set_num_threads(run.threads);
   Resumed r;
   if (run.resume_path.empty()) return r;
@@ -152,6 +245,12 @@ Resumed prepare(const std::string& program, const RunOptions& run, Settings& set
     throw Refused("cannot resume: " + run.resume_path + " is not a checkpoint of " + program +
                   " (its metadata lacks the run's settings)");
   }
+  const auto world_size = m.find(kWorldSizeKey);
+  const std::string saved_world = world_size == m.end() ? "1" : world_size->second;
+  if (saved_world != std::to_string(g_world.size))
+    throw Refused("cannot resume: " + run.resume_path + " was written by a run of " + saved_world +
+                  " process(es), this one has " + std::to_string(g_world.size) + " (start it with mpirun -np " +
+                  saved_world + ")");
   for (const auto& [key, value] : given) {
     const std::string& theirs = saved.at(key);
     if (app.count("--" + key) != 0 && value != theirs)
@@ -228,7 +327,9 @@ void plot(const std::string& csv, const std::string& png) {
 
 }  // namespace
 
-Progress::Progress() : tty_(isatty(STDOUT_FILENO) != 0) {}
+// Under mpirun, a rank's stdout is a pseudo-terminal of Open MPI's even when mpirun's own output
+// goes to a file: plain lines there.
+Progress::Progress() : tty_(isatty(STDOUT_FILENO) != 0 && std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr) {}
 
 void Progress::update(int step, int steps, double loss, double accuracy, int steps_run, double seconds, bool row) {
   const double rate = seconds > 0 ? steps_run / seconds : 0;
@@ -283,7 +384,17 @@ Trainer::Trainer(std::string program, const RunOptions& run, const Settings& set
     } catch (const std::exception& e) {
       throw Refused("cannot resume from " + run.resume_path + ": " + e.what());
     }
-    std::printf("resumed from %s at step %d of %d\n", run.resume_path.c_str(), state_.step, loop.steps);
+    if (g_world.size > 1) {
+      // This rank's generator, from the states of every rank.
+      try {
+        const auto states = xgrad::rank_generators_from_string(resumed.checkpoint->metadata.at(xgrad::kRankGeneratorsKey));
+        xgrad::default_generator().set_state(states.at(static_cast<std::size_t>(g_world.rank)));
+      } catch (const std::exception& e) {
+        throw Refused("cannot resume from " + run.resume_path + ": its generator states: " + e.what());
+      }
+    }
+    if (g_world.is_main())
+      std::printf("resumed from %s at step %d of %d\n", run.resume_path.c_str(), state_.step, loop.steps);
   }
 }
 
@@ -296,14 +407,25 @@ void Trainer::save(const char* why) {
   std::map<std::string, std::string> metadata = metadata_of(settings_, state_);
   if (extra_metadata)
     for (auto& [key, value] : extra_metadata()) metadata.emplace(key, std::move(value));
-  xgrad::save_checkpoint(run_.checkpoint_path, model_, optimizer_, schedule_, xgrad::default_generator(),
-                         state_.step, std::move(metadata));
-  progress_.note("checkpoint " + run_.checkpoint_path + " (step " + std::to_string(state_.step) + ", " + why + ")");
+  if (g_world.size > 1) {
+    // Every rank's generator, gathered to rank 0, which alone writes; the others wait for the
+    // file (a failed write ends the job through guarded()).
+    metadata[kWorldSizeKey] = std::to_string(g_world.size);
+    metadata[xgrad::kRankGeneratorsKey] = xgrad::rank_generators_to_string(gather_generator_states());
+  }
+  if (g_world.is_main()) {
+    xgrad::save_checkpoint(run_.checkpoint_path, model_, optimizer_, schedule_, xgrad::default_generator(),
+                           state_.step, std::move(metadata));
+  }
+  barrier();
+  if (g_world.is_main())
+    progress_.note("checkpoint " + run_.checkpoint_path + " (step " + std::to_string(state_.step) + ", " + why + ")");
 }
 
 std::optional<int> Trainer::train(const std::function<xgrad::Tensor<float>(int step)>& loss_of,
                                   const std::function<double()>& accuracy_of) {
-  CsvLog csv(run_.csv_path, state_.step);
+  const bool main = g_world.is_main();
+  CsvLog csv(main ? run_.csv_path : std::string(), state_.step);
   const std::string how_to_continue = run_.checkpoint_path.empty()
                                           ? "no checkpoint written (--checkpoint is empty)"
                                           : "continue with --resume " + run_.checkpoint_path;
@@ -321,7 +443,11 @@ std::optional<int> Trainer::train(const std::function<xgrad::Tensor<float>(int s
     optimizer_.step();
     if (schedule_ != nullptr) schedule_->step();
     ++state_.step;
-    state_.loss_sum += loss.item();
+    // The mean loss over ranks, and whether any rank was interrupted (so that all stop together).
+    double reduced[2] = {loss.item(), g_interrupted ? 1.0 : 0.0};
+    sum_over_ranks(reduced, 2);
+    const bool any_rank_interrupted = reduced[1] > 0;
+    state_.loss_sum += g_world.size > 1 ? reduced[0] / g_world.size : reduced[0];
     ++state_.loss_count;
 
     const int run_steps = state_.step - first_step_;
@@ -329,25 +455,26 @@ std::optional<int> Trainer::train(const std::function<xgrad::Tensor<float>(int s
       state_.accuracy = accuracy_of();
       const double mean_loss = state_.loss_sum / state_.loss_count;
       csv.row(state_.step, mean_loss, state_.accuracy, lr, elapsed());
-      progress_.update(state_.step, steps, mean_loss, state_.accuracy, run_steps, elapsed() - elapsed_before_,
-                       /*row=*/true);
+      if (main)
+        progress_.update(state_.step, steps, mean_loss, state_.accuracy, run_steps, elapsed() - elapsed_before_,
+                         /*row=*/true);
       state_.loss_sum = 0;
       state_.loss_count = 0;
-    } else {
+    } else if (main) {
       progress_.update(state_.step, steps, state_.loss_sum / state_.loss_count, state_.accuracy, run_steps,
                        elapsed() - elapsed_before_, /*row=*/false);
     }
     state_.elapsed = elapsed();
-    if (g_interrupted) {
+    if (g_world.size > 1 ? any_rank_interrupted : g_interrupted != 0) {
       save("interrupted");
       progress_.finish();
-      std::printf("stopped by Ctrl-C at step %d; %s\n", state_.step, how_to_continue.c_str());
+      if (main) std::printf("stopped by Ctrl-C at step %d; %s\n", state_.step, how_to_continue.c_str());
       return 130;
     }
     if (state_.step == run_.stop_at && state_.step < steps) {
       save("--stop-at");
       progress_.finish();
-      std::printf("stopped at step %d (--stop-at); %s\n", state_.step, how_to_continue.c_str());
+      if (main) std::printf("stopped at step %d (--stop-at); %s\n", state_.step, how_to_continue.c_str());
       return 0;
     }
     if (run_.checkpoint_interval > 0 && state_.step % run_.checkpoint_interval == 0 && state_.step < steps)
@@ -359,6 +486,7 @@ std::optional<int> Trainer::train(const std::function<xgrad::Tensor<float>(int s
 }
 
 void Trainer::finish() {
+  if (!g_world.is_main()) return;
   std::printf("wall time: %.1f s for %d steps in this run (%.1f s in total)\n", elapsed() - elapsed_before_,
               state_.step - first_step_, elapsed());
   if (!run_.weights_path.empty()) {

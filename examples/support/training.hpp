@@ -31,6 +31,15 @@
 //     trainer.finish();  // wall time, --save-weights, --plot
 //     return 0;
 //   });
+//
+// Distributed runs (mpirun -np N, a build with XGRAD_WITH_MPI): main() holds a ProcessGroup, the
+// program splits each global batch across world().size ranks and wraps its model in
+// DistributedDataParallel; the rest is the Trainer's: every rank runs the same loop; rank 0
+// alone prints, writes the CSV, the plot, --save-weights and the checkpoint (with every rank's
+// generator state, gathered to it); every rank resumes from the same file and takes its own
+// generator state back, so a resumed N-rank run continues bit for bit. The loss shown is the mean
+// over ranks. A checkpoint records its world size; resuming it with another is refused. An
+// exception on any rank ends the whole job (MPI_Abort) instead of leaving the others waiting.
 #pragma once
 
 #include <chrono>
@@ -56,8 +65,40 @@ class Refused : public std::runtime_error {
 };
 
 // Runs body(); a Refused prints its message and gives 2, any other exception prints
-// "program: message" and gives 1.
+// "program: message" and gives 1. In a world of more than one rank, either ends the whole job
+// (MPI_Abort with that status) after printing, so that no rank waits for the failed one.
 int guarded(const std::string& program, const std::function<int()>& body);
+
+// ---- distributed runs ------------------------------------------------------------------------
+
+// This process's place in the run: rank in [0, size).
+struct World {
+  int rank = 0;
+  int size = 1;
+  bool is_main() const { return rank == 0; }
+};
+
+// For main()'s scope: when the program was started by mpirun with more than one process
+// (OMPI_COMM_WORLD_SIZE > 1 in the environment), initializes xgrad::distributed's process group,
+// and finalizes it when destroyed; otherwise (a plain run, or mpirun -np 1) nothing: a world of 1
+// without MPI. Under mpirun -np N > 1, a build without XGRAD_WITH_MPI throws Refused.
+class ProcessGroup {
+ public:
+  ProcessGroup();
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+};
+
+// The world of the ProcessGroup alive (0 of 1 when none is, or none was initialized).
+const World& world();
+
+// Sums values[0, count) over the ranks, in place, on every rank (a collective: every rank calls
+// it); nothing in a world of 1.
+void sum_over_ranks(double* values, std::size_t count);
+
+// True when this build has xgrad::distributed (the CMake option XGRAD_WITH_MPI).
+bool built_with_mpi();
 
 // ---- flags -----------------------------------------------------------------------------------
 
@@ -141,8 +182,9 @@ struct Resumed {
   LoopState state;
 };
 
-// Applies --threads. With --resume, reads the checkpoint and sets `settings` to its values; a flag
-// given again on the command line must agree (otherwise Refused).
+// Applies --threads (Refused under mpirun -np N > 1 without a ProcessGroup: N copies of a
+// single-process program would write the same files). With --resume, reads the checkpoint and sets `settings` to its values; a flag
+// given again on the command line must agree (otherwise Refused), and so must the world size.
 Resumed prepare(const std::string& program, const RunOptions& run, Settings& settings, const CLI::App& app);
 
 // ---- the loop --------------------------------------------------------------------------------
@@ -171,16 +213,18 @@ struct LoopOptions {
 
 class Trainer {
  public:
-  // Restores model, optimizer, schedule and the default generator from `resumed` (Refused on a
-  // mismatch); built from the same settings, they continue the saved run bit for bit.
+  // Restores model, optimizer, schedule and the default generator (this rank's) from `resumed`
+  // (Refused on a mismatch); built from the same settings, they continue the saved run bit for
+  // bit. In a distributed run, `model` is the module DistributedDataParallel wraps.
   Trainer(std::string program, const RunOptions& run, const Settings& settings, Resumed resumed,
           xgrad::nn::Module<float>& model, xgrad::optim::Optimizer<float>& optimizer,
           xgrad::optim::LRScheduler<float>* schedule, LoopOptions loop);
 
   // Trains to the last step, in training mode. loss(step) is the loss of the batch of that step
-  // (0-based; draw it from (seed, step) so that a resumed run sees the same batches); accuracy()
-  // evaluates on held-out data. Returns the exit status when the run stops early (130 on Ctrl-C,
-  // 0 at --stop-at) after saving a checkpoint; nothing when every step is done.
+  // (0-based; draw it from (seed, step) so that a resumed run sees the same batches; in a
+  // distributed run, this rank's part of it); accuracy() evaluates on held-out data, on every
+  // rank. Returns the exit status when the run stops early (130 on Ctrl-C, 0 at --stop-at) after
+  // saving a checkpoint; nothing when every step is done.
   std::optional<int> train(const std::function<xgrad::Tensor<float>(int step)>& loss,
                            const std::function<double()>& accuracy);
 
@@ -188,7 +232,8 @@ class Trainer {
   void finish();
 
   // Metadata of the program's own added to every checkpoint (a DataLoader's position); set before
-  // train(). Its keys must not start with "config." nor be the loop's own.
+  // train(). Its keys must not start with "config." nor be the loop's own (nor "world_size" and
+  // "rank_generators", a distributed run's).
   std::function<std::map<std::string, std::string>()> extra_metadata;
 
   int first_step() const { return first_step_; }  // where this run started

@@ -40,6 +40,40 @@ void RandomSampler::load_state(const std::optional<GeneratorState>& state) {
   generator_.set_state(*state);
 }
 
+DistributedSampler::DistributedSampler(std::size_t dataset_size, DistributedSamplerOptions options)
+    : dataset_size_(dataset_size), options_(options) {
+  const std::size_t replicas = options_.num_replicas();
+  XGRAD_CHECK(replicas > 0, "DistributedSampler: num_replicas must be positive, got 0");
+  XGRAD_CHECK(options_.rank() < replicas, "DistributedSampler: invalid rank ", options_.rank(),
+              ", rank should be in the interval [0, ", replicas - 1, "]");
+  // torch: ceil((N - R) / R) with drop_last when R does not divide N, which is floor(N / R).
+  num_samples_ = options_.drop_last() ? dataset_size_ / replicas : (dataset_size_ + replicas - 1) / replicas;
+}
+
+std::vector<std::size_t> DistributedSampler::indices() {
+  std::vector<std::size_t> order;
+  if (options_.shuffle()) {
+    // seed + epoch, wrapping as torch's manual_seed does for a 64-bit seed.
+    Generator generator(options_.seed() + static_cast<std::uint64_t>(epoch_));
+    order = detail::randperm(dataset_size_, generator);
+  } else {
+    order.resize(dataset_size_);
+    for (std::size_t i = 0; i < dataset_size_; ++i) order[i] = i;
+  }
+  const std::size_t total = total_size();
+  if (order.size() < total) {
+    // Not drop_last: pad with the order's first indices, cycling when the padding is longer than
+    // the order (fewer examples than ranks). total > 0 here, so the order is not empty.
+    const std::size_t n = order.size();
+    for (std::size_t i = 0; order.size() < total; ++i) order.push_back(order[i % n]);
+  }
+  order.resize(total);  // drop_last: cut the tail
+  std::vector<std::size_t> mine;
+  mine.reserve(num_samples_);
+  for (std::size_t i = options_.rank(); i < total; i += options_.num_replicas()) mine.push_back(order[i]);
+  return mine;
+}
+
 BatchSampler::BatchSampler(std::shared_ptr<Sampler> sampler, std::size_t batch_size, bool drop_last)
     : sampler_(std::move(sampler)), batch_size_(batch_size), drop_last_(drop_last) {
   XGRAD_CHECK(sampler_ != nullptr, "BatchSampler: the sampler is null");

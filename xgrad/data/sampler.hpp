@@ -1,7 +1,7 @@
 // torch.utils.data's samplers: the order in which a DataLoader visits a dataset's indices.
 // A Sampler gives one epoch's indices at a time; BatchSampler groups them into batches.
 //
-// A sampler of your own (a DistributedSampler that keeps every rank's share) implements Sampler:
+// DistributedSampler keeps one rank's share of each epoch. A sampler of your own implements Sampler:
 // size(), indices() for the next epoch, set_epoch (called by the DataLoader before each epoch,
 // epoch 0 first), and state()/load_state() when its order depends on a generator, so that a
 // checkpoint can restore the order of the epoch in progress.
@@ -13,6 +13,7 @@
 #include <optional>
 #include <vector>
 
+#include <xgrad/arg.hpp>
 #include <xgrad/autograd/random.hpp>
 
 namespace xgrad::data {
@@ -62,6 +63,54 @@ class RandomSampler : public Sampler {
   bool replacement_;
   std::size_t num_samples_;
   Generator generator_;
+};
+
+// torch.utils.data.DistributedSampler's arguments: num_replicas and rank are required here (the
+// data library knows nothing of MPI); xgrad::distributed::sampler_options() fills them from the
+// process group, as PyTorch does when they are None.
+struct DistributedSamplerOptions {
+  DistributedSamplerOptions(std::size_t num_replicas, std::size_t rank) : num_replicas_(num_replicas), rank_(rank) {}
+  XGRAD_ARG(std::size_t, num_replicas);
+  XGRAD_ARG(std::size_t, rank);
+  XGRAD_ARG(bool, shuffle) = true;
+  XGRAD_ARG(std::uint64_t, seed) = 0;
+  XGRAD_ARG(bool, drop_last) = false;
+};
+
+// torch.utils.data.DistributedSampler: rank's share of the dataset's indices, for one process of
+// num_replicas that each train on their own part of every epoch.
+//
+// Each epoch, every rank computes the same order -- a permutation drawn from a Generator seeded
+// with seed + epoch (shuffle), or 0 .. N - 1 -- makes it a multiple of num_replicas long, and keeps
+// the positions rank, rank + num_replicas, ... of it. Without drop_last the order is padded by
+// repeating its first indices (so a few examples are seen twice per epoch); with drop_last its
+// tail is cut. size() is ceil(N / num_replicas), or floor(N / num_replicas) with drop_last.
+//
+//   auto sampler = std::make_shared<DistributedSampler>(dataset->size(),
+//                                                       DistributedSamplerOptions(world_size, rank));
+//   auto loader = make_data_loader(dataset, DataLoaderOptions().batch_size(per_rank).sampler(sampler));
+//
+// The DataLoader calls set_epoch(e) before each epoch (PyTorch leaves that to the loop), so every
+// epoch has a new order. The order depends on (seed, epoch) alone: state() is nullopt, and a
+// loader's checkpoint resumes it from its epoch. It is not torch's order for the same seed (the
+// generators differ), but has every property of it.
+class DistributedSampler : public Sampler {
+ public:
+  DistributedSampler(std::size_t dataset_size, DistributedSamplerOptions options);
+  // Indices per epoch on this rank (len(sampler)).
+  std::size_t size() const override { return num_samples_; }
+  std::vector<std::size_t> indices() override;
+  void set_epoch(std::int64_t epoch) override { epoch_ = epoch; }
+  std::int64_t epoch() const { return epoch_; }
+  // Indices per epoch over all ranks: size() * num_replicas.
+  std::size_t total_size() const { return num_samples_ * options_.num_replicas(); }
+  const DistributedSamplerOptions& options() const { return options_; }
+
+ private:
+  std::size_t dataset_size_;
+  DistributedSamplerOptions options_;
+  std::size_t num_samples_;
+  std::int64_t epoch_ = 0;
 };
 
 // torch.utils.data.BatchSampler: the sampler's indices in groups of batch_size; the last group is

@@ -183,6 +183,74 @@ Checkpoint<T> load_checkpoint_from_memory(const void* data, std::size_t size, Ar
   return parse_checkpoint<T>("load_checkpoint", name, static_cast<const char*>(data), size, format);
 }
 
+namespace {
+constexpr const char* kRankGeneratorsHeader = "RankGenerators v1";
+
+std::uint64_t parse_word(const std::string& text, const std::string& all) {
+  std::size_t used = 0;
+  unsigned long long v = 0;
+  bool ok = !text.empty() && text[0] >= '0' && text[0] <= '9';
+  if (ok) {
+    try {
+      v = std::stoull(text, &used, 10);
+    } catch (const std::exception&) {
+      ok = false;
+    }
+  }
+  XGRAD_CHECK(ok && used == text.size(), "rank_generators_from_string: expected an unsigned 64-bit integer, got '",
+              text, "' in '", all, "'");
+  return v;
+}
+}  // namespace
+
+std::string rank_generators_to_string(const std::vector<GeneratorState>& states) {
+  std::ostringstream s;
+  s << kRankGeneratorsHeader << " n=" << states.size();
+  for (std::size_t r = 0; r < states.size(); ++r) {
+    s << ' ' << r << '=' << states[r].seed;
+    for (std::uint64_t w : states[r].s) s << ',' << w;
+  }
+  return s.str();
+}
+
+std::vector<GeneratorState> rank_generators_from_string(const std::string& text) {
+  const std::string header = kRankGeneratorsHeader;
+  XGRAD_CHECK(text.compare(0, header.size(), header) == 0, "rank_generators_from_string: expected text starting ",
+              "with '", header, "', got '", text, "'");
+  std::istringstream in(text.substr(header.size()));
+  std::string item;
+  XGRAD_CHECK(static_cast<bool>(in >> item) && item.compare(0, 2, "n=") == 0,
+              "rank_generators_from_string: expected 'n=<ranks>' after the header, got '", text, "'");
+  const std::uint64_t n = parse_word(item.substr(2), text);
+  XGRAD_CHECK(n > 0 && n <= (1u << 20), "rank_generators_from_string: n must be in [1, 2^20], got ", n);
+  std::vector<GeneratorState> states(n);
+  std::vector<bool> seen(n, false);
+  std::size_t count = 0;
+  while (in >> item) {
+    const auto eq = item.find('=');
+    XGRAD_CHECK(eq != std::string::npos, "rank_generators_from_string: expected <rank>=<state>, got '", item, "'");
+    const std::uint64_t r = parse_word(item.substr(0, eq), text);
+    XGRAD_CHECK(r < n && !seen[r], "rank_generators_from_string: rank ", r, " is ",
+                r < n ? "given twice" : "out of range", " in '", text, "'");
+    std::vector<std::uint64_t> words;
+    std::istringstream w(item.substr(eq + 1));
+    std::string part;
+    while (std::getline(w, part, ',')) words.push_back(parse_word(part, text));
+    XGRAD_CHECK(words.size() == 5, "rank_generators_from_string: rank ", r, "'s state must be 5 comma-separated ",
+                "integers (seed and state), got '", item, "'");
+    GeneratorState& g = states[r];
+    g.seed = words[0];
+    for (int i = 0; i < 4; ++i) g.s[i] = words[i + 1];
+    const bool all_zero = g.s[0] == 0 && g.s[1] == 0 && g.s[2] == 0 && g.s[3] == 0;
+    XGRAD_CHECK(!all_zero, "rank_generators_from_string: rank ", r,
+                "'s state is all zeros (xoshiro256** never reaches it)");
+    seen[r] = true;
+    ++count;
+  }
+  XGRAD_CHECK(count == n, "rank_generators_from_string: ", count, " states for n=", n, " ranks in '", text, "'");
+  return states;
+}
+
 #define XGRAD_INSTANTIATE(T)                                                                                     \
   template struct Checkpoint<T>;                                                                                 \
   template void write_checkpoint<T>(std::ostream&, const Checkpoint<T>&, ArchiveFormat);                        \

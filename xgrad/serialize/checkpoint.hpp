@@ -19,6 +19,14 @@
 //   auto loaded = xgrad::load_checkpoint<float>("run.ckpt.json");
 //   loaded.restore(*model, optimizer, &schedule, generator);
 //
+// A distributed run (one process per rank, each with its own generator) keeps every rank's
+// generator state in the metadata, under kRankGeneratorsKey, as one line of text; rank 0 writes
+// the file and every rank resumes from it, taking its own state (examples/support/training.cpp):
+//
+//   std::vector<GeneratorState> states = ...;                 // gathered from every rank, by rank
+//   metadata[kRankGeneratorsKey] = rank_generators_to_string(states);
+//   generator.set_state(rank_generators_from_string(ckpt.metadata.at(kRankGeneratorsKey)).at(rank));
+//
 // The file is an archive of kind "checkpoint" (formats and safety in archive.hpp). A checkpoint
 // holds its schedule's state only if it was captured with one, and restoring needs a schedule
 // exactly when the checkpoint has one. The module's training flag is not part of the state (as in
@@ -30,6 +38,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include <xgrad/serialize/archive.hpp>
 
@@ -64,6 +73,15 @@ struct Checkpoint {
   void restore(nn::Module<T>& model, optim::Optimizer<T>& optimizer, optim::LRScheduler<T>* scheduler,
                Generator& generator) const;
 };
+
+// The metadata key of the generator states of a distributed run's ranks.
+inline constexpr const char* kRankGeneratorsKey = "rank_generators";
+// "RankGenerators v1 n=2 0=<seed>,<s0>,<s1>,<s2>,<s3> 1=..." (rank r's state after "r=").
+std::string rank_generators_to_string(const std::vector<GeneratorState>& states);
+// The states, by rank; throws std::invalid_argument naming what is malformed (a missing or
+// repeated rank, a count that is not n, a number that is not an unsigned 64-bit integer, an
+// all-zero state, which xoshiro256** never reaches).
+std::vector<GeneratorState> rank_generators_from_string(const std::string& text);
 
 // Saves atomically (write_file_atomically): a failed save leaves the previous file intact.
 template <class T>
