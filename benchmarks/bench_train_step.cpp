@@ -9,7 +9,8 @@
 //   bench_train_step                  the sgemm rate, then every configuration, each in its own
 //                                     child process (so that each peak RSS is its own)
 //   bench_train_step --config small   one configuration, in this process
-//   bench_train_step --gemm           the sgemm rate only
+//   bench_train_step --gemm           the gemm rates only: 1024^3 float32 through OpenBLAS and
+//                                     through oneDNN, and bf16 through oneDNN (fp32 accumulation)
 //   --configs tiny,small   subset for the default mode      --no-gemm   skip the sgemm rate
 //   --json                 one JSON object per line          --quick     shorter runs
 //   --breakdown            also the median of each phase (zero_grad, forward+loss, backward, step)
@@ -28,12 +29,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include <xgrad/autograd/gemm.hpp>
+#include <xgrad/autograd/onednn.hpp>
 #include <xgrad/xgrad.hpp>
 
 namespace {
@@ -151,7 +154,8 @@ void print_stats_json(const Stats& s) {
               s.median, s.p25, s.p75, s.min, s.max);
 }
 
-// C = A B with A, B: (1024, 1024) standard normal, through xgrad's BLAS entry point.
+// C = A B with A, B: (1024, 1024) standard normal, through xgrad's gemm entry point on each
+// float32 backend, and through oneDNN's bf16 gemm (operands rounded to bf16, fp32 accumulation).
 int run_gemm(const Options& o) {
   constexpr std::size_t n = 1024;
   xgrad::manual_seed(0);
@@ -161,20 +165,45 @@ int run_gemm(const Options& o) {
   Options g = o;
   g.min_time = std::min(o.min_time, 1.5);
   g.min_reps = std::max<std::size_t>(o.min_reps, 10);
-  const Stats s = time_calls(
-      [&] { xgrad::detail::gemm<float>(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n); },
-      g, [] {});
-  const double flops = 2.0 * double(n) * n * n;
-  const double gflops = flops / (s.median * 1e6), best = flops / (s.min * 1e6);
-  if (o.json) {
-    std::printf("{\"kind\":\"gemm\",\"framework\":\"xgrad\",\"n\":%zu,\"xgrad_threads\":%d,\"blas_threads\":%d,"
-                "\"blas\":\"%s\",", n, xgrad::get_num_threads(), blas_threads(), json_escape(blas_config()).c_str());
-    print_stats_json(s);
-    std::printf(",\"gflops\":%.6g,\"gflops_best\":%.6g,\"peak_rss_mib\":%.6g}\n", gflops, best, peak_rss_mib());
-  } else {
-    std::printf("sgemm 1024x1024x1024 (%d xgrad threads): median %.2f ms = %.1f GFLOP/s (best %.1f), %zu runs\n",
-                xgrad::get_num_threads(), s.median, gflops, best, s.reps);
+  const xgrad::GemmBackend backend = xgrad::get_gemm_backend();
+  const std::string isa = xgrad::detail::onednn_isa();
+  for (const char* kind : {"openblas", "onednn", "onednn_bf16"}) {
+    const std::string k = kind;
+    bool bf16_ran = true;
+    std::function<void()> call;
+    if (k == "onednn_bf16") {
+      call = [&] {
+        bf16_ran = xgrad::detail::onednn_gemm_bf16(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f,
+                                                   c.data(), n);
+      };
+    } else {
+      xgrad::set_gemm_backend(k == "onednn" ? xgrad::GemmBackend::onednn : xgrad::GemmBackend::openblas);
+      call = [&] {
+        xgrad::detail::gemm<float>(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+      };
+    }
+    call();
+    if (!bf16_ran) {
+      std::fprintf(stderr, "bench_train_step: oneDNN has no bf16 matmul on this CPU (%s); skipped\n", isa.c_str());
+      continue;
+    }
+    const Stats s = time_calls(call, g, [] {});
+    const double flops = 2.0 * double(n) * n * n;
+    const double gflops = flops / (s.median * 1e6), best = flops / (s.min * 1e6);
+    if (o.json) {
+      std::printf("{\"kind\":\"gemm\",\"framework\":\"xgrad\",\"gemm\":\"%s\",\"isa\":\"%s\","
+                  "\"bf16_native\":%s,\"n\":%zu,\"xgrad_threads\":%d,\"blas_threads\":%d,\"blas\":\"%s\",",
+                  kind, isa.c_str(), xgrad::detail::onednn_bf16_native() ? "true" : "false", n,
+                  xgrad::get_num_threads(), blas_threads(), json_escape(blas_config()).c_str());
+      print_stats_json(s);
+      std::printf(",\"gflops\":%.6g,\"gflops_best\":%.6g,\"peak_rss_mib\":%.6g}\n", gflops, best, peak_rss_mib());
+    } else {
+      std::printf("%-11s gemm 1024x1024x1024 (%d xgrad threads, oneDNN ISA %s): median %.2f ms = %.1f GFLOP/s "
+                  "(best %.1f), %zu runs\n", kind, xgrad::get_num_threads(), isa.c_str(), s.median, gflops, best,
+                  s.reps);
+    }
   }
+  xgrad::set_gemm_backend(backend);
   return 0;
 }
 
@@ -228,8 +257,10 @@ int run_config(const Config& c, const Options& o) {
   const double flops = step_flops(c), gflops = flops / (s.median * 1e6), peak = peak_rss_mib();
   if (o.json) {
     std::printf("{\"kind\":\"train_step\",\"framework\":\"xgrad\",\"config\":\"%s\",\"B\":%zu,\"N\":%zu,\"d\":%zu,"
-                "\"h\":%zu,\"ff\":%zu,\"L\":%zu,\"xgrad_threads\":%d,\"blas_threads\":%d,\"flops\":%.6g,",
-                c.name, c.B, c.N, c.d, c.h, c.ff, c.L, get_num_threads(), blas_threads(), flops);
+                "\"h\":%zu,\"ff\":%zu,\"L\":%zu,\"xgrad_threads\":%d,\"blas_threads\":%d,\"gemm_backend\":\"%s\","
+                "\"flops\":%.6g,",
+                c.name, c.B, c.N, c.d, c.h, c.ff, c.L, get_num_threads(), blas_threads(),
+                gemm_backend_name(get_gemm_backend()), flops);
     print_stats_json(s);
     std::printf(",\"gflops\":%.6g,\"peak_rss_mib\":%.6g,\"baseline_rss_mib\":%.6g,\"final_loss\":%.6g,"
                 "\"phases_median_ms\":{\"zero_grad\":%.6g,\"forward_loss\":%.6g,\"backward\":%.6g,\"step\":%.6g}}\n",
