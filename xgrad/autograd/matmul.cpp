@@ -38,12 +38,13 @@ void gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t 
     }
     return;
   }
-  // float32 on oneDNN (the default backend, see autograd/gemm_backend.hpp): a product of at
-  // least onednn_own_threading_min_macs() multiply-adds runs on oneDNN's own OpenMP threads; the
-  // others take the row-block split below, one single-threaded oneDNN call per block.
+  // float32 on oneDNN (the default backend, see autograd/gemm_backend.hpp) from kOneDnnMinMacs
+  // multiply-adds up: a product of at least onednn_own_threading_min_macs() runs on oneDNN's own
+  // OpenMP threads; the others take the row-block split below, one single-threaded oneDNN call
+  // per block.
   bool onednn = false;
   if constexpr (std::is_same_v<T, float>) {
-    onednn = get_gemm_backend() == GemmBackend::onednn;
+    onednn = m * n * k >= kOneDnnMinMacs && get_gemm_backend() == GemmBackend::onednn;
     if (onednn && !in_parallel_region() && get_num_threads() > 1 && m * n * k >= onednn_own_threading_min_macs()) {
       onednn_sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, get_num_threads());
       return;

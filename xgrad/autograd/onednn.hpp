@@ -12,6 +12,12 @@
 
 namespace xgrad::detail {
 
+// Products below this many multiply-adds (m n k) run on OpenBLAS under either backend:
+// dnnl_sgemm costs about 0.5-1 us more per call than cblas_sgemm there (measured: 6x4x4 900 vs
+// 260 ns, 16^3 1.0 vs 0.6 us, 32^3 1.7 vs 2.5 us, 64^3 7 vs 13 us), which the tiny training step
+// (hundreds of such calls) would pay.
+constexpr std::size_t kOneDnnMinMacs = std::size_t(1) << 14;
+
 // dnnl_sgemm on `threads` OpenMP threads (1 inside an xgrad pool chunk, so the two never
 // oversubscribe). The calling thread's OpenMP thread count is restored afterwards.
 void onednn_sgemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t k, float alpha,
