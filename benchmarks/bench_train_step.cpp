@@ -10,14 +10,17 @@
 //                                     child process (so that each peak RSS is its own)
 //   bench_train_step --config small   one configuration, in this process
 //   bench_train_step --gemm           the gemm rates only: 1024^3 float32 through OpenBLAS and
-//                                     through oneDNN, and bf16 through oneDNN (fp32 accumulation)
+//                                     through oneDNN, and the bf16 gemm (fp32 accumulation)
 //   --configs tiny,small   subset for the default mode      --no-gemm   skip the sgemm rate
 //   --json                 one JSON object per line          --quick     shorter runs
 //   --breakdown            also the median of each phase (zero_grad, forward+loss, backward, step)
 //   --min-time S  --min-reps R  --max-reps R  --warmup W  --warmup-time S
 //   --threads N            xgrad::set_num_threads(N) (default: xgrad's default, OMP_NUM_THREADS
 //                          or every core); xgrad splits gemms and kernels over its own threads and
-//                          keeps BLAS single-threaded. The count in use is printed. benchmarks/compare.py runs the same steps in PyTorch beside this program.
+//                          keeps BLAS single-threaded. The count in use is printed.
+//   --bf16                 the step's forward and loss under xgrad::AutocastGuard (bfloat16 gemms,
+//                          fp32 accumulation; everything else fp32), as torch.autocast on CPU; the
+//                          bf16 gemm path is printed. benchmarks/compare.py runs the same steps in PyTorch beside this program.
 #include <dlfcn.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -35,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include <xgrad/autograd/bf16.hpp>
 #include <xgrad/autograd/gemm.hpp>
 #include <xgrad/autograd/onednn.hpp>
 #include <xgrad/xgrad.hpp>
@@ -70,7 +74,7 @@ double step_flops(const Config& c) {
 struct Options {
   std::string config;                // --config: run this one in-process
   std::vector<std::string> configs;  // --configs: the default mode's subset
-  bool gemm_only = false, no_gemm = false, json = false, breakdown = false;
+  bool gemm_only = false, no_gemm = false, json = false, breakdown = false, bf16 = false;
   int threads = 0;                   // --threads: xgrad::set_num_threads (0: the default)
   double min_time = 3.0, warmup_time = 0.5;
   std::size_t min_reps = 5, max_reps = 100000, warmup = 3;
@@ -155,7 +159,8 @@ void print_stats_json(const Stats& s) {
 }
 
 // C = A B with A, B: (1024, 1024) standard normal, through xgrad's gemm entry point on each
-// float32 backend, and through oneDNN's bf16 gemm (operands rounded to bf16, fp32 accumulation).
+// float32 backend, and through detail::gemm_bf16 (operands rounded to bf16, fp32 accumulation;
+// oneDNN's bf16 matmul where the CPU has one, its path printed).
 int run_gemm(const Options& o) {
   constexpr std::size_t n = 1024;
   xgrad::manual_seed(0);
@@ -167,25 +172,19 @@ int run_gemm(const Options& o) {
   g.min_reps = std::max<std::size_t>(o.min_reps, 10);
   const xgrad::GemmBackend backend = xgrad::get_gemm_backend();
   const std::string isa = xgrad::detail::onednn_isa();
-  for (const char* kind : {"openblas", "onednn", "onednn_bf16"}) {
+  for (const char* kind : {"openblas", "onednn", "bf16"}) {
     const std::string k = kind;
-    bool bf16_ran = true;
     std::function<void()> call;
-    if (k == "onednn_bf16") {
+    if (k == "bf16") {
+      xgrad::set_gemm_backend(backend);
       call = [&] {
-        bf16_ran = xgrad::detail::onednn_gemm_bf16(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f,
-                                                   c.data(), n);
+        xgrad::detail::gemm_bf16(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
       };
     } else {
       xgrad::set_gemm_backend(k == "onednn" ? xgrad::GemmBackend::onednn : xgrad::GemmBackend::openblas);
       call = [&] {
         xgrad::detail::gemm<float>(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
       };
-    }
-    call();
-    if (!bf16_ran) {
-      std::fprintf(stderr, "bench_train_step: oneDNN has no bf16 matmul on this CPU (%s); skipped\n", isa.c_str());
-      continue;
     }
     const Stats s = time_calls(call, g, [] {});
     const double flops = 2.0 * double(n) * n * n;
@@ -195,12 +194,14 @@ int run_gemm(const Options& o) {
                   "\"bf16_native\":%s,\"n\":%zu,\"xgrad_threads\":%d,\"blas_threads\":%d,\"blas\":\"%s\",",
                   kind, isa.c_str(), xgrad::detail::onednn_bf16_native() ? "true" : "false", n,
                   xgrad::get_num_threads(), blas_threads(), json_escape(blas_config()).c_str());
+      if (k == "bf16")
+        std::printf("\"dtype\":\"bf16\",\"bf16_path\":\"%s\",", json_escape(xgrad::detail::bf16_gemm_path()).c_str());
       print_stats_json(s);
       std::printf(",\"gflops\":%.6g,\"gflops_best\":%.6g,\"peak_rss_mib\":%.6g}\n", gflops, best, peak_rss_mib());
     } else {
-      std::printf("%-11s gemm 1024x1024x1024 (%d xgrad threads, oneDNN ISA %s): median %.2f ms = %.1f GFLOP/s "
-                  "(best %.1f), %zu runs\n", kind, xgrad::get_num_threads(), isa.c_str(), s.median, gflops, best,
-                  s.reps);
+      std::printf("%-8s gemm 1024x1024x1024 (%d xgrad threads, oneDNN ISA %s): median %.2f ms = %.1f GFLOP/s "
+                  "(best %.1f), %zu runs%s%s\n", kind, xgrad::get_num_threads(), isa.c_str(), s.median, gflops, best,
+                  s.reps, k == "bf16" ? "; path: " : "", k == "bf16" ? xgrad::detail::bf16_gemm_path() : "");
     }
   }
   xgrad::set_gemm_backend(backend);
@@ -235,7 +236,11 @@ int run_config(const Config& c, const Options& o) {
     const auto t0 = Clock::now();
     opt.zero_grad();
     const auto t1 = Clock::now();
-    Tensor<float> loss = mse_loss(encoder->forward(x), target);
+    Tensor<float> loss;
+    {
+      AutocastGuard autocast(o.bf16);  // the backward follows the forward's choice
+      loss = mse_loss(encoder->forward(x), target);
+    }
     const auto t2 = Clock::now();
     loss.backward();
     const auto t3 = Clock::now();
@@ -261,6 +266,8 @@ int run_config(const Config& c, const Options& o) {
                 "\"flops\":%.6g,",
                 c.name, c.B, c.N, c.d, c.h, c.ff, c.L, get_num_threads(), blas_threads(),
                 gemm_backend_name(get_gemm_backend()), flops);
+    if (o.bf16)
+      std::printf("\"precision\":\"bf16\",\"bf16_path\":\"%s\",", json_escape(detail::bf16_gemm_path()).c_str());
     print_stats_json(s);
     std::printf(",\"gflops\":%.6g,\"peak_rss_mib\":%.6g,\"baseline_rss_mib\":%.6g,\"final_loss\":%.6g,"
                 "\"phases_median_ms\":{\"zero_grad\":%.6g,\"forward_loss\":%.6g,\"backward\":%.6g,\"step\":%.6g}}\n",
@@ -315,7 +322,7 @@ void usage() {
   std::fprintf(stderr,
                "usage: bench_train_step [--config NAME | --gemm | --configs A,B,...] [--no-gemm] [--json]\n"
                "                        [--breakdown] [--quick] [--min-time S] [--min-reps R] [--max-reps R]\n"
-               "                        [--warmup W] [--warmup-time S] [--threads N]\n"
+               "                        [--warmup W] [--warmup-time S] [--threads N] [--bf16]\n"
                "configurations: tiny small medium large\n");
 }
 
@@ -340,6 +347,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--warmup") o.warmup = std::stoul(value());
     else if (a == "--warmup-time") o.warmup_time = std::stod(value());
     else if (a == "--threads") o.threads = std::stoi(value());
+    else if (a == "--bf16") o.bf16 = true;
     else throw std::invalid_argument("unknown argument " + a);
   }
   if (o.min_reps < 1) o.min_reps = 1;
@@ -359,6 +367,7 @@ std::vector<std::string> timing_args(const Options& o) {
     args.push_back("--threads");
     args.push_back(std::to_string(o.threads));
   }
+  if (o.bf16) args.push_back("--bf16");
   return args;
 }
 
@@ -391,14 +400,22 @@ int main(int argc, char** argv) {
   if (o.breakdown) base.push_back("--breakdown");
   for (const auto& a : timing_args(o)) base.push_back(a);
   if (o.json) {
-    std::printf("{\"kind\":\"header\",\"flop_formula\":\"%s\",\"blas\":\"%s\"}\n", kFlopFormula,
+    std::printf("{\"kind\":\"header\",\"flop_formula\":\"%s\",\"blas\":\"%s\"", kFlopFormula,
                 json_escape(blas_config()).c_str());
+    if (o.bf16)
+      std::printf(",\"precision\":\"bf16\",\"bf16_path\":\"%s\"",
+                  json_escape(xgrad::detail::bf16_gemm_path()).c_str());
+    std::printf("}\n");
   } else {
-    std::printf("xgrad float32 training step: zero_grad, forward, mse_loss(encoder(x), target), backward, Adam\n"
+    std::printf("xgrad %s training step: zero_grad, forward, mse_loss(encoder(x), target), backward, Adam\n"
                 "model: pre-norm GELU TransformerEncoder, dropout 0, batch_first; BLAS: %s; %d xgrad threads\n"
                 "GFLOP/s = model matmul FLOPs / median step time, FLOPs = %s (backward = 2x forward)\n"
                 "each configuration runs in its own process: peak MiB is that process's ru_maxrss\n",
-                blas_config().c_str(), xgrad::get_num_threads(), kFlopFormula);
+                o.bf16 ? "bfloat16 autocast" : "float32", blas_config().c_str(), xgrad::get_num_threads(),
+                kFlopFormula);
+    if (o.bf16)
+      std::printf("bf16: forward and loss under xgrad::AutocastGuard; bf16 gemm path: %s\n",
+                  xgrad::detail::bf16_gemm_path());
   }
   int failures = 0;
   if (!o.no_gemm) {

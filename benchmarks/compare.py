@@ -62,7 +62,7 @@ def step_flops(name):
 
 # The gemm rates compare.py prints, at 1024^3: (record "gemm" field, label, float32?).
 GEMM_KINDS = [("openblas", "OpenBLAS sgemm", True), ("onednn", "oneDNN sgemm", True), ("torch_mm", "torch.mm", True),
-              ("onednn_bf16", "oneDNN bf16", False), ("torch_bf16", "torch bf16 (autocast mm)", False)]
+              ("bf16", "xgrad bf16 gemm", False), ("torch_bf16", "torch bf16 (autocast mm)", False)]
 FP32_GEMMS = {k for k, _, fp32 in GEMM_KINDS if fp32}
 
 # Issue 12: a step's model GFLOP/s at least this fraction of the fastest float32 gemm of the run.
@@ -118,7 +118,7 @@ def torch_worker(args):
     torch.manual_seed(0)
     if args.worker == "gemm":
         # torch.mm in float32, and under bf16 autocast (fp32 operands converted to bf16, oneDNN's
-        # bf16 matmul; what xgrad's onednn_bf16 gemm does too).
+        # bf16 matmul; what xgrad's bf16 gemm does too).
         n = 1024
         a, b = torch.randn(n, n), torch.randn(n, n)
         c = torch.empty(n, n)
@@ -153,7 +153,8 @@ def torch_worker(args):
         t0 = time.perf_counter()
         opt.zero_grad()
         t1 = time.perf_counter()
-        loss = F.mse_loss(model(x), target)
+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16, enabled=args.bf16):
+            loss = F.mse_loss(model(x), target)
         t2 = time.perf_counter()
         loss.backward()
         t3 = time.perf_counter()
@@ -173,7 +174,8 @@ def torch_worker(args):
     loss = float(last["loss"].item())
     flops = step_flops(args.config)
     print(json.dumps(dict(kind="train_step", framework="torch", config=args.config, B=B, N=N, d=d, h=h, ff=ff, L=L,
-                          threads=args.threads, torch_version=torch.__version__, flops=flops, **s,
+                          threads=args.threads, **(dict(precision="bf16") if args.bf16 else {}),
+                          torch_version=torch.__version__, flops=flops, **s,
                           gflops=flops / (s["median_ms"] * 1e6), peak_rss_mib=peak_rss_mib(),
                           baseline_rss_mib=baseline_torch, interpreter_rss_mib=baseline, final_loss=loss,
                           phases_median_ms=dict(zip(("zero_grad", "forward_loss", "backward", "step"),
@@ -265,6 +267,8 @@ def main():
     ap.add_argument("--warmup", type=int, help="warm-up steps at least (default 3, quick 1)")
     ap.add_argument("--warmup-time", type=float, help="warm-up seconds at least (default 0.5, quick 0.2)")
     ap.add_argument("--timeout", type=float, default=600, help="seconds allowed per child process")
+    ap.add_argument("--bf16", action="store_true",
+                    help="also every configuration under bf16 autocast (xgrad::AutocastGuard, torch.autocast)")
     # The PyTorch child: --worker train --config NAME --threads N, or --worker gemm --threads N.
     ap.add_argument("--worker", choices=["train", "gemm"], help=argparse.SUPPRESS)
     ap.add_argument("--config", help=argparse.SUPPRESS)
@@ -335,11 +339,14 @@ def main():
             log(f"round {rnd + 1}: gemm 1024^3 with {t} thread(s), GFLOP/s: "
                 + ", ".join(f"{gemm_kind(g)} {g['gflops']:.1f}" for g in gs if g["kind"] == "gemm"))
         for c in configs:
-            for t in thread_counts:
-                runs = [("xgrad", lambda: run_xgrad(["--config", c], t, rnd)),
-                        ("torch", lambda: run_torch(["--worker", "train", "--config", c], t, rnd))]
-                for name, run in (runs if rnd % 2 == 0 else runs[::-1]):
-                    log(f"round {rnd + 1}: {c:6s} {name} {t} thread(s): {run()['median_ms']:.3f} ms")
+            for bf16 in ([False, True] if args.bf16 else [False]):
+                extra = ["--bf16"] if bf16 else []
+                for t in thread_counts:
+                    runs = [("xgrad", lambda: run_xgrad(["--config", c] + extra, t, rnd)),
+                            ("torch", lambda: run_torch(["--worker", "train", "--config", c] + extra, t, rnd))]
+                    for name, run in (runs if rnd % 2 == 0 else runs[::-1]):
+                        log(f"round {rnd + 1}: {c:6s} {'bf16 ' if bf16 else ''}{name} {t} thread(s): "
+                            f"{run()['median_ms']:.3f} ms")
 
     if args.json:
         with open(args.json, "w") as f:
@@ -352,16 +359,18 @@ def main():
 def report(args, records, configs, thread_counts, command):
     """Prints the side-by-side table of `records` and writes it as markdown."""
 
-    def typical(kind, framework, config, threads):
+    def typical(kind, framework, config, threads, precision="fp32"):
         """The run with the median step time over the rounds (the lower middle one for even counts)."""
         rs = sorted((r for r in records if r["kind"] == kind and r["framework"] == framework
-                     and r.get("config") == config and r["threads"] == threads), key=lambda r: r["median_ms"])
+                     and r.get("config") == config and r["threads"] == threads
+                     and r.get("precision", "fp32") == precision), key=lambda r: r["median_ms"])
         return rs[(len(rs) - 1) // 2] if rs else None
 
-    def best(kind, framework, config=None):
+    def best(kind, framework, config=None, precision="fp32"):
         """The fastest thread count's typical run."""
-        rs = [typical(kind, framework, config, t) for t in thread_counts]
-        return min((r for r in rs if r), key=lambda r: r["median_ms"])
+        rs = [typical(kind, framework, config, t, precision) for t in thread_counts]
+        rs = [r for r in rs if r]
+        return min(rs, key=lambda r: r["median_ms"]) if rs else None
 
     def gemm_runs(kind, threads, rnd=None):
         return [r for r in records if r["kind"] == "gemm" and gemm_kind(r) == kind and r["threads"] == threads
@@ -400,6 +409,21 @@ def report(args, records, configs, thread_counts, command):
         rows.append(dict(config=c, shape="B{} N{} d{} h{} ff{} L{}".format(*CONFIGS[c]), x=x, p=p, speedup=speedup,
                          frac=frac, target=target, ok=ok))
 
+    # bf16 autocast (issue 12): xgrad large >= 1.6x faster than xgrad float32 large, and faster
+    # than PyTorch's bf16 autocast on every configuration.
+    bf16_rows = []
+    for r in rows:
+        xb, pb = best("train_step", "xgrad", r["config"], "bf16"), best("train_step", "torch", r["config"], "bf16")
+        if not xb or not pb:
+            continue
+        vs_fp32 = r["x"]["median_ms"] / xb["median_ms"]
+        checks = [("faster than PyTorch bf16", xb["median_ms"] < pb["median_ms"])]
+        if r["config"] == "large":
+            checks.append((">= 1.6x xgrad fp32", vs_fp32 >= 1.6))
+        bf16_rows.append(dict(config=r["config"], x=xb, p=pb, speedup=pb["median_ms"] / xb["median_ms"], vs_fp32=vs_fp32,
+                              path=xb.get("bf16_path", "?"),
+                              target=", ".join(f"{n} {'met' if m else 'MISSED'}" for n, m in checks)))
+
     # ---- the console table ----
     print(f"\nxgrad vs PyTorch {torch_version}: float32 training step of a pre-norm GELU TransformerEncoder "
           f"(dropout 0, batch_first), Adam")
@@ -432,6 +456,13 @@ def report(args, records, configs, thread_counts, command):
         ps = f"{fmt_ms(p)} [{fmt_spread(p)}] ({p['threads']})"
         print(f"{r['config']:7s} {xs:>22s} {ps:>22s} {r['speedup']:7.2f}x {x['gflops']:8.2f} {100 * r['frac']:6.1f}% "
               f"{fmt_mem(x):>12s} {fmt_mem(p):>12s}  {r['target']}")
+    if bf16_rows:
+        print(f"\nbf16 autocast (xgrad: {bf16_rows[0]['path']}; PyTorch: torch.autocast(\"cpu\", torch.bfloat16))")
+        print(f"{'config':7s} {'xgrad bf16 ms':>16s} {'PyTorch bf16 ms':>16s} {'speedup':>8s} {'vs xgrad fp32':>14s}  target")
+        for b in bf16_rows:
+            print(f"{b['config']:7s} {fmt_ms(b['x']) + ' (' + str(b['x']['threads']) + ')':>16s} "
+                  f"{fmt_ms(b['p']) + ' (' + str(b['p']['threads']) + ')':>16s} {b['speedup']:7.2f}x "
+                  f"{b['vs_fp32']:13.2f}x  {b['target']}")
     print("\nphases at the chosen thread counts (median ms): zero_grad / forward+loss / backward / Adam step")
     for r in rows:
         cells = []
@@ -445,7 +476,8 @@ def report(args, records, configs, thread_counts, command):
         parts = []
         for fw in ("xgrad", "torch"):
             for r in records:
-                if r["kind"] == "train_step" and r["framework"] == fw and r["config"] == c:
+                if (r["kind"] == "train_step" and r["framework"] == fw and r["config"] == c
+                        and r.get("precision", "fp32") == "fp32"):
                     tag = f" r{r['round'] + 1}" if args.rounds > 1 else ""
                     parts.append(f"{fw}/{r['threads']}t{tag} {r['median_ms']:.3f}")
         print(f"  {c:7s} " + "   ".join(parts))
@@ -453,7 +485,7 @@ def report(args, records, configs, thread_counts, command):
     if args.markdown:
         write_markdown(args.markdown, rows, typical, thread_counts, args.rounds,
                        [round_gemm_rate(i) for i in range(args.rounds)], command, torch_version, blas, limit,
-                       gemm_typical, isa, configs)
+                       gemm_typical, isa, configs, bf16_rows)
         print(f"\nmarkdown written to {os.path.relpath(args.markdown)}")
     return 0
 
@@ -463,7 +495,7 @@ def gemm_label(kind):
 
 
 def write_markdown(path, rows, typical, thread_counts, rounds, round_rates, command, torch_version, blas, limit,
-                   gemm_typical, isa, configs):
+                   gemm_typical, isa, configs, bf16_rows):
     lines = [
         "# Training step: xgrad vs PyTorch",
         "",
@@ -510,6 +542,14 @@ def write_markdown(path, rows, typical, thread_counts, rounds, round_rates, comm
             g = gemm_typical(kind, t)
             cells.append(f"{g['gflops']:.1f} ({100 * g['gflops'] / limit['gflops']:.0f}%)" if g else "")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    if bf16_rows:
+        lines += ["", f"bf16 autocast, each framework at its fastest thread count: xgrad `AutocastGuard` "
+                  f"({bf16_rows[0]['path']}), PyTorch `torch.autocast(\"cpu\", dtype=torch.bfloat16)` (oneDNN bf16).",
+                  "", "| config | xgrad bf16 ms | PyTorch bf16 ms | speedup | xgrad bf16 vs xgrad fp32 | target |",
+                  "|---|---:|---:|---:|---:|---|"]
+        for b in bf16_rows:
+            lines.append(f"| {b['config']} | {fmt_ms(b['x'])} [{b['x']['threads']}t] | {fmt_ms(b['p'])} "
+                         f"[{b['p']['threads']}t] | {b['speedup']:.2f}x | {b['vs_fp32']:.2f}x | {b['target']} |")
     lines += ["", "Phases at those thread counts (median ms): zero_grad / forward+loss / backward / Adam step.", "",
               "| config | xgrad | PyTorch |", "|---|---:|---:|"]
     for r in rows:

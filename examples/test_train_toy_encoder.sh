@@ -9,7 +9,8 @@
 #   3. the same for a real SIGINT (Ctrl-C) at whatever step the run has reached: it saves a
 #      checkpoint and exits with 130;
 #   4. a bad flag, and a --resume with a flag that contradicts the checkpoint, are refused.
-# Dropout is on (0.1) so that resuming must also restore the generator.
+# Dropout is on (0.1) so that resuming must also restore the generator. With --bf16 among the flags,
+# the runs also print the bfloat16 path, and stage 2's resume (given no flags) restores --bf16.
 #
 #   test_train_toy_encoder.sh PROGRAM WORKDIR --steps K [flags...]
 set -euo pipefail
@@ -62,6 +63,9 @@ wait "$pid" || status=$?
 cat int.log
 [[ $status == 130 ]] || fail "the interrupted run exited with $status, not 130"
 grep -q "stopped by Ctrl-C at step" int.log || fail "no message about the interruption"
+if [[ " ${flags[*]} " == *" --bf16 "* ]]; then
+  grep -q "precision: bfloat16 autocast, gemm: " int.log || fail "a --bf16 run does not say which bf16 path ran"
+fi
 [[ -f int.ckpt ]] || fail "no checkpoint after SIGINT"
 "$program" "${flags[@]}" --resume int.ckpt --checkpoint int.ckpt --csv int.csv --save-weights int.safetensors
 same_run full int

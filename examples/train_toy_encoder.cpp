@@ -9,7 +9,8 @@
 // AdamW with a linear warmup then cosine decay (SequentialLR), gradient clipping. Accuracy is
 // measured on held-out sequences that the training batches never contain. The loop, the live
 // progress line, the CSV metrics, the checkpoints (every --checkpoint-interval steps, at the end
-// and on Ctrl-C) and --resume (bit for bit) are examples/support/training.hpp's.
+// and on Ctrl-C) and --resume (bit for bit) are examples/support/training.hpp's. --bf16 runs the
+// forward passes under xgrad::AutocastGuard (bf16 gemms, fp32 everything else).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -34,6 +35,7 @@ struct Config {
   int steps = 1000, batch_size = 64, warmup = 100, eval_interval = 50, eval_size = 1000;
   double dropout = 0.0, lr = 2e-3, weight_decay = 0.01, clip = 1.0;
   std::uint64_t seed = 0;
+  bool bf16 = false;
 };
 
 // ---- the task --------------------------------------------------------------------------------
@@ -106,8 +108,9 @@ class ToyEncoder : public nn::Module<float> {
 };
 
 // Predictions (argmax over the vocabulary) for a batch, in eval mode without a graph.
-IndexArray predict(ToyEncoder& model, const IndexArray& tokens) {
+IndexArray predict(ToyEncoder& model, const IndexArray& tokens, bool bf16) {
   xgrad::NoGradGuard no_grad;
+  xgrad::AutocastGuard autocast(bf16);
   const bool was_training = model.is_training();
   model.eval();
   const xgrad::Array<float> logits = model.forward(tokens).value();
@@ -122,8 +125,8 @@ IndexArray predict(ToyEncoder& model, const IndexArray& tokens) {
 }
 
 // The fractions of digits and of whole sequences predicted right.
-std::pair<double, double> accuracy(ToyEncoder& model, const Batch& data) {
-  const IndexArray pred = predict(model, data.tokens);
+std::pair<double, double> accuracy(ToyEncoder& model, const Batch& data, bool bf16) {
+  const IndexArray pred = predict(model, data.tokens, bf16);
   const std::size_t n = data.tokens.shape(0), L = data.tokens.shape(1);
   std::size_t right = 0, whole = 0;
   for (std::size_t i = 0; i < n; ++i) {
@@ -174,22 +177,25 @@ int train(Config& c, const training::RunOptions& run, training::Settings& settin
   for (const auto& p : model.parameters()) count += p.numel();
   std::printf(
       "task: %s %d digits (0-%d) | model: d_model %d, %d layers, %d heads, ff %d, %zu parameters\n"
-      "training: %d steps of %d sequences, AdamW lr %g (warmup %d, cosine), clip %g; held-out: %d sequences\n",
+      "training: %d steps of %d sequences, AdamW lr %g (warmup %d, cosine), clip %g; held-out: %d sequences\n"
+      "precision: %s\n",
       c.task.c_str(), c.seq_len, c.vocab - 1, c.d_model, c.layers, c.heads, c.dim_feedforward, count, c.steps,
-      c.batch_size, c.lr, warmup, c.clip, c.eval_size);
+      c.batch_size, c.lr, warmup, c.clip, c.eval_size, training::precision_description(c.bf16).c_str());
 
-  // logits (B, L, V) -> (B L, V) against targets (B L)
+  // logits (B, L, V) -> (B L, V) against targets (B L); with --bf16 the forward and the loss under
+  // autocast (the backward follows the forward's choice).
   const auto loss = [&](int step) {
     const Batch batch = training_batch(c, step, held_out_keys);
+    xgrad::AutocastGuard autocast(c.bf16);
     return xgrad::cross_entropy(xgrad::reshape(model.forward(batch.tokens), {-1, c.vocab}),
                                 IndexArray(xt::reshape_view(batch.targets, {batch.targets.size()})));
   };
-  if (const auto stopped = trainer.train(loss, [&] { return accuracy(model, held_out).first; })) return *stopped;
+  if (const auto stopped = trainer.train(loss, [&] { return accuracy(model, held_out, c.bf16).first; })) return *stopped;
 
-  const auto [tokens, sequences] = accuracy(model, held_out);
+  const auto [tokens, sequences] = accuracy(model, held_out, c.bf16);
   std::printf("\nheld-out accuracy: %.2f%% of digits, %.2f%% of whole sequences (%d sequences never trained on)\n",
               100 * tokens, 100 * sequences, c.eval_size);
-  const IndexArray pred = predict(model, held_out.tokens);
+  const IndexArray pred = predict(model, held_out.tokens, c.bf16);
   for (std::size_t i = 0; i < std::min<std::size_t>(3, held_out.tokens.shape(0)); ++i) {
     std::string line = "  ";
     for (std::size_t j = 0; j < held_out.tokens.shape(1); ++j) line += std::to_string(held_out.tokens(i, j)) + " ";
@@ -240,6 +246,7 @@ int main(int argc, char** argv) {
   settings.add(app, "--eval-interval", c.eval_interval, "steps between evaluations (and CSV rows)")
       ->check(CLI::Range(1, 100000000));
   settings.add(app, "--eval-size", c.eval_size, "held-out sequences")->check(CLI::Range(1, 1000000));
+  training::add_bf16_flag(app, settings, c.bf16);
   training::add_run_flags(app, run);
   app.add_option("--min-accuracy", min_accuracy, "exit with 1 if the final held-out token accuracy is lower")
       ->check(CLI::Range(0.0, 1.0));

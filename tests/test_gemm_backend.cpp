@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include <xgrad/autograd/bf16.hpp>
 #include <xgrad/autograd/gemm.hpp>
 #include <xgrad/autograd/onednn.hpp>
 #include <xgrad/xgrad.hpp>
@@ -324,6 +325,34 @@ TEST(OneDnnBf16, BitIdenticalForAFixedThreadCount) {
     if (rep == 0) first = c;
     else ASSERT_EQ(std::memcmp(first.data(), c.data(), c.size() * sizeof(float)), 0);
   }
+}
+
+// Autocast's gemm_bf16 takes oneDNN's kernel under the oneDNN backend (bit for bit the same
+// product) and says so; under OpenBLAS it takes the portable path.
+TEST(OneDnnBf16, AutocastGemmUsesItUnderTheOneDnnBackend) {
+  Restore restore;
+  xgrad::set_num_threads(2);
+  const Case t{false, true, 200, 150, 300, 1, 1.0f, 0.0f};
+  Operands o = make_operands(t, 77);
+  std::vector<float> kernel = o.c, routed = o.c;
+  if (!xgrad::detail::onednn_gemm_bf16(t.ta, t.tb, t.m, t.n, t.k, 1.0f, o.a.data(), o.lda, o.b.data(), o.ldb, 0.0f,
+                                       kernel.data(), o.ldc)) {
+    xgrad::set_gemm_backend(GemmBackend::onednn);
+    EXPECT_EQ(std::string(xgrad::detail::bf16_gemm_path()).rfind("portable", 0), 0u);
+    GTEST_SKIP() << "no oneDNN bf16 matmul on " << xgrad::detail::onednn_isa();
+  }
+  xgrad::set_gemm_backend(GemmBackend::onednn);
+  xgrad::detail::gemm_bf16(t.ta, t.tb, t.m, t.n, t.k, 1.0f, o.a.data(), o.lda, o.b.data(), o.ldb, 0.0f,
+                           routed.data(), o.ldc);
+  EXPECT_EQ(std::memcmp(kernel.data(), routed.data(), kernel.size() * sizeof(float)), 0);
+  const std::string path = xgrad::detail::bf16_gemm_path();
+  EXPECT_EQ(path.rfind("oneDNN bf16 matmul (" + xgrad::detail::onednn_isa(), 0), 0u) << path;
+  xgrad::set_gemm_backend(GemmBackend::openblas);
+  EXPECT_EQ(std::string(xgrad::detail::bf16_gemm_path()).rfind("portable", 0), 0u);
+  std::vector<float> portable = o.c;
+  xgrad::detail::gemm_bf16(t.ta, t.tb, t.m, t.n, t.k, 1.0f, o.a.data(), o.lda, o.b.data(), o.ldb, 0.0f,
+                           portable.data(), o.ldc);
+  expect_close(t, o, portable, bf16_round, 1e-5);
 }
 
 }  // namespace

@@ -11,6 +11,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <xgrad/autograd/bf16.hpp>
+
 #include "support/training.hpp"
 
 namespace {
@@ -132,6 +134,36 @@ TEST(TrainingSettings, ReadBackExactly) {
   EXPECT_THROW(settings.assign({{"steps", "7"}, {"lr", "0.3"}, {"seed", "1"}}), std::out_of_range);
   EXPECT_THROW(settings.assign({{"steps", "x"}, {"lr", "0.3"}, {"seed", "1"}, {"task", "a"}}),
                std::invalid_argument);
+}
+
+TEST(TrainingSettings, FlagsReadBackAndAreOffInOlderCheckpoints) {
+  int steps = 7;
+  bool bf16 = false;
+  training::Settings settings;
+  CLI::App app;
+  settings.add(app, "--steps", steps, "");
+  training::add_bf16_flag(app, settings, bf16);
+  app.parse("--bf16", false);
+  EXPECT_TRUE(bf16);
+  const auto values = settings.values();
+  const std::vector<std::pair<std::string, std::string>> expected{{"steps", "7"}, {"bf16", "1"}};
+  EXPECT_EQ(values, expected);
+  bf16 = false;
+  settings.assign({values.begin(), values.end()});
+  EXPECT_TRUE(bf16);
+  // A checkpoint from before the flag: complete() adds it as off; other settings stay required.
+  std::map<std::string, std::string> old{{"steps", "9"}};
+  settings.complete(old);
+  EXPECT_EQ(old.at("bf16"), "0");
+  settings.assign(old);
+  EXPECT_FALSE(bf16);
+  std::map<std::string, std::string> none;
+  settings.complete(none);
+  EXPECT_THROW(settings.assign(none), std::out_of_range);
+  EXPECT_THROW(settings.assign({{"steps", "7"}, {"bf16", "yes"}}), std::invalid_argument);
+  EXPECT_EQ(training::precision_description(false), "float32");
+  EXPECT_EQ(training::precision_description(true),
+            std::string("bfloat16 autocast, gemm: ") + xgrad::detail::bf16_gemm_path());
 }
 
 TEST_F(TrainingSupport, StopAndResumeContinuesBitForBit) {

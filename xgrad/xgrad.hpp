@@ -2,6 +2,7 @@
 #pragma once
 
 #include <xgrad/autograd/allocator.hpp>
+#include <xgrad/autograd/autocast.hpp>
 #include <xgrad/autograd/check.hpp>
 #include <xgrad/autograd/gemm_backend.hpp>
 #include <xgrad/autograd/gradcheck.hpp>

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <fstream>
 
+#include <xgrad/autograd/bf16.hpp>
 #include <xgrad/serialize/safetensors.hpp>
 
 namespace training {
@@ -65,6 +66,27 @@ void parse_setting(const std::string& text, int& v) { v = std::stoi(text); }
 void parse_setting(const std::string& text, std::uint64_t& v) { v = std::stoull(text); }
 void parse_setting(const std::string& text, double& v) { v = std::stod(text); }
 void parse_setting(const std::string& text, std::string& v) { v = text; }
+std::string format_setting(bool v) { return v ? "1" : "0"; }
+void parse_setting(const std::string& text, bool& v) {
+  if (text != "0" && text != "1") throw std::invalid_argument("a flag is saved as 0 or 1, got " + text);
+  v = text == "1";
+}
+
+CLI::Option* Settings::add_flag(CLI::App& app, const std::string& flag, bool& value, const std::string& help) {
+  entries_.push_back({flag.substr(2), [&value] { return format_setting(value); },
+                      [&value](const std::string& text) { parse_setting(text, value); }, true});
+  return app.add_flag(flag, value, help);
+}
+
+CLI::Option* add_bf16_flag(CLI::App& app, Settings& settings, bool& bf16) {
+  return settings.add_flag(app, "--bf16", bf16,
+                           "bfloat16 autocast (torch.autocast on CPU): bf16 gemms with fp32 accumulation in linear, "
+                           "matmul and attention; everything else, the gradients and the optimizer in fp32");
+}
+
+std::string precision_description(bool bf16) {
+  return bf16 ? std::string("bfloat16 autocast, gemm: ") + xgrad::detail::bf16_gemm_path() : "float32";
+}
 
 std::vector<std::pair<std::string, std::string>> Settings::values() const {
   std::vector<std::pair<std::string, std::string>> out;
@@ -74,6 +96,11 @@ std::vector<std::pair<std::string, std::string>> Settings::values() const {
 
 void Settings::assign(const std::map<std::string, std::string>& saved) {
   for (const auto& e : entries_) e.set(saved.at(e.key));
+}
+
+void Settings::complete(std::map<std::string, std::string>& saved) const {
+  for (const auto& e : entries_)
+    if (e.is_flag) saved.emplace(e.key, format_setting(false));
 }
 
 // ---- resuming --------------------------------------------------------------------------------
@@ -112,6 +139,7 @@ Resumed prepare(const std::string& program, const RunOptions& run, Settings& set
   std::map<std::string, std::string> saved;
   for (const auto& [key, value] : m)
     if (key.rfind("config.", 0) == 0) saved[key.substr(7)] = value;
+  settings.complete(saved);
   const auto given = settings.values();
   try {
     settings.assign(saved);  // checks that every setting is there before comparing

@@ -3,6 +3,8 @@
 // - Settings: the flags that define a run's results. Each is declared once (flag, variable, help);
 //   they are saved in every checkpoint ("config.<flag>") and --resume restores them, refusing a
 //   flag given again with another value.
+//   A boolean flag (add_flag) is saved as 0 or 1; a checkpoint from before it existed resumes with
+//   it off. --bf16 (add_bf16_flag) is one: bfloat16 autocast around the forward passes.
 // - RunOptions: the flags that do not change the results (--checkpoint, --checkpoint-interval,
 //   --resume, --csv, --plot, --save-weights, --stop-at, --threads).
 // - Trainer: the loop around the task's loss -- zero_grad, backward, gradient clipping, optimizer
@@ -85,6 +87,8 @@ void parse_setting(const std::string& text, int& v);
 void parse_setting(const std::string& text, std::uint64_t& v);
 void parse_setting(const std::string& text, double& v);
 void parse_setting(const std::string& text, std::string& v);
+std::string format_setting(bool v);
+void parse_setting(const std::string& text, bool& v);
 
 // The flags that define a run's results, bound to the program's own variables.
 class Settings {
@@ -96,19 +100,30 @@ class Settings {
                         [&value](const std::string& text) { parse_setting(text, value); }});
     return app.add_option(flag, value, help)->capture_default_str();
   }
+  // A flag without a value (given: true, default false).
+  CLI::Option* add_flag(CLI::App& app, const std::string& flag, bool& value, const std::string& help);
   // Key (the flag without "--") -> value, in the order declared.
   std::vector<std::pair<std::string, std::string>> values() const;
   // Sets every variable from `saved`; throws std::logic_error on a missing or malformed entry.
   void assign(const std::map<std::string, std::string>& saved);
+  // Adds to `saved` the boolean flags it lacks, as off (a checkpoint written before they existed).
+  void complete(std::map<std::string, std::string>& saved) const;
 
  private:
   struct Entry {
     std::string key;
     std::function<std::string()> get;
     std::function<void(const std::string&)> set;
+    bool is_flag = false;
   };
   std::vector<Entry> entries_;
 };
+
+// --bf16: train under xgrad::AutocastGuard (bf16 gemms in linear, matmul and attention, fp32
+// everywhere else), saved with the settings.
+CLI::Option* add_bf16_flag(CLI::App& app, Settings& settings, bool& bf16);
+// "float32", or "bfloat16 autocast, gemm: <xgrad::detail::bf16_gemm_path()>", for the run's header.
+std::string precision_description(bool bf16);
 
 // ---- resuming --------------------------------------------------------------------------------
 

@@ -33,7 +33,8 @@
 
 #include <xtensor/xbroadcast.hpp>
 
-#include <xgrad/autograd/gemm.hpp>
+#include <xgrad/autograd/autocast.hpp>
+#include <xgrad/autograd/bf16.hpp>
 #include <xgrad/autograd/parallel.hpp>
 #include <xgrad/autograd/simd.hpp>
 
@@ -215,9 +216,10 @@ std::size_t batch_grain(const Dims& n) {
 // q (B, L, E), k (B, S, E), v (B, S, Ev), D (B, L, S) dropout multipliers or null
 //   -> P (B, L, S): the probabilities before dropout (kept for the backward)
 //      out (B, L, ld): O in columns [0, Ev); with `weights`, W = Pd in columns [Ev, Ev + S)
+// bf16: the gemms take bf16-rounded operands (autocast, decided by the caller's thread).
 template <class T>
 void attention_forward(T* out, std::size_t ld, bool weights, T* P, const Qkv<const T*>& in, const T* D,
-                       const MaskView<T>& mask, const Dims& n, T alpha) {
+                       const MaskView<T>& mask, const Dims& n, T alpha, bool bf16) {
   const std::size_t L = n.L, S = n.S, E = n.E, Ev = n.Ev;
   const T neg_inf = -std::numeric_limits<T>::infinity();
   detail::parallel_for(n.B, batch_grain(n), [&](std::size_t b0, std::size_t b1) {
@@ -229,7 +231,7 @@ void attention_forward(T* out, std::size_t ld, bool weights, T* P, const Qkv<con
       T* pb = P + b * L * S;
       T* ob = out + b * L * ld;
       // A = scale * q k^T
-      detail::gemm<T>(false, true, L, S, E, alpha, qb, E, kb, E, T(0), pb, S);
+      detail::gemm_autocast<T>(bf16, false, true, L, S, E, alpha, qb, E, kb, E, T(0), pb, S);
       for (std::size_t i = 0; i < L; ++i) {
         T* row = pb + i * S;
         // A += M
@@ -265,17 +267,17 @@ void attention_forward(T* out, std::size_t ld, bool weights, T* P, const Qkv<con
         pd = dst;
       }
       // O = Pd v
-      detail::gemm<T>(false, false, L, Ev, S, T(1), pd, ld_pd, vb, Ev, T(0), ob, ld);
+      detail::gemm_autocast<T>(bf16, false, false, L, Ev, S, T(1), pd, ld_pd, vb, Ev, T(0), ob, ld);
     }
   });
 }
 
 // From dout (B, L, ld): dO in columns [0, Ev) and, with `weights`, dW in columns [Ev, Ev + S)
 //   -> d.q (B, L, E), d.k (B, S, E), d.v (B, S, Ev), each overwritten; null ones are skipped.
-// P, in = (q, k, v), D and the sizes are attention_forward's.
+// P, in = (q, k, v), D, the sizes and bf16 are attention_forward's.
 template <class T>
 void attention_backward(const Qkv<T*>& d, const T* dout, std::size_t ld, bool weights, const T* P,
-                        const Qkv<const T*>& in, const T* D, const Dims& n, T alpha) {
+                        const Qkv<const T*>& in, const T* D, const Dims& n, T alpha, bool bf16) {
   const std::size_t L = n.L, S = n.S, E = n.E, Ev = n.Ev;
   const bool need_scores = d.q || d.k;
   detail::parallel_for(n.B, batch_grain(n), [&](std::size_t b0, std::size_t b1) {
@@ -293,11 +295,11 @@ void attention_backward(const Qkv<T*>& d, const T* dout, std::size_t ld, bool we
           for (std::size_t m = 0; m < L * S; ++m) dropped[m] = pb[m] * db[m];
           pd = dropped.data();
         }
-        detail::gemm<T>(true, false, S, Ev, L, T(1), pd, S, dOb, ld, T(0), d.v + b * S * Ev, Ev);
+        detail::gemm_autocast<T>(bf16, true, false, S, Ev, L, T(1), pd, S, dOb, ld, T(0), d.v + b * S * Ev, Ev);
       }
       if (!need_scores) continue;
       // dPd = dO v^T + dW                       <- O = Pd v;  W = Pd
-      detail::gemm<T>(false, true, L, S, Ev, T(1), dOb, ld, vb, Ev, T(0), dA.data(), S);
+      detail::gemm_autocast<T>(bf16, false, true, L, S, Ev, T(1), dOb, ld, vb, Ev, T(0), dA.data(), S);
       for (std::size_t i = 0; i < L; ++i) {
         T* g = dA.data() + i * S;
         const T* p = pb + i * S;
@@ -316,8 +318,12 @@ void attention_backward(const Qkv<T*>& d, const T* dout, std::size_t ld, bool we
         for (std::size_t j = 0; j < S; ++j) g[j] = p[j] * (g[j] - gp);
       }
       // dQ = scale * dA k;  dK = scale * dA^T q  <- A = scale * q k^T
-      if (d.q) detail::gemm<T>(false, false, L, E, S, alpha, dA.data(), S, in.k + b * S * E, E, T(0), d.q + b * L * E, E);
-      if (d.k) detail::gemm<T>(true, false, S, E, L, alpha, dA.data(), S, in.q + b * L * E, E, T(0), d.k + b * S * E, E);
+      if (d.q)
+        detail::gemm_autocast<T>(bf16, false, false, L, E, S, alpha, dA.data(), S, in.k + b * S * E, E, T(0),
+                                 d.q + b * L * E, E);
+      if (d.k)
+        detail::gemm_autocast<T>(bf16, true, false, S, E, L, alpha, dA.data(), S, in.q + b * L * E, E, T(0),
+                                 d.k + b * S * E, E);
     }
   });
 }
@@ -371,12 +377,13 @@ std::pair<Tensor<T>, Tensor<T>> attention_node(std::vector<Tensor<T>> inputs, co
   const Qkv<const T*> in = packed ? Qkv<const T*>::packed(inputs[0].value().data(), n)
                                   : Qkv<const T*>{inputs[0].value().data(), inputs[1].value().data(),
                                                   inputs[2].value().data()};
+  const bool bf16 = detail::autocast_gemm<T>();  // here, not on the pool threads; recorded for the backward
   attention_forward<T>(out.data(), ld, weights, P.data(), in, dropping ? D.data() : nullptr,
-                       MaskView<T>(args.mask, n.L, n.S), n, alpha);
+                       MaskView<T>(args.mask, n.L, n.S), n, alpha, bf16);
 
   Tensor<T> y = make_result<T>(
       kOp, std::move(out), std::move(inputs),
-      [P = std::move(P), D = std::move(D), alpha, n, ld, weights, packed, dropping](Node<T>& node) {
+      [P = std::move(P), D = std::move(D), alpha, n, ld, weights, packed, dropping, bf16](Node<T>& node) {
         const bool need_q = node.input_needs_grad(0), need_k = node.input_needs_grad(packed ? 0 : 1),
                    need_v = node.input_needs_grad(packed ? 0 : 2);
         // dq, dk, dv: three arrays, or one (3, lead..., L, E) array for the packed input.
@@ -391,7 +398,7 @@ std::pair<Tensor<T>, Tensor<T>> attention_node(std::vector<Tensor<T>> inputs, co
                                         : Qkv<const T*>{node.input_value(0).data(), node.input_value(1).data(),
                                                         node.input_value(2).data()};
         attention_backward<T>(d, node.grad.data(), ld, weights, P.data(), in, dropping ? D.data() : nullptr, n,
-                              alpha);
+                              alpha, bf16);
         if (need_q) node.input(0).accumulate_grad(std::move(dq));
         if (packed) return;
         if (need_k) node.input(1).accumulate_grad(std::move(dk));

@@ -4,13 +4,16 @@
 //
 // Every product here is a gemm call on contiguous row-major buffers; transposes are passed as
 // flags and batches are loops over matrix offsets, so nothing is copied into a transposed or
-// broadcast layout, forward or backward.
+// broadcast layout, forward or backward. matmul and linear built under an AutocastGuard run every
+// float product, forward and backward, through gemm_bf16 (autocast.hpp, bf16.hpp).
 #include <xtensor-blas/xblas.hpp>
 
 #include <algorithm>
 #include <climits>
 #include <cstring>
 
+#include <xgrad/autograd/autocast.hpp>
+#include <xgrad/autograd/bf16.hpp>
 #include <xgrad/autograd/gemm.hpp>
 #include <xgrad/autograd/gemm_backend.hpp>
 #include <xgrad/autograd/onednn.hpp>
@@ -100,6 +103,7 @@ template void gemm<double>(bool, bool, std::size_t, std::size_t, std::size_t, do
 namespace {
 
 using detail::gemm;
+using detail::gemm_autocast;
 
 // How a batched product lays out: A (batch_a..., m, k) @ B (batch_b..., k, n) -> C (batch..., m, n)
 // with the batch dims broadcast. a_off[i] / b_off[i] index the matrix of A / B that output matrix i
@@ -177,6 +181,7 @@ template <class T>
 Tensor<T> matmul(const Tensor<T>& a, const Tensor<T>& b) {
   const Shape sa = a.shape(), sb = b.shape();
   auto plan = std::make_shared<const MatmulPlan>(plan_matmul(sa, sb));
+  const bool bf16 = detail::autocast_gemm<T>();  // recorded for the backward (autocast.hpp)
   const MatmulPlan& p = *plan;
   const std::size_t mk = p.m * p.k, kn = p.k * p.n, mn = p.m * p.n;
   Array<T> c = empty_array<T>(p.out_shape);
@@ -184,14 +189,14 @@ Tensor<T> matmul(const Tensor<T>& a, const Tensor<T>& b) {
   const T* pb = b.value().data();
   if (p.b_count == 1 && p.a_count == p.batch) {
     // B is one matrix shared by every batch: the batch folds into rows, (batch m, k) @ (k, n).
-    gemm<T>(false, false, p.batch * p.m, p.n, p.k, T(1), pa, p.k, pb, p.n, T(0), c.data(), p.n);
+    gemm_autocast<T>(bf16, false, false, p.batch * p.m, p.n, p.k, T(1), pa, p.k, pb, p.n, T(0), c.data(), p.n);
   } else {
     for (std::size_t i = 0; i < p.batch; ++i)
-      gemm<T>(false, false, p.m, p.n, p.k, T(1), pa + p.a_off[i] * mk, p.k, pb + p.b_off[i] * kn, p.n, T(0),
-              c.data() + i * mn, p.n);
+      gemm_autocast<T>(bf16, false, false, p.m, p.n, p.k, T(1), pa + p.a_off[i] * mk, p.k, pb + p.b_off[i] * kn,
+                       p.n, T(0), c.data() + i * mn, p.n);
   }
 
-  return make_result<T>("matmul", std::move(c), {a, b}, [plan](Node<T>& out) {
+  return make_result<T>("matmul", std::move(c), {a, b}, [plan, bf16](Node<T>& out) {
     const MatmulPlan& p = *plan;
     const std::size_t mk = p.m * p.k, kn = p.k * p.n, mn = p.m * p.n;
     const T* pa = out.input_needs_grad(1) ? out.input_value(0).data() : nullptr;  // dB reads A
@@ -203,11 +208,11 @@ Tensor<T> matmul(const Tensor<T>& a, const Tensor<T>& b) {
       const bool shared = p.a_count != p.batch;  // (or batch = 0: no gemm runs)
       Array<T> da = grad_buffer<T>(out.input_shape(0), shared);
       if (fold) {
-        gemm<T>(false, true, p.batch * p.m, p.k, p.n, T(1), dc, p.n, pb, p.n, T(0), da.data(), p.k);
+        gemm_autocast<T>(bf16, false, true, p.batch * p.m, p.k, p.n, T(1), dc, p.n, pb, p.n, T(0), da.data(), p.k);
       } else {
         for (std::size_t i = 0; i < p.batch; ++i)
-          gemm<T>(false, true, p.m, p.k, p.n, T(1), dc + i * mn, p.n, pb + p.b_off[i] * kn, p.n,
-                  shared ? T(1) : T(0), da.data() + p.a_off[i] * mk, p.k);
+          gemm_autocast<T>(bf16, false, true, p.m, p.k, p.n, T(1), dc + i * mn, p.n, pb + p.b_off[i] * kn, p.n,
+                           shared ? T(1) : T(0), da.data() + p.a_off[i] * mk, p.k);
       }
       out.input(0).accumulate_grad(std::move(da));
     }
@@ -217,11 +222,11 @@ Tensor<T> matmul(const Tensor<T>& a, const Tensor<T>& b) {
       Array<T> db = grad_buffer<T>(out.input_shape(1), shared);
       if (fold) {
         // sum_i A_i^T dC_i = [A_0; A_1; ...]^T [dC_0; dC_1; ...]: one gemm over the stacked rows.
-        gemm<T>(true, false, p.k, p.n, p.batch * p.m, T(1), pa, p.k, dc, p.n, T(0), db.data(), p.n);
+        gemm_autocast<T>(bf16, true, false, p.k, p.n, p.batch * p.m, T(1), pa, p.k, dc, p.n, T(0), db.data(), p.n);
       } else {
         for (std::size_t i = 0; i < p.batch; ++i)
-          gemm<T>(true, false, p.k, p.n, p.m, T(1), pa + p.a_off[i] * mk, p.k, dc + i * mn, p.n,
-                  shared ? T(1) : T(0), db.data() + p.b_off[i] * kn, p.n);
+          gemm_autocast<T>(bf16, true, false, p.k, p.n, p.m, T(1), pa + p.a_off[i] * mk, p.k, dc + i * mn, p.n,
+                           shared ? T(1) : T(0), db.data() + p.b_off[i] * kn, p.n);
       }
       out.input(1).accumulate_grad(std::move(db));
     }
@@ -251,30 +256,31 @@ Tensor<T> linear(const Tensor<T>& x, const Tensor<T>& weight, const Tensor<T>& b
   sy.back() = outf;
   Array<T> y = empty_array<T>(sy);
   T* py = y.data();
+  const bool bf16 = detail::autocast_gemm<T>();  // recorded for the backward (autocast.hpp)
   // y starts as the bias broadcast over rows, then gemm adds x W^T (beta = 1).
   if (has_bias) {
     const T* pbias = bias.value().data();
     for (std::size_t r = 0; r < rows_total; ++r) std::memcpy(py + r * outf, pbias, outf * sizeof(T));
   }
-  gemm<T>(false, true, rows_total, outf, in, T(1), x.value().data(), in, weight.value().data(), in,
-          has_bias ? T(1) : T(0), py, outf);
+  gemm_autocast<T>(bf16, false, true, rows_total, outf, in, T(1), x.value().data(), in, weight.value().data(), in,
+                   has_bias ? T(1) : T(0), py, outf);
 
   std::vector<Tensor<T>> inputs{x, weight};
   if (has_bias) inputs.push_back(bias);
-  return make_result<T>("linear", std::move(y), std::move(inputs), [rows_total, in, outf](Node<T>& out) {
+  return make_result<T>("linear", std::move(y), std::move(inputs), [rows_total, in, outf, bf16](Node<T>& out) {
     const T* dy = out.grad.data();
     // dx = dy W: (rows, out) (out, in)
     if (out.input_needs_grad(0)) {
       Array<T> dx = empty_array<T>(out.input_shape(0));
-      gemm<T>(false, false, rows_total, in, outf, T(1), dy, outf, out.input_value(1).data(), in, T(0), dx.data(),
-              in);
+      gemm_autocast<T>(bf16, false, false, rows_total, in, outf, T(1), dy, outf, out.input_value(1).data(), in,
+                       T(0), dx.data(), in);
       out.input(0).accumulate_grad(std::move(dx));
     }
     // dW = dy^T x: (out, rows) (rows, in)
     if (out.input_needs_grad(1)) {
       Array<T> dw = empty_array<T>(out.input_shape(1));
-      gemm<T>(true, false, outf, in, rows_total, T(1), dy, outf, out.input_value(0).data(), in, T(0), dw.data(),
-              in);
+      gemm_autocast<T>(bf16, true, false, outf, in, rows_total, T(1), dy, outf, out.input_value(0).data(), in,
+                       T(0), dw.data(), in);
       out.input(1).accumulate_grad(std::move(dw));
     }
     // db = sum over rows of dy

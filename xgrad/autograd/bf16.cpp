@@ -1,0 +1,81 @@
+// The bfloat16 gemm (bf16.hpp): oneDNN's bf16 x bf16 -> fp32 matmul (onednn.hpp) when the gemm
+// backend is oneDNN and oneDNN has a bf16 matmul on this CPU; otherwise the portable path, which
+// rounds the operands into float32 scratch buffers and calls gemm<float>, threaded as usual.
+#include <xgrad/autograd/bf16.hpp>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <xgrad/autograd/gemm_backend.hpp>
+#include <xgrad/autograd/onednn.hpp>
+#include <xgrad/autograd/parallel.hpp>
+
+namespace xgrad::detail {
+
+void round_to_bf16(const float* src, float* dst, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) dst[i] = round_to_bf16(src[i]);
+}
+
+namespace {
+
+// A stored matrix (rows, cols) with row stride ld -> dst (rows, cols), packed and rounded; large
+// ones split their rows over the pool (inline inside a parallel region, e.g. attention's heads).
+void round_matrix(const float* src, std::size_t ld, std::size_t rows, std::size_t cols, float* dst) {
+  if (ld == cols) {
+    const std::size_t n = rows * cols;
+    constexpr std::size_t kGrain = std::size_t(1) << 16;
+    parallel_for(n, kGrain, [&](std::size_t i0, std::size_t i1) { round_to_bf16(src + i0, dst + i0, i1 - i0); });
+    return;
+  }
+  const std::size_t grain = std::max<std::size_t>(1, (std::size_t(1) << 16) / std::max<std::size_t>(1, cols));
+  parallel_for(rows, grain, [&](std::size_t r0, std::size_t r1) {
+    for (std::size_t r = r0; r < r1; ++r) round_to_bf16(src + r * ld, dst + r * cols, cols);
+  });
+}
+
+// The calling thread's scratch for the rounded operands, kept between calls (a training step
+// repeats the same shapes). gemm_bf16 never re-enters itself on one thread: gemm<float>'s chunks
+// call BLAS only.
+std::vector<float>& scratch() {
+  thread_local std::vector<float> buffer;
+  return buffer;
+}
+
+}  // namespace
+
+void gemm_bf16(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t k, float alpha, const float* a,
+               std::size_t lda, const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc) {
+  if (m == 0 || n == 0 || k == 0) {  // no operand entry is read
+    gemm<float>(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  if (get_gemm_backend() == GemmBackend::onednn &&
+      onednn_gemm_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc))
+    return;
+  // Stored A: (m, k), or (k, m) when transposed; stored B: (k, n), or (n, k).
+  const std::size_t ra = trans_a ? k : m, ca = trans_a ? m : k;
+  const std::size_t rb = trans_b ? n : k, cb = trans_b ? k : n;
+  std::vector<float>& buf = scratch();
+  if (buf.size() < ra * ca + rb * cb) buf.resize(ra * ca + rb * cb);
+  float* sa = buf.data();
+  float* sb = sa + ra * ca;
+  round_matrix(a, lda, ra, ca, sa);
+  round_matrix(b, ldb, rb, cb, sb);
+  gemm<float>(trans_a, trans_b, m, n, k, alpha, sa, ca, sb, cb, beta, c, ldc);
+}
+
+const char* bf16_gemm_path() {
+  static const char* const portable = "portable (fp32 gemm on bf16-rounded operands)";
+  // Whether oneDNN has a bf16 matmul here: a 1x1x1 product, asked once.
+  static const std::string onednn = [] {
+    const float a = 1.0f, b = 1.0f;
+    float c = 0.0f;
+    if (!onednn_gemm_bf16(false, false, 1, 1, 1, 1.0f, &a, 1, &b, 1, 0.0f, &c, 1)) return std::string();
+    return "oneDNN bf16 matmul (" + onednn_isa() + (onednn_bf16_native() ? ", native bf16)" : ", bf16 emulated)");
+  }();
+  if (get_gemm_backend() != GemmBackend::onednn || onednn.empty()) return portable;
+  return onednn.c_str();
+}
+
+}  // namespace xgrad::detail
