@@ -182,6 +182,10 @@ Bf16Cache& bf16_cache() {
 const Bf16Plan* bf16_plan(Bf16Cache& cache, const Bf16Key& key) {
   auto it = cache.plans.find(key);
   if (it != cache.plans.end()) return &it->second;
+  // A program whose shapes keep changing (variable sequence lengths) would grow the cache without
+  // bound: past kMaxPlans it starts over. A training step uses a few dozen.
+  constexpr std::size_t kMaxPlans = 512;
+  if (cache.plans.size() >= kMaxPlans) cache.plans.clear();
   using dt = dnnl::memory::data_type;
   using dims = dnnl::memory::dims;
   const auto mb = static_cast<dnnl::memory::dim>(key.mb), m = static_cast<dnnl::memory::dim>(key.m),
