@@ -4,6 +4,7 @@
 #include <xgrad/autograd/bf16.hpp>
 
 #include <algorithm>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -40,14 +41,6 @@ void round_matrix(const float* src, std::size_t ld, std::size_t rows, std::size_
   });
 }
 
-// The calling thread's scratch for the rounded operands, kept between calls (a training step
-// repeats the same shapes). gemm_bf16 never re-enters itself on one thread: gemm<float>'s chunks
-// call BLAS only.
-std::vector<float>& scratch() {
-  thread_local std::vector<float> buffer;
-  return buffer;
-}
-
 }  // namespace
 
 void gemm_bf16(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t k, float alpha, const float* a,
@@ -62,9 +55,10 @@ void gemm_bf16(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::si
   // Stored A: (m, k), or (k, m) when transposed; stored B: (k, n), or (n, k).
   const std::size_t ra = trans_a ? k : m, ca = trans_a ? m : k;
   const std::size_t rb = trans_b ? n : k, cb = trans_b ? k : n;
-  std::vector<float>& buf = scratch();
-  if (buf.size() < ra * ca + rb * cb) buf.resize(ra * ca + rb * cb);
-  float* sa = buf.data();
+  // Scratch for the call alone (uninitialized; with allocator tuning, reused heap): held for good,
+  // as a per-thread cache, it would add the largest operands of the step to the peak memory.
+  const std::unique_ptr<float[]> buf(new float[ra * ca + rb * cb]);
+  float* sa = buf.get();
   float* sb = sa + ra * ca;
   round_matrix(a, lda, ra, ca, sa);
   round_matrix(b, ldb, rb, cb, sb);

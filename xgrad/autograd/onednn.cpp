@@ -20,6 +20,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -165,13 +166,12 @@ struct Bf16Plan {
   dnnl::memory::desc a, b, c, scratch;
 };
 
-// Per thread: the stream, the primitives of the shapes seen, a scratchpad, and the bf16 copies
-// of the operands (written by the calling thread, read by the pool's chunks).
+// Per thread: the stream, the primitives of the shapes seen and a scratchpad. (The bf16 copies of
+// the operands are per call: kept, they would add the step's largest operands to peak memory.)
 struct Bf16Cache {
   dnnl::stream stream{cpu_engine()};
   std::map<Bf16Key, Bf16Plan> plans;
   std::vector<std::uint8_t> scratch;
-  std::vector<std::uint16_t> a, b;
 };
 Bf16Cache& bf16_cache() {
   thread_local Bf16Cache cache;
@@ -243,14 +243,14 @@ bool onednn_gemm_bf16(bool trans_a, bool trans_b, std::size_t m, std::size_t n, 
   Bf16Cache& cache = bf16_cache();
   // The whole product first: a CPU without a bf16 matmul returns here with C untouched.
   if (bf16_plan(cache, Bf16Key{trans_a, trans_b, m, m, n, k, ldc, alpha, beta}) == nullptr) return false;
-  cache.a.resize(m * k);
-  cache.b.resize(k * n);
-  if (trans_a) pack_bf16(a, k, m, std::max(lda, m), cache.a.data());
-  else pack_bf16(a, m, k, std::max(lda, k), cache.a.data());
-  if (trans_b) pack_bf16(b, n, k, std::max(ldb, k), cache.b.data());
-  else pack_bf16(b, k, n, std::max(ldb, n), cache.b.data());
-  const std::uint16_t* pa = cache.a.data();
-  const std::uint16_t* pb = cache.b.data();
+  // Written by this thread, read by the pool's chunks.
+  const std::unique_ptr<std::uint16_t[]> packed(new std::uint16_t[m * k + k * n]);
+  std::uint16_t* const pa = packed.get();
+  std::uint16_t* const pb = pa + m * k;
+  if (trans_a) pack_bf16(a, k, m, std::max(lda, m), pa);
+  else pack_bf16(a, m, k, std::max(lda, k), pa);
+  if (trans_b) pack_bf16(b, n, k, std::max(ldb, k), pb);
+  else pack_bf16(b, k, n, std::max(ldb, n), pb);
   // Rows [r0, r1) of C, one single-threaded oneDNN call (its primitive cached by the thread that runs it).
   auto block = [&](std::size_t r0, std::size_t r1) {
     Bf16Cache& mine = bf16_cache();
