@@ -9,7 +9,8 @@
 //   bench_train_step                  the sgemm rate, then every configuration, each in its own
 //                                     child process (so that each peak RSS is its own)
 //   bench_train_step --config small   one configuration, in this process
-//   bench_train_step --gemm           the sgemm rate only
+//   bench_train_step --gemm           the gemm rates only: 1024^3 float32 through OpenBLAS and
+//                                     through oneDNN, and the bf16 gemm (fp32 accumulation)
 //   --configs tiny,small   subset for the default mode      --no-gemm   skip the sgemm rate
 //   --json                 one JSON object per line          --quick     shorter runs
 //   --breakdown            also the median of each phase (zero_grad, forward+loss, backward, step)
@@ -18,8 +19,8 @@
 //                          or every core); xgrad splits gemms and kernels over its own threads and
 //                          keeps BLAS single-threaded. The count in use is printed.
 //   --bf16                 the step's forward and loss under xgrad::AutocastGuard (bfloat16 gemms,
-//                          fp32 accumulation; everything else fp32), as torch.autocast on CPU; with
-//                          --gemm, the bf16 gemm's rate too. The bf16 gemm path is printed. benchmarks/compare.py runs the same steps in PyTorch beside this program.
+//                          fp32 accumulation; everything else fp32), as torch.autocast on CPU; the
+//                          bf16 gemm path is printed. benchmarks/compare.py runs the same steps in PyTorch beside this program.
 #include <dlfcn.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -31,6 +32,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -38,6 +40,7 @@
 
 #include <xgrad/autograd/bf16.hpp>
 #include <xgrad/autograd/gemm.hpp>
+#include <xgrad/autograd/onednn.hpp>
 #include <xgrad/xgrad.hpp>
 
 namespace {
@@ -155,9 +158,10 @@ void print_stats_json(const Stats& s) {
               s.median, s.p25, s.p75, s.min, s.max);
 }
 
-// C = A B with A, B: (1024, 1024) standard normal, through xgrad's BLAS entry point (sgemm), or
-// through detail::gemm_bf16 (bf16 operands, fp32 accumulation) when `bf16`.
-void time_gemm(const Options& o, bool bf16) {
+// C = A B with A, B: (1024, 1024) standard normal, through xgrad's gemm entry point on each
+// float32 backend, and through detail::gemm_bf16 (operands rounded to bf16, fp32 accumulation;
+// oneDNN's bf16 matmul where the CPU has one, its path printed).
+int run_gemm(const Options& o) {
   constexpr std::size_t n = 1024;
   xgrad::manual_seed(0);
   const xgrad::Array<float> a = xgrad::randn<float>({n, n}).value();
@@ -166,32 +170,41 @@ void time_gemm(const Options& o, bool bf16) {
   Options g = o;
   g.min_time = std::min(o.min_time, 1.5);
   g.min_reps = std::max<std::size_t>(o.min_reps, 10);
-  const Stats s = time_calls(
-      [&] {
-        if (bf16)
-          xgrad::detail::gemm_bf16(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
-        else
-          xgrad::detail::gemm<float>(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
-      },
-      g, [] {});
-  const double flops = 2.0 * double(n) * n * n;
-  const double gflops = flops / (s.median * 1e6), best = flops / (s.min * 1e6);
-  if (o.json) {
-    std::printf("{\"kind\":\"gemm\",\"framework\":\"xgrad\",\"n\":%zu,\"xgrad_threads\":%d,\"blas_threads\":%d,"
-                "\"blas\":\"%s\",", n, xgrad::get_num_threads(), blas_threads(), json_escape(blas_config()).c_str());
-    if (bf16)
-      std::printf("\"dtype\":\"bf16\",\"bf16_path\":\"%s\",", json_escape(xgrad::detail::bf16_gemm_path()).c_str());
-    print_stats_json(s);
-    std::printf(",\"gflops\":%.6g,\"gflops_best\":%.6g,\"peak_rss_mib\":%.6g}\n", gflops, best, peak_rss_mib());
-  } else {
-    std::printf("%s 1024x1024x1024 (%d xgrad threads): median %.2f ms = %.1f GFLOP/s (best %.1f), %zu runs\n",
-                bf16 ? "bf16 gemm" : "sgemm", xgrad::get_num_threads(), s.median, gflops, best, s.reps);
+  const xgrad::GemmBackend backend = xgrad::get_gemm_backend();
+  const std::string isa = xgrad::detail::onednn_isa();
+  for (const char* kind : {"openblas", "onednn", "bf16"}) {
+    const std::string k = kind;
+    std::function<void()> call;
+    if (k == "bf16") {
+      xgrad::set_gemm_backend(backend);
+      call = [&] {
+        xgrad::detail::gemm_bf16(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+      };
+    } else {
+      xgrad::set_gemm_backend(k == "onednn" ? xgrad::GemmBackend::onednn : xgrad::GemmBackend::openblas);
+      call = [&] {
+        xgrad::detail::gemm<float>(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+      };
+    }
+    const Stats s = time_calls(call, g, [] {});
+    const double flops = 2.0 * double(n) * n * n;
+    const double gflops = flops / (s.median * 1e6), best = flops / (s.min * 1e6);
+    if (o.json) {
+      std::printf("{\"kind\":\"gemm\",\"framework\":\"xgrad\",\"gemm\":\"%s\",\"isa\":\"%s\","
+                  "\"bf16_native\":%s,\"n\":%zu,\"xgrad_threads\":%d,\"blas_threads\":%d,\"blas\":\"%s\",",
+                  kind, isa.c_str(), xgrad::detail::onednn_bf16_native() ? "true" : "false", n,
+                  xgrad::get_num_threads(), blas_threads(), json_escape(blas_config()).c_str());
+      if (k == "bf16")
+        std::printf("\"dtype\":\"bf16\",\"bf16_path\":\"%s\",", json_escape(xgrad::detail::bf16_gemm_path()).c_str());
+      print_stats_json(s);
+      std::printf(",\"gflops\":%.6g,\"gflops_best\":%.6g,\"peak_rss_mib\":%.6g}\n", gflops, best, peak_rss_mib());
+    } else {
+      std::printf("%-8s gemm 1024x1024x1024 (%d xgrad threads, oneDNN ISA %s): median %.2f ms = %.1f GFLOP/s "
+                  "(best %.1f), %zu runs%s%s\n", kind, xgrad::get_num_threads(), isa.c_str(), s.median, gflops, best,
+                  s.reps, k == "bf16" ? "; path: " : "", k == "bf16" ? xgrad::detail::bf16_gemm_path() : "");
+    }
   }
-}
-
-int run_gemm(const Options& o) {
-  time_gemm(o, false);
-  if (o.bf16) time_gemm(o, true);
+  xgrad::set_gemm_backend(backend);
   return 0;
 }
 
@@ -249,8 +262,10 @@ int run_config(const Config& c, const Options& o) {
   const double flops = step_flops(c), gflops = flops / (s.median * 1e6), peak = peak_rss_mib();
   if (o.json) {
     std::printf("{\"kind\":\"train_step\",\"framework\":\"xgrad\",\"config\":\"%s\",\"B\":%zu,\"N\":%zu,\"d\":%zu,"
-                "\"h\":%zu,\"ff\":%zu,\"L\":%zu,\"xgrad_threads\":%d,\"blas_threads\":%d,\"flops\":%.6g,",
-                c.name, c.B, c.N, c.d, c.h, c.ff, c.L, get_num_threads(), blas_threads(), flops);
+                "\"h\":%zu,\"ff\":%zu,\"L\":%zu,\"xgrad_threads\":%d,\"blas_threads\":%d,\"gemm_backend\":\"%s\","
+                "\"flops\":%.6g,",
+                c.name, c.B, c.N, c.d, c.h, c.ff, c.L, get_num_threads(), blas_threads(),
+                gemm_backend_name(get_gemm_backend()), flops);
     if (o.bf16)
       std::printf("\"precision\":\"bf16\",\"bf16_path\":\"%s\",", json_escape(detail::bf16_gemm_path()).c_str());
     print_stats_json(s);

@@ -4,6 +4,7 @@
 #include <xgrad/autograd/allocator.hpp>
 #include <xgrad/autograd/autocast.hpp>
 #include <xgrad/autograd/check.hpp>
+#include <xgrad/autograd/gemm_backend.hpp>
 #include <xgrad/autograd/gradcheck.hpp>
 #include <xgrad/autograd/ops.hpp>
 #include <xgrad/autograd/parallel.hpp>

@@ -36,8 +36,10 @@ void round_to_bf16(const float* src, float* dst, std::size_t n);
 void gemm_bf16(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t k, float alpha, const float* a,
                std::size_t lda, const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc);
 
-// Which implementation gemm_bf16 runs, for programs to print, e.g.
-// "portable (fp32 gemm on bf16-rounded operands)".
+// Which implementation gemm_bf16 runs, for programs to print: "oneDNN bf16 matmul
+// (avx512_core_bf16, native bf16; portable under 2^17 multiply-adds)" when the gemm backend is
+// oneDNN and oneDNN has a bf16 matmul on this CPU, else "portable (fp32 gemm on bf16-rounded
+// operands)".
 const char* bf16_gemm_path();
 
 // The gemm of an op that recorded `bf16` when it was built (autocast_gemm<T>(), autocast.hpp):

@@ -1,5 +1,6 @@
-// Internal: row-major C = alpha * op(A) op(B) + beta * C through BLAS (cblas_sgemm/dgemm),
-// with op(X) = X or X^T chosen by a flag, so transposes are never materialized.
+// Internal: row-major C = alpha * op(A) op(B) + beta * C, float32 through oneDNN (dnnl_sgemm) or
+// OpenBLAS (cblas_sgemm) as get_gemm_backend() says, float64 through OpenBLAS dgemm, with
+// op(X) = X or X^T chosen by a flag, so transposes are never materialized.
 // op(A): (m, k), op(B): (k, n), C: (m, n); lda/ldb/ldc are the row strides of A, B, C as stored.
 // Implemented in matmul.cpp, the one translation unit that includes xtensor-blas.
 #pragma once

@@ -15,6 +15,8 @@
 #include <xgrad/autograd/autocast.hpp>
 #include <xgrad/autograd/bf16.hpp>
 #include <xgrad/autograd/gemm.hpp>
+#include <xgrad/autograd/gemm_backend.hpp>
+#include <xgrad/autograd/onednn.hpp>
 #include <xgrad/autograd/ops.hpp>
 #include <xgrad/autograd/parallel.hpp>
 #include <xgrad/autograd/strided.hpp>
@@ -39,6 +41,18 @@ void gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t 
     }
     return;
   }
+  // float32 on oneDNN (the default backend, see autograd/gemm_backend.hpp) from kOneDnnMinMacs
+  // multiply-adds up: a product of at least onednn_own_threading_min_macs() runs on oneDNN's own
+  // OpenMP threads; the others take the row-block split below, one single-threaded oneDNN call
+  // per block.
+  bool onednn = false;
+  if constexpr (std::is_same_v<T, float>) {
+    onednn = m * n * k >= kOneDnnMinMacs && get_gemm_backend() == GemmBackend::onednn;
+    if (onednn && !in_parallel_region() && get_num_threads() > 1 && m * n * k >= onednn_own_threading_min_macs()) {
+      onednn_sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, get_num_threads());
+      return;
+    }
+  }
   constexpr std::size_t kMax = INT_MAX;
   XGRAD_CHECK(m <= kMax && n <= kMax && k <= kMax && lda <= kMax && ldb <= kMax && ldc <= kMax,
               "gemm: sizes (m, n, k) = (", m, ", ", n, ", ", k, ") exceed the BLAS int range");
@@ -56,10 +70,12 @@ void gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t 
     const T* bb = trans_b ? b + c0 * ldb : b + c0;  // op(B) columns c0..
     const int im = static_cast<int>(r1 - r0), in = static_cast<int>(c1 - c0);
     T* cb = c + r0 * ldc + c0;
-    if constexpr (std::is_same_v<T, float>)
-      ::cblas_sgemm(CblasRowMajor, ta, tb, im, in, ik, alpha, ab, ilda, bb, ildb, beta, cb, ildc);
-    else
+    if constexpr (std::is_same_v<T, float>) {
+      if (onednn) onednn_sgemm(trans_a, trans_b, r1 - r0, c1 - c0, k, alpha, ab, lda, bb, ldb, beta, cb, ldc, 1);
+      else ::cblas_sgemm(CblasRowMajor, ta, tb, im, in, ik, alpha, ab, ilda, bb, ildb, beta, cb, ildc);
+    } else {
       ::cblas_dgemm(CblasRowMajor, ta, tb, im, in, ik, alpha, ab, ilda, bb, ildb, beta, cb, ildc);
+    }
   };
   // A product of at least ~1M multiply-adds is cut into blocks of whole 16-row (or 16-column)
   // tiles along the longer of m and n, one block per thread (see autograd/parallel.hpp).

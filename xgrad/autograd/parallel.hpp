@@ -1,9 +1,12 @@
 // Intra-op threads, as in PyTorch: torch.set_num_threads / torch.get_num_threads.
 //
 // xgrad splits its own work across a small pool of threads: a large gemm is cut into row (or
-// column) blocks, each a single-threaded BLAS call, and the heavy non-gemm kernels (GELU,
-// LayerNorm, attention's heads, Adam) split their rows. BLAS itself is kept single-threaded, so
-// the two never oversubscribe the cores. Small work stays on the calling thread.
+// column) blocks, each a single-threaded BLAS or oneDNN call, and the heavy non-gemm kernels
+// (GELU, LayerNorm, attention's heads, Adam) split their rows. OpenBLAS is kept single-threaded
+// and oneDNN runs on one OpenMP thread inside a pool chunk, so they never oversubscribe the
+// cores; set_num_threads(n) also sets the calling thread's OpenMP count (omp_set_num_threads),
+// which oneDNN uses for the products it threads itself (autograd/onednn.hpp). Small work stays
+// on the calling thread.
 //
 // The default is std::thread::hardware_concurrency(), or OMP_NUM_THREADS when it is set (as in
 // PyTorch). Results are deterministic for a given thread count; different counts may differ in
