@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang (the whole library instrumented, ASan + UBSan) and runs
-# each for a bounded time, seeded with valid files written by fuzz_seeds. Exits non-zero when a
+# each for a bounded time, seeded with valid files written by fuzz_seeds and with one hostile file
+# per loader fix (fuzz_seeds first checks each is refused with FormatError). Exits non-zero when a
 # fuzzer finds a crash, a sanitizer report, an unexpected exception, a leak or a hang; the input
 # that triggered it is kept under <build>/artifacts/<fuzzer>/.
 #
