@@ -183,8 +183,8 @@ std::pair<Draws, Draws> draws_in_turn_and_at_once(const std::function<Array<doub
 // stream while they hold the generator's lock: two threads drawing at once get between them the
 // same results as one thread drawing in turn. (ctest -L threads runs this under ThreadSanitizer.)
 TEST(DefaultGenerator, DropoutOnTwoThreadsAtOnceTakesRunsOfTheOneStream) {
-  const auto x = ones<double>({16, 32});
-  const auto [serial, concurrent] = draws_in_turn_and_at_once([&] { return dropout(x, 0.5).value(); }, 40);
+  const auto x = ones<double>({64, 64});
+  const auto [serial, concurrent] = draws_in_turn_and_at_once([&] { return dropout(x, 0.5).value(); }, 50);
   EXPECT_EQ(serial, concurrent);
 }
 
