@@ -9,6 +9,7 @@ packages=(
   libxtensor-dev libxtensor-blas-dev libxsimd-dev libopenblas-dev libcereal-dev
   libgtest-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev libfmt-dev
   clang libclang-rt-14-dev  # the libFuzzer targets (fuzz/run.sh)
+  ccache  # scripts/test.sh: the consumer test's copy of the library comes from the cache
   wamerican  # /usr/share/dict/words, the English word list examples/train_masked_chars learns from
 )
 

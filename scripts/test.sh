@@ -26,11 +26,21 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 # instrumented); every entry there says why.
 export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$XGRAD_ROOT/scripts/tsan.supp}
 
-sanitizer_tree=(-DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1" -DXGRAD_CTEST_PER_EXECUTABLE=ON)
+# ccache (installed by setup.sh), when present: the consumer_subdirectory test compiles a second
+# copy of the library with the same flags and sources, and gets the main tree's objects from the
+# cache instead of compiling them again. CCACHE_NOHASHDIR lets trees in different folders share
+# objects built with -g; CCACHE_BASEDIR (paths relative to each build folder) would defeat that.
+launcher=()
+if command -v ccache >/dev/null; then
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  export CCACHE_NOHASHDIR=1
+  unset CCACHE_BASEDIR
+fi
+sanitizer_tree=(-DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1" -DXGRAD_CTEST_PER_EXECUTABLE=ON "${launcher[@]}")
 
 total_start=$SECONDS
 phase "install missing packages" bash scripts/setup.sh
-phase "configure (Release)" configure build/release -DCMAKE_BUILD_TYPE=Release
+phase "configure (Release)" configure build/release -DCMAKE_BUILD_TYPE=Release "${launcher[@]}"
 phase "build (Release)" build build/release
 phase "ctest (Release)" run_ctest build/release
 phase "configure (ASan + UBSan)" configure build/sanitize "${sanitizer_tree[@]}" -DXGRAD_SANITIZE=address
