@@ -9,7 +9,8 @@
 # per file, more than it would save on a suite whose ASan run is mostly process starts; the TSan
 # tree, small (the library and the `threads` tests) and running the threaded kernels' loops,
 # uses -O1. Both register one ctest test per executable (XGRAD_CTEST_PER_EXECUTABLE): a process
-# start under a sanitizer costs ~0.18 s of CPU (measured under TSan), 552 of them ~100 s; the Release tree keeps one
+# start under a sanitizer costs ~0.18 s of CPU (measured under TSan), 552 of them ~100 s; the
+# Release tree keeps one
 # ctest test per gtest.
 #   XGRAD_FUZZ_SECONDS   seconds per fuzzer (default 20)
 #   XGRAD_JOBS           build and ctest parallelism (default: nproc)
