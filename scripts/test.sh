@@ -10,8 +10,7 @@
 # tree, small (the library and the `threads` tests) and running the threaded kernels' loops,
 # uses -O1. Both register one ctest test per executable (XGRAD_CTEST_PER_EXECUTABLE): a process
 # start under a sanitizer costs ~0.18 s of CPU (measured under TSan), 552 of them ~100 s; the
-# Release tree keeps one
-# ctest test per gtest.
+# Release tree keeps one ctest test per gtest.
 #   XGRAD_FUZZ_SECONDS   seconds per fuzzer (default 20)
 #   XGRAD_JOBS           build and ctest parallelism (default: nproc)
 # shellcheck source=scripts/lib.sh
