@@ -63,6 +63,10 @@ refused() {  # expected message, then the command
 }
 refused "no word list missing.txt: apt-get install wamerican, or pass --words FILE" "$program" --words missing.txt
 refused "--steps" "$program" --steps abc
+# Flag errors are one short line (CLI11's own check printed a 300-digit range); --threads 0 is
+# refused, as torch.set_num_threads(0) is.
+refused "^--lr: expected a positive number, got 'abc'$" "$program" --lr abc
+refused "^--threads: expected an integer in .1, 256., got '0'$" "$program" --threads 0
 refused "train first, or pass --checkpoint FILE" "$program" --predict "h_llo" --checkpoint none.ckpt
 refused "--d-model 8 differs from the checkpoint" "$program" --resume full.ckpt --d-model 8 --csv ""
 echo "PASS"

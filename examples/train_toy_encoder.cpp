@@ -282,27 +282,27 @@ int main(int argc, char** argv) {
       "With the defaults it reaches >= 99% token accuracy on held-out sequences in under a minute on 2 cores."};
   app.get_formatter()->column_width(44);
   settings.add(app, "--task", c.task, "sort or reverse")->check(CLI::IsMember({"sort", "reverse"}));
-  settings.add(app, "--seq-len", c.seq_len, "digits per sequence")->check(CLI::Range(2, 64));
-  settings.add(app, "--vocab", c.vocab, "distinct digits")->check(CLI::Range(2, 256));
-  settings.add(app, "--d-model", c.d_model, "model width")->check(CLI::Range(1, 4096));
-  settings.add(app, "--layers", c.layers, "encoder layers")->check(CLI::Range(1, 64));
-  settings.add(app, "--heads", c.heads, "attention heads (must divide --d-model)")->check(CLI::Range(1, 256));
-  settings.add(app, "--dim-feedforward", c.dim_feedforward, "feed-forward width")->check(CLI::Range(1, 65536));
-  settings.add(app, "--dropout", c.dropout, "dropout probability")->check(CLI::Range(0.0, 0.9));
-  settings.add(app, "--steps", c.steps, "training steps")->check(CLI::Range(1, 100000000));
-  settings.add(app, "--batch-size", c.batch_size, "sequences per step")->check(CLI::Range(1, 1000000));
-  settings.add(app, "--lr", c.lr, "peak learning rate (AdamW)")->check(CLI::PositiveNumber);
-  settings.add(app, "--weight-decay", c.weight_decay, "AdamW weight decay")->check(CLI::NonNegativeNumber);
-  settings.add(app, "--warmup", c.warmup, "linear warmup steps, then cosine decay")->check(CLI::NonNegativeNumber);
-  settings.add(app, "--clip", c.clip, "max gradient norm")->check(CLI::PositiveNumber);
+  settings.add(app, "--seq-len", c.seq_len, "digits per sequence")->check(flags::integer_in(2, 64));
+  settings.add(app, "--vocab", c.vocab, "distinct digits")->check(flags::integer_in(2, 256));
+  settings.add(app, "--d-model", c.d_model, "model width")->check(flags::integer_in(1, 4096));
+  settings.add(app, "--layers", c.layers, "encoder layers")->check(flags::integer_in(1, 64));
+  settings.add(app, "--heads", c.heads, "attention heads (must divide --d-model)")->check(flags::integer_in(1, 256));
+  settings.add(app, "--dim-feedforward", c.dim_feedforward, "feed-forward width")->check(flags::integer_in(1, 65536));
+  settings.add(app, "--dropout", c.dropout, "dropout probability")->check(flags::number_in(0.0, 0.9));
+  settings.add(app, "--steps", c.steps, "training steps")->check(flags::integer_in(1, 100000000));
+  settings.add(app, "--batch-size", c.batch_size, "sequences per step")->check(flags::integer_in(1, 1000000));
+  settings.add(app, "--lr", c.lr, "peak learning rate (AdamW)")->check(flags::positive());
+  settings.add(app, "--weight-decay", c.weight_decay, "AdamW weight decay")->check(flags::non_negative());
+  settings.add(app, "--warmup", c.warmup, "linear warmup steps, then cosine decay")->check(flags::integer_from(0));
+  settings.add(app, "--clip", c.clip, "max gradient norm")->check(flags::positive());
   settings.add(app, "--seed", c.seed, "seed of the weights, data and dropout");
   settings.add(app, "--eval-interval", c.eval_interval, "steps between evaluations (and CSV rows)")
-      ->check(CLI::Range(1, 100000000));
-  settings.add(app, "--eval-size", c.eval_size, "held-out sequences")->check(CLI::Range(1, 1000000));
+      ->check(flags::integer_in(1, 100000000));
+  settings.add(app, "--eval-size", c.eval_size, "held-out sequences")->check(flags::integer_in(1, 1000000));
   training::add_bf16_flag(app, settings, c.bf16);
   training::add_run_flags(app, run);
   app.add_option("--min-accuracy", min_accuracy, "exit with 1 if the final held-out token accuracy is lower")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(flags::number_in(0.0, 1.0));
   CLI11_PARSE(app, argc, argv);
   training::ProcessGroup group;  // under mpirun -np N > 1: the ranks' process group, until main returns
   return training::guarded("train_toy_encoder", [&] { return train(c, run, settings, app, min_accuracy); });

@@ -1,6 +1,11 @@
-// Writes the fuzzers' seed corpora: small valid files, one folder per format.
+// Writes the fuzzers' seed corpora: small valid files, one folder per format, and hostile files,
+// one for each loader fix of issue 15 (a safetensors shape of 65 dims, shapes whose element count
+// overflows or exceeds the file, truncated archives, lengths claiming 2^60 items). Each hostile
+// file must be refused with xgrad::FormatError before it becomes a seed: fuzz_seeds exits 1 naming
+// the file when one loads (or throws anything else), so fuzz/run.sh fails when a fix regresses.
 //   fuzz_seeds OUT_DIR   ->   OUT_DIR/safetensors/*.safetensors, OUT_DIR/checkpoint/*
 #include <cstdint>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -13,6 +18,7 @@
 #include <xgrad/optim/sgd.hpp>
 #include <xgrad/serialize/checkpoint.hpp>
 #include <xgrad/serialize/safetensors.hpp>
+#include <xgrad/serialize/serialize.hpp>
 
 namespace {
 
@@ -85,6 +91,92 @@ void checkpoint_seeds(const std::filesystem::path& dir) {
   both("state_dict_double", [&](ArchiveFormat f) { return state_dict_bytes(d, f); });
 }
 
+std::string le64(std::uint64_t n) {
+  std::string s(8, '\0');
+  for (int i = 0; i < 8; ++i) s[i] = static_cast<char>((n >> (8 * i)) & 0xFF);
+  return s;
+}
+
+// `bytes` with the first occurrence of `pattern` replaced (which must be there).
+std::string forge(const std::string& bytes, const std::string& pattern, const std::string& replacement) {
+  const std::size_t at = bytes.find(pattern);
+  if (at == std::string::npos) throw std::logic_error("fuzz_seeds: pattern not found");
+  std::string forged = bytes;
+  forged.replace(at, pattern.size(), replacement);
+  return forged;
+}
+
+int failures = 0;
+
+// Writes a hostile seed after checking that `load` refuses it with FormatError.
+template <class Load>
+void hostile(const std::filesystem::path& path, const std::string& bytes, Load&& load) {
+  try {
+    load(bytes);
+    std::cerr << "fuzz_seeds: " << path.string() << " loaded; it must be refused with FormatError\n";
+    ++failures;
+  } catch (const xgrad::FormatError&) {
+  } catch (const std::exception& e) {
+    std::cerr << "fuzz_seeds: " << path.string() << ": not a FormatError: " << e.what() << "\n";
+    ++failures;
+  }
+  write(path, bytes);
+}
+
+void hostile_safetensors(const std::filesystem::path& dir) {
+  const auto load = [](const std::string& b) {
+    xgrad::load_safetensors_from_memory<float>(b.data(), b.size());
+    xgrad::load_safetensors_from_memory<double>(b.data(), b.size());
+  };
+  const auto shape_of = [](int dims) {
+    std::string s = "[";
+    for (int i = 0; i < dims; ++i) s += i ? ",1" : "1";
+    return s + "]";
+  };
+  const auto one_tensor = [](const std::string& shape, const std::string& data) {
+    return raw_file(R"({"t":{"dtype":"F32","shape":)" + shape + R"(,"data_offsets":[0,)" +
+                        std::to_string(data.size()) + "]}}",
+                    data);
+  };
+  const std::string four(4, '\0');
+  // At most 64 dims, as PyTorch (a header with 10^7 dims used to load); 64 still loads.
+  write(dir / "dims_64.safetensors", one_tensor(shape_of(64), four));
+  hostile(dir / "hostile_dims_65.safetensors", one_tensor(shape_of(65), four), load);
+  // Element counts: 2^32 * 2^32 wraps to 0 in 64 bits; 2^62 * 4 elements exceed the file.
+  hostile(dir / "hostile_count_overflow.safetensors", one_tensor("[4294967296,4294967296]", ""), load);
+  hostile(dir / "hostile_count_huge.safetensors", one_tensor("[4611686018427387904,4]", four), load);
+  hostile(dir / "hostile_count_wraps_to_size.safetensors",
+          one_tensor("[4611686018427387905,4]", four), load);  // 4 * (2^62 + 1) = 4 mod 2^64
+}
+
+void hostile_archives(const std::filesystem::path& dir) {
+  using namespace xgrad;
+  const auto load = [](const std::string& b) {
+    load_state_dict_from_memory<float>(b.data(), b.size(), ArchiveFormat::binary);
+    load_checkpoint_from_memory<float>(b.data(), b.size(), ArchiveFormat::binary);
+  };
+  nn::StateDict<float> s;
+  Array<float> w = Array<float>::from_shape({3, 5});
+  for (std::size_t i = 0; i < w.size(); ++i) w.data()[i] = 0.25f * static_cast<float>(i);
+  s.insert("weight", w);
+  const std::string bytes = state_dict_bytes(s, ArchiveFormat::binary);
+  const std::uint64_t huge = std::uint64_t{1} << 60;
+  const std::string shape = le64(2) + le64(3) + le64(5);
+  // Reads bounded by the bytes that remain: truncated files, lengths claiming 2^60 items.
+  hostile(dir / "hostile_truncated.xgrad", bytes.substr(0, bytes.size() / 2), load);
+  hostile(dir / "hostile_truncated_data.xgrad", bytes.substr(0, bytes.size() - 1), load);
+  hostile(dir / "hostile_overlong_string.xgrad", forge(bytes, le64(6) + "weight", le64(huge) + "weight"), load);
+  hostile(dir / "hostile_overlong_entries.xgrad",
+          forge(bytes, le64(1) + le64(6) + "weight", le64(huge) + le64(6) + "weight"), load);
+  hostile(dir / "hostile_overlong_data.xgrad", forge(bytes, shape, le64(2) + le64(huge) + le64(1)), load);
+  hostile(dir / "hostile_trailing_bytes.xgrad", forge(bytes, shape, le64(2) + le64(1) + le64(5)), load);
+  // Shapes: 2^31 * 2^31 elements exceed the file, 2^32 * 2^32 overflows 64 bits.
+  hostile(dir / "hostile_shape_huge.xgrad", forge(bytes, shape, le64(2) + le64(1ull << 31) + le64(1ull << 31)),
+          load);
+  hostile(dir / "hostile_shape_overflow.xgrad",
+          forge(bytes, shape, le64(2) + le64(1ull << 32) + le64(1ull << 32)), load);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -95,5 +187,7 @@ int main(int argc, char** argv) {
   const std::filesystem::path out(argv[1]);
   safetensors_seeds(out / "safetensors");
   checkpoint_seeds(out / "checkpoint");
-  return 0;
+  hostile_safetensors(out / "safetensors");
+  hostile_archives(out / "checkpoint");
+  return failures == 0 ? 0 : 1;
 }

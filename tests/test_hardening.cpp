@@ -9,11 +9,14 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <functional>
 #include <dirent.h>
 #include <optional>
 #include <string>
 #include <system_error>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <xgrad/nn/nn.hpp>
 
@@ -149,6 +152,48 @@ TEST(DefaultGenerator, ManualSeedWhileAnotherThreadDrawsIsSafe) {
   seeder.join();
   EXPECT_EQ(matched, kTensors);
   EXPECT_GT(reseeds.load(), 1);
+}
+
+// Calls `draw` 2 * n times on the default generator seeded with 7: in turn on one thread, then n
+// times on each of two threads at once. Returns both lists of results, sorted.
+using Draws = std::vector<std::vector<double>>;
+std::pair<Draws, Draws> draws_in_turn_and_at_once(const std::function<Array<double>()>& draw, int n) {
+  const auto flat = [](const Array<double>& a) { return std::vector<double>(a.begin(), a.end()); };
+  Draws serial, a, b;
+  manual_seed(7);
+  for (int i = 0; i < 2 * n; ++i) serial.push_back(flat(draw()));
+  manual_seed(7);
+  std::atomic<int> ready{0};
+  auto run = [&](Draws& out) {
+    ++ready;
+    while (ready.load() < 2) {
+    }
+    for (int i = 0; i < n; ++i) out.push_back(flat(draw()));
+  };
+  std::thread t1(run, std::ref(a)), t2(run, std::ref(b));
+  t1.join();
+  t2.join();
+  a.insert(a.end(), b.begin(), b.end());
+  std::sort(serial.begin(), serial.end());
+  std::sort(a.begin(), a.end());
+  return {serial, a};
+}
+
+// Dropout's mask, and attention's dropout on its probabilities, take a contiguous run of the
+// stream while they hold the generator's lock: two threads drawing at once get between them the
+// same results as one thread drawing in turn. (ctest -L threads runs this under ThreadSanitizer.)
+TEST(DefaultGenerator, DropoutOnTwoThreadsAtOnceTakesRunsOfTheOneStream) {
+  const auto x = ones<double>({64, 64});
+  const auto [serial, concurrent] = draws_in_turn_and_at_once([&] { return dropout(x, 0.5).value(); }, 50);
+  EXPECT_EQ(serial, concurrent);
+}
+
+TEST(DefaultGenerator, AttentionDropoutOnTwoThreadsAtOnceTakesRunsOfTheOneStream) {
+  manual_seed(1);
+  const auto q = randn<double>({2, 2, 8, 4}), k = randn<double>({2, 2, 8, 4}), v = randn<double>({2, 2, 8, 4});
+  const auto [serial, concurrent] =
+      draws_in_turn_and_at_once([&] { return scaled_dot_product_attention(q, k, v, {}, 0.5).value(); }, 20);
+  EXPECT_EQ(serial, concurrent);
 }
 
 // ---- set_num_threads ---------------------------------------------------------------------------------

@@ -221,6 +221,9 @@ TEST(Shape, ErrorMessages) {
   XGRAD_EXPECT_THROW_MSG(stack<double>({x, zeros<double>({3, 2})}), "stack", "(2, 3)", "(3, 2)");
   XGRAD_EXPECT_THROW_MSG(narrow(x, 1, 2, 2), "narrow", "exceeds", "size 3");
   XGRAD_EXPECT_THROW_MSG(narrow(x, 1, -4, 1), "narrow", "out of range");
+  // A negative length is named as such (it used to read "start (0) + length (-1) exceeds ...").
+  XGRAD_EXPECT_THROW_MSG(narrow(x, 1, 0, -1), "narrow", "length must be non-negative, got -1", "size 3");
+  XGRAD_EXPECT_THROW_MSG(narrow(x, 1, 1, std::numeric_limits<std::int64_t>::max()), "narrow", "exceeds", "size 3");
   XGRAD_EXPECT_THROW_MSG(slice(x, 1, 0, 2, 0), "slice", "step must be positive");
   XGRAD_EXPECT_THROW_MSG(slice(x, 2, 0, 2), "slice", "out of range");
 }

@@ -213,4 +213,48 @@ TEST(TrainingGuarded, ExitStatus) {
   EXPECT_EQ(testing::internal::GetCapturedStderr(), "\np: disk full\n");
 }
 
+// The flag checks (examples/support/flags.hpp): one short line naming the flag, what was expected
+// and what came, where CLI::PositiveNumber printed the whole double range (some 300 digits).
+std::string flag_error(const std::string& args) {
+  training::RunOptions run("a.ckpt", "a.csv", "");
+  double lr = 1, decay = 0, dropout = 0;
+  int heads = 1;
+  CLI::App app;
+  app.add_option("--lr", lr)->check(flags::positive());
+  app.add_option("--weight-decay", decay)->check(flags::non_negative());
+  app.add_option("--dropout", dropout)->check(flags::number_in(0.0, 0.9));
+  app.add_option("--heads", heads)->check(flags::integer_in(1, 256));
+  training::add_run_flags(app, run);
+  try {
+    app.parse(args, false);
+  } catch (const CLI::ValidationError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(TrainingFlags, ErrorsAreShortAndNameTheFlag) {
+  EXPECT_EQ(flag_error("--lr abc"), "--lr: expected a positive number, got 'abc'");
+  EXPECT_EQ(flag_error("--lr 0"), "--lr: expected a positive number, got '0'");
+  EXPECT_EQ(flag_error("--lr -1e-3"), "--lr: expected a positive number, got '-1e-3'");
+  EXPECT_EQ(flag_error("--lr nan"), "--lr: expected a positive number, got 'nan'");
+  EXPECT_EQ(flag_error("--lr 1e999"), "--lr: expected a positive number, got '1e999'");
+  EXPECT_EQ(flag_error("--lr 2e-3 --weight-decay 0"), "");
+  EXPECT_EQ(flag_error("--weight-decay -0.5"), "--weight-decay: expected a number >= 0, got '-0.5'");
+  EXPECT_EQ(flag_error("--dropout 0.95"), "--dropout: expected a number in [0, 0.9], got '0.95'");
+  EXPECT_EQ(flag_error("--heads 0"), "--heads: expected an integer in [1, 256], got '0'");
+  EXPECT_EQ(flag_error("--heads 2.5"), "--heads: expected an integer in [1, 256], got '2.5'");
+  EXPECT_EQ(flag_error("--heads 99999999999999999999"),
+            "--heads: expected an integer in [1, 256], got '99999999999999999999'");
+  EXPECT_EQ(flag_error("--stop-at -1"), "--stop-at: expected an integer >= 0, got '-1'");
+  EXPECT_EQ(flag_error("--checkpoint-interval 3000000000"),
+            "--checkpoint-interval: expected an integer >= 0, got '3000000000'");
+}
+
+// --threads 0 is refused, as torch.set_num_threads(0) is (it used to mean "every core" silently).
+TEST(TrainingFlags, ThreadsMustBePositive) {
+  EXPECT_EQ(flag_error("--threads 0"), "--threads: expected an integer in [1, 256], got '0'");
+  EXPECT_EQ(flag_error("--threads 2"), "");
+}
+
 }  // namespace

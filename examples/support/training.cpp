@@ -123,7 +123,7 @@ void add_run_flags(CLI::App& app, RunOptions& run) {
   app.add_option("--checkpoint", run.checkpoint_path, "checkpoint file (written atomically); empty: none")
       ->capture_default_str();
   app.add_option("--checkpoint-interval", run.checkpoint_interval, "steps between checkpoints; 0: only at the end")
-      ->check(CLI::NonNegativeNumber)
+      ->check(flags::integer_from(0))
       ->capture_default_str();
   app.add_option("--resume", run.resume_path, "continue the run saved in this checkpoint")->check(CLI::ExistingFile);
   app.add_option("--csv", run.csv_path, "metrics file (step,loss,accuracy,lr,elapsed); empty: none")
@@ -132,11 +132,12 @@ void add_run_flags(CLI::App& app, RunOptions& run) {
       ->capture_default_str();
   app.add_option("--save-weights", run.weights_path, "write the final weights as safetensors (loads in PyTorch)");
   app.add_option("--stop-at", run.stop_at, "stop at this step with a checkpoint, as Ctrl-C does")
-      ->check(CLI::NonNegativeNumber);
+      ->check(flags::integer_from(0));
   app.add_option("--threads", run.threads,
-                 "xgrad::set_num_threads; one is fastest for a model this small (0: xgrad's default, every core); "
-                 "a resumed run should use the same count to continue bit for bit")
-      ->check(CLI::Range(0, 256))
+                 "xgrad::set_num_threads (>= 1, as torch.set_num_threads: no 0 for 'every core', pass "
+                 "$(nproc)); one is fastest for a model this small; a resumed run should use the same count "
+                 "to continue bit for bit")
+      ->check(flags::integer_in(1, 256))
       ->capture_default_str();
 }
 
@@ -220,7 +221,7 @@ Resumed prepare(const std::string& program, const RunOptions& run, Settings& set
   if (launched_world_size() > 1 && !g_group_initialized)
     throw Refused(program + " does not train data-parallel (it holds no training::ProcessGroup): start it without "
                   "mpirun, or with mpirun -np 1");
-  if (run.threads > 0) xgrad::set_num_threads(run.threads);
+  xgrad::set_num_threads(run.threads);
   Resumed r;
   if (run.resume_path.empty()) return r;
   try {

@@ -53,6 +53,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "flags.hpp"  // flags::positive() and the other checks with short messages
+
 #include <xgrad/serialize/checkpoint.hpp>
 #include <xgrad/xgrad.hpp>
 

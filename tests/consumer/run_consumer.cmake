@@ -2,7 +2,9 @@
 #   MODE=subdirectory: the consumer adds XGRAD_SOURCE_DIR with add_subdirectory.
 #   MODE=installed:    `cmake --install XGRAD_BINARY_DIR` into WORK_DIR/prefix, then the consumer
 #                      finds it with find_package(xgrad) through CMAKE_PREFIX_PATH.
-# Also expects: WORK_DIR, GENERATOR, CXX_COMPILER, BUILD_TYPE, XGRAD_SANITIZE, XGRAD_NATIVE.
+# Also expects: WORK_DIR, GENERATOR, CXX_COMPILER, BUILD_TYPE, XGRAD_SANITIZE, XGRAD_NATIVE; and
+# optionally CONFIG_FLAGS_VAR / CONFIG_FLAGS (e.g. CMAKE_CXX_FLAGS_DEBUG and "-O1 -g1") and
+# COMPILER_LAUNCHER, the parent tree's, so that the consumer compiles the library as it does.
 cmake_minimum_required(VERSION 3.18)
 
 function(run)
@@ -16,6 +18,12 @@ endfunction()
 file(REMOVE_RECURSE ${WORK_DIR})
 set(args -G ${GENERATOR} -DCMAKE_CXX_COMPILER=${CXX_COMPILER} -DCMAKE_BUILD_TYPE=${BUILD_TYPE}
          -DXGRAD_CONSUMER_MODE=${MODE} -DCMAKE_FIND_PACKAGE_NO_PACKAGE_REGISTRY=ON)
+if(CONFIG_FLAGS_VAR AND NOT CONFIG_FLAGS STREQUAL "")
+  list(APPEND args "-D${CONFIG_FLAGS_VAR}=${CONFIG_FLAGS}")
+endif()
+if(COMPILER_LAUNCHER)
+  list(APPEND args "-DCMAKE_CXX_COMPILER_LAUNCHER=${COMPILER_LAUNCHER}")
+endif()
 if(MODE STREQUAL "subdirectory")
   list(APPEND args -DXGRAD_SOURCE_DIR=${XGRAD_SOURCE_DIR} -DXGRAD_SANITIZE=${XGRAD_SANITIZE}
                    -DXGRAD_NATIVE=${XGRAD_NATIVE})

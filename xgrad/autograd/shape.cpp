@@ -320,8 +320,10 @@ Tensor<T> narrow(const Tensor<T>& a, int dim, std::int64_t start, std::int64_t l
   XGRAD_CHECK(start >= -size && start <= size, "narrow: start (", start, ") out of range for dimension ", k,
               " of size ", size, " (expected in [", -size, ", ", size, "])");
   if (start < 0) start += size;
-  XGRAD_CHECK(length >= 0 && start + length <= size, "narrow: start (", start, ") + length (", length,
-              ") exceeds dimension ", k, " of size ", size);
+  XGRAD_CHECK(length >= 0, "narrow: length must be non-negative, got ", length, " (dimension ", k, " of size ",
+              size, ")");
+  XGRAD_CHECK(length <= size - start, "narrow: start (", start, ") + length (", length, ") exceeds dimension ", k,
+              " of size ", size);  // length <= size - start: start + length could overflow
   return strided_slice<T>("narrow", a, k, static_cast<std::size_t>(start), static_cast<std::size_t>(length), 1);
 }
 
