@@ -8,7 +8,8 @@
 #      (all columns but the elapsed time);
 #   3. the same for a real SIGINT (Ctrl-C) at whatever step the run has reached: it saves a
 #      checkpoint and exits with 130;
-#   4. a bad flag, and a --resume with a flag that contradicts the checkpoint, are refused.
+#   4. --resume with a larger --steps extends the run (the cosine reaches 0 at the new last step);
+#   5. a bad flag, and a --resume with a flag that contradicts the checkpoint, are refused.
 # Dropout is on (0.1) so that resuming must also restore the generator. With --bf16 among the flags,
 # the runs also print the bfloat16 path, and stage 2's resume (given no flags) restores --bf16.
 #
@@ -70,7 +71,19 @@ fi
 "$program" "${flags[@]}" --resume int.ckpt --checkpoint int.ckpt --csv int.csv --save-weights int.safetensors
 same_run full int
 
-echo "== 4. refused flags"
+echo "== 4. extended: --resume with twice the --steps continues to the new last step"
+long=$((steps * 2))
+"$program" --resume full.ckpt --steps "$long" --checkpoint long.ckpt --csv long.csv --save-weights "" --plot "" \
+  | tee long.log
+[[ $(tail -n 1 long.csv | cut -d, -f1) == "$long" ]] || fail "the extended CSV does not end at step $long"
+first=$(sed -n 2p long.csv | cut -d, -f4)  # the lr of the first extended evaluation: the new cosine's, not ~0
+awk -v lr="$first" 'BEGIN { exit !(lr > 1e-5) }' || fail "the extended run's learning rate is $first"
+status=0
+"$program" --resume long.ckpt --steps "$steps" --checkpoint "" --csv "" >bad.log 2>&1 || status=$?
+cat bad.log
+[[ $status != 0 ]] && grep -q -- "is below the checkpoint's step" bad.log || fail "--steps below the checkpoint's step was accepted"
+
+echo "== 5. refused flags"
 status=0
 "$program" --steps 0 >bad.log 2>&1 || status=$?
 cat bad.log

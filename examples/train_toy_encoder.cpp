@@ -172,6 +172,19 @@ std::pair<double, double> accuracy(ToyEncoder& model, const Batch& data, bool bf
 int train(Config& c, const training::RunOptions& run, training::Settings& settings, const CLI::App& app,
           double min_accuracy) {
   training::Resumed resumed = training::prepare("train_toy_encoder", run, settings, app);  // c: the checkpoint's
+  // --steps is not a setting: with --resume a larger value extends the run. The steps the checkpoint's
+  // run planned are in its metadata ("steps"; "config.steps" in checkpoints written before extension).
+  int planned = c.steps;
+  if (resumed.checkpoint) {
+    const auto& m = resumed.checkpoint->metadata;
+    const auto it = m.count("steps") ? m.find("steps") : m.find("config.steps");
+    if (it == m.end()) throw training::Refused("cannot resume: " + run.resume_path + " does not record its --steps");
+    planned = std::stoi(it->second);
+  }
+  if (!app.count("--steps")) c.steps = planned;
+  if (c.steps < resumed.state.step)
+    throw training::Refused("--steps " + std::to_string(c.steps) + " is below the checkpoint's step " +
+                            std::to_string(resumed.state.step));
   // The training batches draw from the sequences outside the held-out set: leave them most.
   const double distinct = std::pow(double(c.vocab), double(c.seq_len));
   if (distinct < 2.0 * c.eval_size)
@@ -208,8 +221,9 @@ int train(Config& c, const training::RunOptions& run, training::Settings& settin
   // Dropout: rank 0 goes on with the stream the weights came from, the others with their own.
   if (world.rank > 0) xgrad::manual_seed(c.seed + 0xD1B54A32D192ED03ULL * static_cast<std::uint64_t>(world.rank));
   optim::AdamW<float> optimizer(model.parameters(), optim::AdamWOptions(c.lr).weight_decay(c.weight_decay));
-  // Warmup from lr/100 to lr over `warmup` steps, then cosine down to 0 at the last step.
-  const int warmup = std::min(c.warmup, c.steps - 1);
+  // Warmup from lr/100 to lr over `warmup` steps, then cosine down to 0 at the last step (of the
+  // extended run, when --resume gets a larger --steps; the warmup stays the planned run's).
+  const int warmup = std::min(c.warmup, planned - 1);
   std::vector<std::shared_ptr<optim::LRScheduler<float>>> phases;
   std::vector<int> milestones;
   if (warmup > 0) {
@@ -221,6 +235,10 @@ int train(Config& c, const training::RunOptions& run, training::Settings& settin
 
   training::Trainer trainer("train_toy_encoder", run, settings, std::move(resumed), model, optimizer, &schedule,
                             {c.steps, c.eval_interval, c.clip});
+  if (const int done = trainer.first_step(); c.steps != planned && done > warmup)  // extended: the lr follows the
+    optimizer.param_groups()[0].options().set_lr(  // cosine of a run planned for c.steps from the start
+        c.lr * (1 + std::cos(M_PI * (done - warmup) / (c.steps - warmup))) / 2);
+  trainer.extra_metadata = [&] { return std::map<std::string, std::string>{{"steps", std::to_string(c.steps)}}; };
   std::size_t count = 0;
   for (const auto& p : model.parameters()) count += p.numel();
   if (world.is_main()) {
@@ -289,7 +307,9 @@ int main(int argc, char** argv) {
   settings.add(app, "--heads", c.heads, "attention heads (must divide --d-model)")->check(flags::integer_in(1, 256));
   settings.add(app, "--dim-feedforward", c.dim_feedforward, "feed-forward width")->check(flags::integer_in(1, 65536));
   settings.add(app, "--dropout", c.dropout, "dropout probability")->check(flags::number_in(0.0, 0.9));
-  settings.add(app, "--steps", c.steps, "training steps")->check(flags::integer_in(1, 100000000));
+  app.add_option("--steps", c.steps, "training steps (with --resume: more extends the run)")
+      ->check(flags::integer_in(1, 100000000))
+      ->capture_default_str();
   settings.add(app, "--batch-size", c.batch_size, "sequences per step")->check(flags::integer_in(1, 1000000));
   settings.add(app, "--lr", c.lr, "peak learning rate (AdamW)")->check(flags::positive());
   settings.add(app, "--weight-decay", c.weight_decay, "AdamW weight decay")->check(flags::non_negative());
