@@ -15,14 +15,20 @@
 
 namespace xgrad::detail {
 
-// x rounded to the nearest bfloat16 (ties to even), as the float32 it equals. NaN stays NaN (made
-// quiet, sign kept); a finite value past bf16's largest rounds to +-inf, as in torch.
-inline float round_to_bf16(float x) {
+// The bits of x rounded to the nearest bfloat16 (ties to even): the upper half of the float32 it
+// equals. NaN stays NaN (made quiet, sign kept); a finite value past bf16's largest rounds to
+// +-inf, as in torch. Branch-free, so loops over it vectorize.
+inline std::uint16_t bf16_bits(float x) {
   std::uint32_t u;
   std::memcpy(&u, &x, sizeof u);
-  const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-  const std::uint32_t nan = (u | 0x00400000u) & 0xffff0000u;
-  const std::uint32_t r = (u & 0x7fffffffu) > 0x7f800000u ? nan : rounded;
+  const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const std::uint32_t nan = (u | 0x00400000u) >> 16;
+  return static_cast<std::uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+}
+
+// x rounded to the nearest bfloat16, as the float32 it equals (bf16_bits' rule).
+inline float round_to_bf16(float x) {
+  const std::uint32_t r = std::uint32_t(bf16_bits(x)) << 16;
   float y;
   std::memcpy(&y, &r, sizeof y);
   return y;

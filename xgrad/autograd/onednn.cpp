@@ -7,6 +7,8 @@
 // pay their setup once.
 #include <xgrad/autograd/onednn.hpp>
 
+#include <xgrad/autograd/bf16.hpp>
+
 #include <omp.h>
 
 #include <oneapi/dnnl/dnnl.h>
@@ -124,15 +126,6 @@ void onednn_sgemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std:
 
 namespace {
 
-// fp32 -> bf16 bits, round to nearest even; NaN stays a (quiet) NaN.
-inline std::uint16_t to_bf16(float x) {
-  std::uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<std::uint16_t>(u >> 16);
-}
-
 // A stored (rows, cols) fp32 matrix with row stride ld -> dense bf16 (rows, cols), rows split
 // over xgrad's pool when large.
 void pack_bf16(const float* src, std::size_t rows, std::size_t cols, std::size_t ld, std::uint16_t* dst) {
@@ -141,7 +134,7 @@ void pack_bf16(const float* src, std::size_t rows, std::size_t cols, std::size_t
     for (std::size_t r = r0; r < r1; ++r) {
       const float* s = src + r * ld;
       std::uint16_t* d = dst + r * cols;
-      for (std::size_t j = 0; j < cols; ++j) d[j] = to_bf16(s[j]);
+      for (std::size_t j = 0; j < cols; ++j) d[j] = bf16_bits(s[j]);
     }
   });
 }
