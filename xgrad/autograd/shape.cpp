@@ -26,6 +26,10 @@ void gather_strided(const T* src, const Shape& shape, const std::vector<std::siz
   detail::parallel_for(rows, std::max<std::size_t>(1, 16384 / inner), [&](std::size_t r0, std::size_t r1) {
     detail::for_each_row(shape, r0, r1, src_stride, [&](std::size_t r, std::size_t off) {
       T* out = dst + r * inner;
+      if (inner_stride == 1) {  // a contiguous run (e.g. one head's d values): a plain copy
+        std::memcpy(out, src + off, inner * sizeof(T));
+        return;
+      }
       for (std::size_t j = 0, s = off; j < inner; ++j, s += inner_stride) out[j] = src[s];
     });
   });
