@@ -166,15 +166,23 @@ struct Dims {
   std::size_t B, L, S, E, Ev;
 };
 
-// q, k and v, or their gradients: three buffers, or the three blocks of one packed
-// (3, B, L, E) buffer (S = L, Ev = E).
+// One operand of the kernels: B row-major matrices whose rows are `ld` elements apart, batch
+// b = (o, h) = (b / heads, b % heads) starting at base + o * outer + h * head. A contiguous
+// (B, rows, cols) array is {base, 1, rows * cols, 0, cols}; head h of a (N, len, C) projection
+// (columns [c + h d, c + (h+1) d)) is {base + c, H, len * C, d, C}, of a (len, N, C) one
+// {base + c, H, C, d, N * C}. A null base: no operand.
+template <class Ptr>
+struct Mat {
+  Ptr base = nullptr;
+  std::size_t heads = 1, outer = 0, head = 0, ld = 0;
+
+  Ptr at(std::size_t b) const { return base + (b / heads) * outer + (b % heads) * head; }
+};
+
+// q, k and v, or their gradients.
 template <class Ptr>
 struct Qkv {
-  Ptr q, k, v;
-
-  static Qkv packed(Ptr base, const Dims& n) {
-    return {base, base + n.B * n.L * n.E, base + n.B * (n.L + n.S) * n.E};
-  }
+  Mat<Ptr> q, k, v;
 };
 
 // The normalised mask as the kernel reads it: row i of batch b starts at
@@ -215,23 +223,21 @@ std::size_t batch_grain(const Dims& n) {
 
 // q (B, L, E), k (B, S, E), v (B, S, Ev), D (B, L, S) dropout multipliers or null
 //   -> P (B, L, S): the probabilities before dropout (kept for the backward)
-//      out (B, L, ld): O in columns [0, Ev); with `weights`, W = Pd in columns [Ev, Ev + S)
+//      out (B, L, Ev): O;  w (B, L, S), when its base is set: W = Pd
 // bf16: the gemms take bf16-rounded operands (autocast, decided by the caller's thread).
 template <class T>
-void attention_forward(T* out, std::size_t ld, bool weights, T* P, const Qkv<const T*>& in, const T* D,
+void attention_forward(const Mat<T*>& out, const Mat<T*>& w, T* P, const Qkv<const T*>& in, const T* D,
                        const MaskView<T>& mask, const Dims& n, T alpha, bool bf16) {
   const std::size_t L = n.L, S = n.S, E = n.E, Ev = n.Ev;
+  const bool weights = w.base != nullptr;
   const T neg_inf = -std::numeric_limits<T>::infinity();
   detail::parallel_for(n.B, batch_grain(n), [&](std::size_t b0, std::size_t b1) {
-    std::vector<T> dropped(D && !weights ? L * S : 0);  // Pd of one batch, when not in `out`
+    std::vector<T> dropped(D && !weights ? L * S : 0);  // Pd of one batch, when not in `w`
     for (std::size_t b = b0; b < b1; ++b) {
-      const T* qb = in.q + b * L * E;
-      const T* kb = in.k + b * S * E;
-      const T* vb = in.v + b * S * Ev;
       T* pb = P + b * L * S;
-      T* ob = out + b * L * ld;
       // A = scale * q k^T
-      detail::gemm_autocast<T>(bf16, false, true, L, S, E, alpha, qb, E, kb, E, T(0), pb, S);
+      detail::gemm_autocast<T>(bf16, false, true, L, S, E, alpha, in.q.at(b), in.q.ld, in.k.at(b), in.k.ld, T(0),
+                               pb, S);
       for (std::size_t i = 0; i < L; ++i) {
         T* row = pb + i * S;
         // A += M
@@ -252,60 +258,62 @@ void attention_forward(T* out, std::size_t ld, bool weights, T* P, const Qkv<con
       const T* pd = pb;
       std::size_t ld_pd = S;
       if (weights || D) {
-        T* dst = weights ? ob + Ev : dropped.data();
-        ld_pd = weights ? ld : S;
+        T* dst = weights ? w.at(b) : dropped.data();
+        ld_pd = weights ? w.ld : S;
         for (std::size_t i = 0; i < L; ++i) {
           const T* p = pb + i * S;
-          T* w = dst + i * ld_pd;
+          T* wi = dst + i * ld_pd;
           if (D) {
             const T* d = D + (b * L + i) * S;
-            for (std::size_t j = 0; j < S; ++j) w[j] = p[j] * d[j];
+            for (std::size_t j = 0; j < S; ++j) wi[j] = p[j] * d[j];
           } else {
-            std::copy(p, p + S, w);
+            std::copy(p, p + S, wi);
           }
         }
         pd = dst;
       }
       // O = Pd v
-      detail::gemm_autocast<T>(bf16, false, false, L, Ev, S, T(1), pd, ld_pd, vb, Ev, T(0), ob, ld);
+      detail::gemm_autocast<T>(bf16, false, false, L, Ev, S, T(1), pd, ld_pd, in.v.at(b), in.v.ld, T(0), out.at(b),
+                               out.ld);
     }
   });
 }
 
-// From dout (B, L, ld): dO in columns [0, Ev) and, with `weights`, dW in columns [Ev, Ev + S)
+// From dO (B, L, Ev) and, when its base is set, dW (B, L, S)
 //   -> d.q (B, L, E), d.k (B, S, E), d.v (B, S, Ev), each overwritten; null ones are skipped.
 // P, in = (q, k, v), D, the sizes and bf16 are attention_forward's.
 template <class T>
-void attention_backward(const Qkv<T*>& d, const T* dout, std::size_t ld, bool weights, const T* P,
+void attention_backward(const Qkv<T*>& d, const Mat<const T*>& dout, const Mat<const T*>& dw, const T* P,
                         const Qkv<const T*>& in, const T* D, const Dims& n, T alpha, bool bf16) {
   const std::size_t L = n.L, S = n.S, E = n.E, Ev = n.Ev;
-  const bool need_scores = d.q || d.k;
+  const bool need_scores = d.q.base || d.k.base;
   detail::parallel_for(n.B, batch_grain(n), [&](std::size_t b0, std::size_t b1) {
     std::vector<T> dA(need_scores ? L * S : 0);
-    std::vector<T> dropped(D && d.v ? L * S : 0);
+    std::vector<T> dropped(D && d.v.base ? L * S : 0);
     for (std::size_t b = b0; b < b1; ++b) {
       const T* pb = P + b * L * S;
       const T* db = D ? D + b * L * S : nullptr;
-      const T* dOb = dout + b * L * ld;
-      const T* vb = in.v + b * S * Ev;
-      if (d.v) {
+      const T* dOb = dout.at(b);
+      if (d.v.base) {
         // dV = Pd^T dO                          <- O = Pd v
         const T* pd = pb;
         if (D) {
           for (std::size_t m = 0; m < L * S; ++m) dropped[m] = pb[m] * db[m];
           pd = dropped.data();
         }
-        detail::gemm_autocast<T>(bf16, true, false, S, Ev, L, T(1), pd, S, dOb, ld, T(0), d.v + b * S * Ev, Ev);
+        detail::gemm_autocast<T>(bf16, true, false, S, Ev, L, T(1), pd, S, dOb, dout.ld, T(0), d.v.at(b), d.v.ld);
       }
       if (!need_scores) continue;
       // dPd = dO v^T + dW                       <- O = Pd v;  W = Pd
-      detail::gemm_autocast<T>(bf16, false, true, L, S, Ev, T(1), dOb, ld, vb, Ev, T(0), dA.data(), S);
+      detail::gemm_autocast<T>(bf16, false, true, L, S, Ev, T(1), dOb, dout.ld, in.v.at(b), in.v.ld, T(0),
+                               dA.data(), S);
+      const T* dWb = dw.base ? dw.at(b) : nullptr;
       for (std::size_t i = 0; i < L; ++i) {
         T* g = dA.data() + i * S;
         const T* p = pb + i * S;
-        if (weights) {
-          const T* dw = dOb + i * ld + Ev;
-          for (std::size_t j = 0; j < S; ++j) g[j] += dw[j];
+        if (dWb) {
+          const T* dwi = dWb + i * dw.ld;
+          for (std::size_t j = 0; j < S; ++j) g[j] += dwi[j];
         }
         // dP = dPd * D                          <- Pd = P * D
         if (db) {
@@ -318,41 +326,49 @@ void attention_backward(const Qkv<T*>& d, const T* dout, std::size_t ld, bool we
         for (std::size_t j = 0; j < S; ++j) g[j] = p[j] * (g[j] - gp);
       }
       // dQ = scale * dA k;  dK = scale * dA^T q  <- A = scale * q k^T
-      if (d.q)
-        detail::gemm_autocast<T>(bf16, false, false, L, E, S, alpha, dA.data(), S, in.k + b * S * E, E, T(0),
-                                 d.q + b * L * E, E);
-      if (d.k)
-        detail::gemm_autocast<T>(bf16, true, false, S, E, L, alpha, dA.data(), S, in.q + b * L * E, E, T(0),
-                                 d.k + b * S * E, E);
+      if (d.q.base)
+        detail::gemm_autocast<T>(bf16, false, false, L, E, S, alpha, dA.data(), S, in.k.at(b), in.k.ld, T(0),
+                                 d.q.at(b), d.q.ld);
+      if (d.k.base)
+        detail::gemm_autocast<T>(bf16, true, false, S, E, L, alpha, dA.data(), S, in.q.at(b), in.q.ld, T(0),
+                                 d.k.at(b), d.k.ld);
     }
   });
 }
 
 // ---- the node -----------------------------------------------------------------------------------
 
-// The leading dims of q, k and v, and the sizes they give.
-struct Layout {
-  Shape lead;
-  Dims n;
+// A Mat of the node with an offset in place of the base pointer: into input `input` (q, k, v) or
+// into the node's value (O, W).
+struct Place {
+  std::size_t input = 0, offset = 0, heads = 1, outer = 0, head = 0, ld = 0;
+
+  template <class Ptr>
+  Mat<Ptr> at(Ptr base) const {
+    return {base + offset, heads, outer, head, ld};
+  }
 };
 
-// (lead..., L, S): the logits' shape, which masks broadcast to.
-Shape logits_shape(const Layout& l) {
-  Shape t = l.lead;
-  t.push_back(l.n.L);
-  t.push_back(l.n.S);
-  return t;
+// Where the node reads q, k and v and writes O and W (w only with need_weights).
+struct NodeLayout {
+  Dims n;
+  Shape value;  // the node's value, holding O and, with need_weights, W
+  Place q, k, v, o, w;
+};
+
+// q, k and v where l places them; data(i) is input i's values.
+template <class T, class Data>
+Qkv<const T*> read_qkv(const NodeLayout& l, Data data) {
+  return {l.q.at<const T*>(data(l.q.input)), l.k.at<const T*>(data(l.k.input)), l.v.at<const T*>(data(l.v.input))};
 }
 
-// The op over inputs {q, k, v}, or {qkv} when packed: qkv (3, lead..., L, E) holds q, k and v
-// one after the other (S = L, Ev = E). Shapes are checked by the callers.
+// The op: one node over `inputs`, its value laid out as l.value, O and W where l.o and l.w say. The
+// gradient of each input is written whole by the blocks it holds (q, k and v tile its columns).
 template <class T>
-std::pair<Tensor<T>, Tensor<T>> attention_node(std::vector<Tensor<T>> inputs, const Layout& layout,
-                                               const detail::AttentionArgs<T>& args) {
-  const Dims& n = layout.n;
-  const bool packed = inputs.size() == 1, weights = args.need_weights;
+Tensor<T> attention_node(std::vector<Tensor<T>> inputs, const NodeLayout& l, const detail::AttentionArgs<T>& args) {
+  const Dims& n = l.n;
+  const bool weights = args.need_weights;
   const T alpha = T(args.scale ? *args.scale : 1.0 / std::sqrt(static_cast<double>(n.E)));
-  const std::size_t ld = n.Ev + (weights ? n.S : 0);  // a row of the node's value: [O | W]
 
   const bool dropping = args.dropout_p > 0.0;
   Array<T> D;  // dropout multipliers (B, L, S), drawn in row-major order; unused when p = 0
@@ -369,44 +385,69 @@ std::pair<Tensor<T>, Tensor<T>> attention_node(std::vector<Tensor<T>> inputs, co
     }
   }
 
-  Shape out_shape = layout.lead;  // (lead..., L, ld)
-  out_shape.push_back(n.L);
-  out_shape.push_back(ld);
-  Array<T> out = empty_array<T>(out_shape);
+  Array<T> out = empty_array<T>(l.value);
   Array<T> P = empty_array<T>({n.B, n.L, n.S});
-  const Qkv<const T*> in = packed ? Qkv<const T*>::packed(inputs[0].value().data(), n)
-                                  : Qkv<const T*>{inputs[0].value().data(), inputs[1].value().data(),
-                                                  inputs[2].value().data()};
   const bool bf16 = detail::autocast_gemm<T>();  // here, not on the pool threads; recorded for the backward
-  attention_forward<T>(out.data(), ld, weights, P.data(), in, dropping ? D.data() : nullptr,
-                       MaskView<T>(args.mask, n.L, n.S), n, alpha, bf16);
+  attention_forward<T>(l.o.at(out.data()), weights ? l.w.at(out.data()) : Mat<T*>{}, P.data(),
+                       read_qkv<T>(l, [&](std::size_t i) { return inputs[i].value().data(); }),
+                       dropping ? D.data() : nullptr, MaskView<T>(args.mask, n.L, n.S), n, alpha, bf16);
 
-  Tensor<T> y = make_result<T>(
+  const std::size_t count = inputs.size();
+  return make_result<T>(
       kOp, std::move(out), std::move(inputs),
-      [P = std::move(P), D = std::move(D), alpha, n, ld, weights, packed, dropping, bf16](Node<T>& node) {
-        const bool need_q = node.input_needs_grad(0), need_k = node.input_needs_grad(packed ? 0 : 1),
-                   need_v = node.input_needs_grad(packed ? 0 : 2);
-        // dq, dk, dv: three arrays, or one (3, lead..., L, E) array for the packed input.
-        Array<T> dq, dk, dv;
-        if (need_q) dq = Array<T>::from_shape(node.input_shape(0));
-        if (need_k && !packed) dk = Array<T>::from_shape(node.input_shape(1));
-        if (need_v && !packed) dv = Array<T>::from_shape(node.input_shape(2));
-        const Qkv<T*> d = packed ? (need_q ? Qkv<T*>::packed(dq.data(), n) : Qkv<T*>{nullptr, nullptr, nullptr})
-                                 : Qkv<T*>{need_q ? dq.data() : nullptr, need_k ? dk.data() : nullptr,
-                                           need_v ? dv.data() : nullptr};
-        const Qkv<const T*> in = packed ? Qkv<const T*>::packed(node.input_value(0).data(), n)
-                                        : Qkv<const T*>{node.input_value(0).data(), node.input_value(1).data(),
-                                                        node.input_value(2).data()};
-        attention_backward<T>(d, node.grad.data(), ld, weights, P.data(), in, dropping ? D.data() : nullptr, n,
-                              alpha, bf16);
-        if (need_q) node.input(0).accumulate_grad(std::move(dq));
-        if (packed) return;
-        if (need_k) node.input(1).accumulate_grad(std::move(dk));
-        if (need_v) node.input(2).accumulate_grad(std::move(dv));
+      [P = std::move(P), D = std::move(D), alpha, l, weights, dropping, bf16, count](Node<T>& node) {
+        std::vector<Array<T>> g(count);  // each input's gradient, when it needs one
+        std::vector<char> need(count);   // (a default Array is 0-d, one element: not "none")
+        for (std::size_t i = 0; i < count; ++i)
+          if ((need[i] = node.input_needs_grad(i))) g[i] = Array<T>::from_shape(node.input_shape(i));
+        auto grad = [&](const Place& p) { return need[p.input] ? p.at(g[p.input].data()) : Mat<T*>{}; };
+        const T* dy = node.grad.data();
+        attention_backward<T>(Qkv<T*>{grad(l.q), grad(l.k), grad(l.v)}, l.o.at(dy),
+                              weights ? l.w.at(dy) : Mat<const T*>{}, P.data(),
+                              read_qkv<T>(l, [&](std::size_t i) { return node.input_value(i).data(); }),
+                              dropping ? D.data() : nullptr, l.n, alpha, bf16);
+        for (std::size_t i = 0; i < count; ++i)
+          if (need[i]) node.input(i).accumulate_grad(std::move(g[i]));
       });
+}
+
+// The leading dims of q, k and v, and the sizes they give.
+struct Layout {
+  Shape lead;
+  Dims n;
+};
+
+// (lead..., L, S): the logits' shape, which masks broadcast to.
+Shape logits_shape(const Layout& l) {
+  Shape t = l.lead;
+  t.push_back(l.n.L);
+  t.push_back(l.n.S);
+  return t;
+}
+
+// Contiguous q (lead..., L, E), k (lead..., S, E), v (lead..., S, Ev) as inputs 0, 1, 2, or one
+// packed qkv (3, lead..., L, E) holding them one after the other (S = L, Ev = E); the value
+// (lead..., L, Ev [+ S]) holds [O | W] in each row.
+NodeLayout contiguous_layout(const Layout& layout, bool packed, bool weights) {
+  const Dims& n = layout.n;
+  const std::size_t R = n.Ev + (weights ? n.S : 0);
+  NodeLayout l{n, layout.lead, {}, {}, {}, {}, {}};
+  l.value.push_back(n.L);
+  l.value.push_back(R);
+  l.q = {0, 0, 1, n.L * n.E, 0, n.E};
+  l.k = {packed ? 0u : 1u, packed ? n.B * n.L * n.E : 0, 1, n.S * n.E, 0, n.E};
+  l.v = {packed ? 0u : 2u, packed ? n.B * (n.L + n.S) * n.E : 0, 1, n.S * n.Ev, 0, n.Ev};
+  l.o = {0, 0, 1, n.L * R, 0, R};
+  l.w = {0, n.Ev, 1, n.L * R, 0, R};
+  return l;
+}
+
+// The node's value -> (O, W): O alone is the value; with weights, two narrow views of it.
+template <class T>
+std::pair<Tensor<T>, Tensor<T>> split_value(const Tensor<T>& y, std::size_t Ev, std::size_t S, bool weights) {
   if (!weights) return {y, Tensor<T>()};
-  const auto Ev = static_cast<std::int64_t>(n.Ev), S = static_cast<std::int64_t>(n.S);
-  return {narrow(y, -1, 0, Ev), narrow(y, -1, Ev, S)};
+  return {narrow(y, -1, 0, static_cast<std::int64_t>(Ev)),
+          narrow(y, -1, static_cast<std::int64_t>(Ev), static_cast<std::int64_t>(S))};
 }
 
 // ---- argument checks ----------------------------------------------------------------------------
@@ -480,7 +521,8 @@ std::pair<Tensor<T>, Tensor<T>> detail::attention(const Tensor<T>& q, const Tens
   const Shape sq = q.shape(), sk = k.shape(), sv = v.shape();
   const Layout layout = layout_of(QkvShapes{sq, sk, sv});
   check_dropout(args.dropout_p);
-  return attention_node<T>({q, k, v}, layout, args);
+  const Tensor<T> y = attention_node<T>({q, k, v}, contiguous_layout(layout, false, args.need_weights), args);
+  return split_value(y, layout.n.Ev, layout.n.S, args.need_weights);
 }
 
 template <class T>
@@ -488,7 +530,57 @@ std::pair<Tensor<T>, Tensor<T>> detail::attention_packed(const Tensor<T>& qkv, c
   Shape one;
   const Layout layout = packed_layout(qkv.shape(), one);
   check_dropout(args.dropout_p);
-  return attention_node<T>({qkv}, layout, args);
+  const Tensor<T> y = attention_node<T>({qkv}, contiguous_layout(layout, true, args.need_weights), args);
+  return split_value(y, layout.n.Ev, layout.n.S, args.need_weights);
+}
+
+template <class T>
+std::pair<Tensor<T>, Tensor<T>> detail::attention_heads(const std::vector<Tensor<T>>& projections,
+                                                        std::size_t num_heads, bool batch_first,
+                                                        const AttentionArgs<T>& args) {
+  constexpr const char* op = "attention_heads";
+  XGRAD_CHECK(!projections.empty() && projections.size() <= 3, op, ": expected 1 to 3 projections, got ",
+              projections.size());
+  const std::size_t H = num_heads, nd = batch_first ? 0 : 1;  // nd: the batch dim
+  std::size_t columns = 0;
+  for (const Tensor<T>& p : projections) {
+    XGRAD_CHECK(p.dim() == 3 && p.size(nd) == projections[0].size(nd), op,
+                ": every projection must be (N, len, C) (batch_first) or (len, N, C) with one N, got ", p.shape(),
+                " and ", projections[0].shape());
+    columns += p.size(-1);
+  }
+  XGRAD_CHECK(H > 0 && columns % (3 * H) == 0 && columns > 0, op, ": the projections' last dims must sum to 3 E with E ",
+              "a positive multiple of num_heads=", H, ", got ", columns);
+  check_dropout(args.dropout_p);
+  const std::size_t E = columns / 3, d = E / H, N = projections[0].size(nd);
+  // Block x (q, k, v) is columns [x E, (x+1) E) of the concatenated projections: find its input.
+  Place blocks[3];
+  std::size_t len[3];
+  for (std::size_t x = 0, input = 0, start = 0; x < 3; ++x) {
+    while (x * E >= start + projections[input].size(-1)) start += projections[input++].size(-1);
+    const std::size_t C = projections[input].size(-1), col = x * E - start;
+    XGRAD_CHECK(col + E <= C, op, ": q, k and v must each lie within one projection, got last dims summing to ",
+                columns);
+    len[x] = projections[input].size(1 - nd);
+    blocks[x] = batch_first ? Place{input, col, H, len[x] * C, d, C} : Place{input, col, H, C, d, N * C};
+  }
+  const std::size_t L = len[0], S = len[1];
+  XGRAD_CHECK(len[2] == S, op, ": k and v must have the same length, got ", S, " and ", len[2]);
+  // The value (N, L, R) or (L, N, R): row (n, i) holds O's heads side by side, then W's.
+  const bool weights = args.need_weights;
+  const std::size_t R = E + (weights ? H * S : 0);
+  NodeLayout l{Dims{N * H, L, S, d, d}, batch_first ? Shape{N, L, R} : Shape{L, N, R}, blocks[0], blocks[1],
+               blocks[2], {}, {}};
+  l.o = batch_first ? Place{0, 0, H, L * R, d, R} : Place{0, 0, H, R, d, N * R};
+  l.w = batch_first ? Place{0, E, H, L * R, S, R} : Place{0, E, H, R, S, N * R};
+  const Tensor<T> y = attention_node<T>(projections, l, args);
+  if (!weights) return {y, Tensor<T>()};
+  // W: (.., .., H, S) -> (N, H, L, S), one copy (the weights path only).
+  const Tensor<T> w = narrow(y, -1, static_cast<std::int64_t>(E), static_cast<std::int64_t>(H * S));
+  return {narrow(y, -1, 0, static_cast<std::int64_t>(E)),
+          permute_reshape(w, batch_first ? Shape{N, L, H, S} : Shape{L, N, H, S},
+                          batch_first ? std::vector<std::size_t>{0, 2, 1, 3} : std::vector<std::size_t>{1, 2, 0, 3},
+                          Shape{N, H, L, S})};
 }
 
 template <class T>
@@ -498,9 +590,8 @@ Tensor<T> scaled_dot_product_attention(const Tensor<T>& q, const Tensor<T>& k, c
   const Shape sq = q.shape(), sk = k.shape(), sv = v.shape();
   const QkvShapes got{sq, sk, sv};
   const Layout layout = layout_of(got);
-  return attention_node<T>({q, k, v}, layout,
-                           sdpa_args(layout, attn_mask, dropout_p, is_causal, scale, generator, got))
-      .first;
+  return attention_node<T>({q, k, v}, contiguous_layout(layout, false, false),
+                           sdpa_args(layout, attn_mask, dropout_p, is_causal, scale, generator, got));
 }
 
 template <class T>
@@ -508,10 +599,9 @@ Tensor<T> detail::self_attention_packed(const Tensor<T>& qkv, const AttnMask<T>&
                                         bool is_causal, Generator* generator) {
   Shape one;
   const Layout layout = packed_layout(qkv.shape(), one);
-  return attention_node<T>({qkv}, layout,
+  return attention_node<T>({qkv}, contiguous_layout(layout, true, false),
                            sdpa_args(layout, attn_mask, dropout_p, is_causal, std::nullopt, generator,
-                                     QkvShapes{one, one, one}))
-      .first;
+                                     QkvShapes{one, one, one}));
 }
 
 #define XGRAD_INSTANTIATE(T)                                                                                   \
@@ -522,6 +612,8 @@ Tensor<T> detail::self_attention_packed(const Tensor<T>& qkv, const AttnMask<T>&
                                                                 const Tensor<T>&, const AttentionArgs<T>&);    \
   template std::pair<Tensor<T>, Tensor<T>> detail::attention_packed<T>(const Tensor<T>&,                      \
                                                                        const AttentionArgs<T>&);               \
+  template std::pair<Tensor<T>, Tensor<T>> detail::attention_heads<T>(const std::vector<Tensor<T>>&,          \
+                                                                      std::size_t, bool, const AttentionArgs<T>&); \
   template Tensor<T> scaled_dot_product_attention<T>(const Tensor<T>&, const Tensor<T>&, const Tensor<T>&,      \
                                                      const AttnMask<T>&, double, bool, std::optional<double>,  \
                                                      Generator*);                                              \

@@ -4,7 +4,7 @@
 // Two steps, each in one place:
 //   1. normalize_attention_mask: every mask kind the API takes (bool or float, 2-D or 3-D
 //      attn_mask, key_padding_mask, is_causal) -> one AttentionMask, the layout the kernel reads;
-//   2. attention / attention_packed: one node computing softmax(scale q k^T + M) v and, on
+//   2. attention / attention_packed / attention_heads: one node computing softmax(scale q k^T + M) v and, on
 //      request, the probabilities themselves, with gradients through both (attention.cpp holds
 //      the attention_forward / attention_backward kernel pair).
 #pragma once
@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include <xgrad/autograd/ops.hpp>
 
@@ -70,6 +71,20 @@ std::pair<Tensor<T>, Tensor<T>> attention(const Tensor<T>& q, const Tensor<T>& k
 // read in place; one node over {qkv} with one gradient.
 template <class T>
 std::pair<Tensor<T>, Tensor<T>> attention_packed(const Tensor<T>& qkv, const AttentionArgs<T>& args);
+
+// nn.MultiheadAttention's form, reading each head in place (no head split or merge copies):
+// `projections` are the in-projection outputs, each (N, len, C) when batch_first, else (len, N, C);
+// their last dims, concatenated, hold q, k and v as three blocks of E = num_heads * d columns:
+// {qkv (.., L, 3E)} (self-attention), {q (.., L, E), kv (.., S, 2E)} or {q, k, v}. Head h of a
+// block is its columns [h d, (h+1) d); batch b = n * num_heads + h, so masks and dropout are those
+// of the (N, num_heads, L, S) logits.
+//   -> (o (N, L, E) or (L, N, E): the heads side by side, as out_proj takes them;
+//       weights (N, num_heads, L, S) when need_weights, else undefined).
+// One node over the projections, the same kernels as attention(); gemms read the heads with
+// leading dimension C (batch_first) or N C, and write o with leading dimension E or N E.
+template <class T>
+std::pair<Tensor<T>, Tensor<T>> attention_heads(const std::vector<Tensor<T>>& projections, std::size_t num_heads,
+                                                bool batch_first, const AttentionArgs<T>& args);
 
 extern template struct AttentionMask<float>;
 extern template struct AttentionMask<double>;

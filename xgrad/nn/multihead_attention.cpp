@@ -27,7 +27,7 @@ std::pair<Tensor<T>, Tensor<T>> functional::multi_head_attention_forward(
   const i64 e = options.embed_dim_to_check(), h = options.num_heads();
   XGRAD_CHECK(e > 0 && h > 0 && e % h == 0, op, ": embed_dim must be a positive multiple of num_heads, got ", e,
               " and ", h);
-  const std::size_t E = static_cast<std::size_t>(e), H = static_cast<std::size_t>(h), d = E / H;
+  const std::size_t E = static_cast<std::size_t>(e), H = static_cast<std::size_t>(h);
 
   // ---- shapes: work in (N, L, E) when batch_first or unbatched, else (L, N, E) ----
   const bool unbatched = query.dim() == 2;
@@ -69,43 +69,26 @@ std::pair<Tensor<T>, Tensor<T>> functional::multi_head_attention_forward(
   args.dropout_p = options.training() ? options.dropout_p() : 0.0;
   args.need_weights = options.need_weights();
 
-  // ---- in-projection, then heads: q (N, H, L, d), k and v (N, H, S, d) ----
-  // (len, N, E) or (N, len, E) -> (N, H, len, d); head h takes columns [h d, (h+1) d). Each split
-  // is one permute-copy (detail::permute_reshape).
+  // ---- in-projection, then the heads read in place ----
+  // The projections stay (N, len, .) or (len, N, .); head h of q, k and v is columns [h d, (h+1) d)
+  // of its E-column block, and the attention writes o (N, L, E) or (L, N, E) directly.
   const Tensor<T>& w = options.in_proj_weight();
   const Tensor<T>& b = options.in_proj_bias();
-  const std::vector<std::size_t> head_perm = bf ? std::vector<std::size_t>{0, 2, 1, 3} : std::vector<std::size_t>{1, 2, 0, 3};
-  auto split_heads = [&](const Tensor<T>& x, std::size_t len) {
-    return detail::permute_reshape(x, bf ? Shape{N, len, H, d} : Shape{len, N, H, d}, head_perm, Shape{N, H, len, d});
-  };
   auto rows = [](const Tensor<T>& t, std::size_t start, std::size_t length) {
     return t.defined() ? narrow(t, 0, static_cast<i64>(start), static_cast<i64>(length)) : Tensor<T>();
   };
-  std::pair<Tensor<T>, Tensor<T>> attn;  // o (N, H, L, d), weights (N, H, L, S)
+  std::vector<Tensor<T>> projections;
   if (self_attention) {
-    // qkv (.., .., 3E) viewed (.., .., 3, H, d) -> (3, N, H, L, d) in one copy; the fused
-    // attention reads q, k and v as its three blocks in place.
-    Tensor<T> qkv = detail::permute_reshape(
-        linear(q_in, w, b), bf ? Shape{N, L, 3, H, d} : Shape{L, N, 3, H, d},
-        bf ? std::vector<std::size_t>{2, 0, 3, 1, 4} : std::vector<std::size_t>{2, 1, 3, 0, 4}, Shape{3, N, H, L, d});
-    attn = detail::attention_packed(qkv, args);
+    projections = {linear(q_in, w, b)};  // qkv (.., .., 3E)
+  } else if (shared_kv) {
+    projections = {linear(q_in, rows(w, 0, E), rows(b, 0, E)), linear(k_in, rows(w, E, 2 * E), rows(b, E, 2 * E))};
   } else {
-    Tensor<T> q = split_heads(linear(q_in, rows(w, 0, E), rows(b, 0, E)), L), k, v;
-    if (shared_kv) {
-      Tensor<T> kv = linear(k_in, rows(w, E, 2 * E), rows(b, E, 2 * E));
-      k = split_heads(narrow(kv, -1, 0, static_cast<i64>(E)), S);
-      v = split_heads(narrow(kv, -1, static_cast<i64>(E), static_cast<i64>(E)), S);
-    } else {
-      k = split_heads(linear(k_in, rows(w, E, E), rows(b, E, E)), S);
-      v = split_heads(linear(v_in, rows(w, 2 * E, E), rows(b, 2 * E, E)), S);
-    }
-    attn = detail::attention(q, k, v, args);
+    projections = {linear(q_in, rows(w, 0, E), rows(b, 0, E)), linear(k_in, rows(w, E, E), rows(b, E, E)),
+                   linear(v_in, rows(w, 2 * E, E), rows(b, 2 * E, E))};
   }
-
-  // (N, H, L, d) -> (N, L, E) or (L, N, E), one copy -> out-projection.
-  const Tensor<T> merged = detail::permute_reshape(
-      attn.first, Shape{N, H, L, d}, bf ? std::vector<std::size_t>{0, 2, 1, 3} : std::vector<std::size_t>{2, 0, 1, 3},
-      bf ? Shape{N, L, E} : Shape{L, N, E});
+  // o (N, L, E) or (L, N, E), weights (N, H, L, S)
+  const std::pair<Tensor<T>, Tensor<T>> attn = detail::attention_heads(projections, H, bf, args);
+  const Tensor<T>& merged = attn.first;
   Tensor<T> out = linear(merged, options.out_proj_weight(), options.out_proj_bias());
   Tensor<T> weights = attn.second;
   if (weights.defined() && options.average_attn_weights())
