@@ -1,7 +1,8 @@
 // The fused attention op behind F.scaled_dot_product_attention and nn.MultiheadAttention
 // (xgrad/autograd/attention.hpp): the mask normaliser, kind by kind, against layouts built by
 // hand; the op's second output (the probabilities) and the gradient through it; fully masked
-// rows with both outputs in use.
+// rows with both outputs in use; attention_heads (MultiheadAttention's in-place heads) against
+// the split-attend-merge it replaces, in every layout.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -327,4 +328,103 @@ TEST(AttentionWithWeights, FullyMaskedRowsGiveZerosAndFiniteGradients) {
         },
         {input({N, H, L, 3}, 4), input({N, H, S, 3}, 5), input({N, H, S, 2}, 6)});
   }
+}
+
+// ---- attention_heads: the heads read in place from the projections ---------------------------
+
+namespace {
+
+constexpr std::size_t D = 2, E = H * D;  // head dim, embed dim
+
+// The three projection forms of nn.MultiheadAttention, (N, len, C) when batch_first else
+// (len, N, C): {qkv}, {q, kv} or {q, k, v}, q of length L, k and v of length len_kv.
+Inputs projections(std::size_t form, bool batch_first, std::size_t len_kv, std::uint64_t seed) {
+  auto shape = [&](std::size_t len, std::size_t c) { return batch_first ? Shape{N, len, c} : Shape{len, N, c}; };
+  if (form == 1) return {input(shape(L, 3 * E), seed)};
+  if (form == 2) return {input(shape(L, E), seed), input(shape(len_kv, 2 * E), seed + 1)};
+  return {input(shape(L, E), seed), input(shape(len_kv, E), seed + 1), input(shape(len_kv, E), seed + 2)};
+}
+
+// What attention_heads replaces: block x (E columns) of the concatenated projections split into
+// heads (N, H, len, d) by a copy, detail::attention, then o merged back to (N, L, E) / (L, N, E).
+std::pair<T64, T64> split_attend_merge(const Inputs& proj, bool batch_first, const AttentionArgs<double>& a) {
+  std::vector<T64> heads;
+  for (std::size_t x = 0, input = 0, start = 0; x < 3; ++x) {
+    while (x * E >= start + proj[input].size(-1)) start += proj[input++].size(-1);
+    const T64 block = narrow(proj[input], -1, static_cast<std::int64_t>(x * E - start), static_cast<std::int64_t>(E));
+    const std::size_t len = block.size(batch_first ? 1 : 0);
+    heads.push_back(detail::permute_reshape(
+        block, batch_first ? Shape{N, len, H, D} : Shape{len, N, H, D},
+        batch_first ? std::vector<std::size_t>{0, 2, 1, 3} : std::vector<std::size_t>{1, 2, 0, 3}, Shape{N, H, len, D}));
+  }
+  auto [o, w] = detail::attention(heads[0], heads[1], heads[2], a);
+  const T64 merged = detail::permute_reshape(
+      o, Shape{N, H, L, D}, batch_first ? std::vector<std::size_t>{0, 2, 1, 3} : std::vector<std::size_t>{2, 0, 1, 3},
+      batch_first ? Shape{N, L, E} : Shape{L, N, E});
+  return {merged, w};
+}
+
+AttentionArgs<double> heads_args(std::size_t len_kv, bool need_weights, double dropout_p, Generator* g) {
+  AttentionArgs<double> a;
+  a.mask = normalize_attention_mask<double>({N, H, L, len_kv}, Mask(random_float({L, len_kv}, 31)),
+                                            Mask(random_bool({N, len_kv}, 32)), /*is_causal=*/true);
+  a.dropout_p = dropout_p;
+  a.need_weights = need_weights;
+  a.generator = g;
+  return a;
+}
+
+}  // namespace
+
+TEST(AttentionHeads, EqualsSplitAttendMergeInEveryLayout) {
+  for (bool batch_first : {true, false})
+    for (std::size_t form : {1u, 2u, 3u})
+      for (bool need_weights : {false, true})
+        for (double p : {0.0, 0.3}) {
+          const std::size_t len_kv = form == 1 ? L : S;  // cross-attention: S != L
+          SCOPED_TRACE("batch_first=" + std::to_string(batch_first) + " form=" + std::to_string(form) +
+                       " need_weights=" + std::to_string(need_weights) + " p=" + std::to_string(p));
+          const Inputs fused_in = projections(form, batch_first, len_kv, 40), ref_in = projections(form, batch_first, len_kv, 40);
+          Generator g1(9), g2(9);  // the same dropout draws in both
+          auto [o, w] = detail::attention_heads(fused_in, H, batch_first, heads_args(len_kv, need_weights, p, &g1));
+          auto [ro, rw] = split_attend_merge(ref_in, batch_first, heads_args(len_kv, need_weights, p, &g2));
+          ASSERT_EQ(o.shape(), ro.shape());
+          EXPECT_LT(max_abs_diff(o.value(), ro.value()), 1e-12);
+          ASSERT_EQ(w.defined(), need_weights);
+          T64 loss = sum(o * T64(random_float(o.shape(), 50))), ref = sum(ro * T64(random_float(ro.shape(), 50)));
+          if (need_weights) {
+            ASSERT_EQ(w.shape(), Shape({N, H, L, len_kv}));
+            EXPECT_LT(max_abs_diff(w.value(), rw.value()), 1e-12);
+            loss = loss + sum(w * T64(random_float(w.shape(), 51)));
+            ref = ref + sum(rw * T64(random_float(rw.shape(), 51)));
+          }
+          loss.backward();
+          ref.backward();
+          for (std::size_t i = 0; i < fused_in.size(); ++i)
+            EXPECT_LT(max_abs_diff(fused_in[i].grad(), ref_in[i].grad()), 1e-12) << "projection " << i;
+        }
+}
+
+TEST(AttentionHeads, GradcheckSeqFirstCrossAttentionWithWeights) {
+  for (bool batch_first : {false, true})
+    for (std::size_t form : {2u, 3u}) {
+      SCOPED_TRACE("batch_first=" + std::to_string(batch_first) + " form=" + std::to_string(form));
+      expect_gradcheck(
+          [&](const Inputs& in) {
+            Generator g(5);
+            return both(detail::attention_heads(in, H, batch_first, heads_args(S, true, 0.2, &g)));
+          },
+          projections(form, batch_first, S, 60));
+    }
+}
+
+TEST(AttentionHeads, ProjectionsThatDoNotTileQkvThrow) {
+  AttentionArgs<double> a;
+  // 3E columns that do not split into E = num_heads * d blocks, and a block straddling two inputs.
+  XGRAD_EXPECT_THROW_MSG(detail::attention_heads<double>({input({N, L, 3 * E + 3}, 1)}, H, true, a), "num_heads=3");
+  XGRAD_EXPECT_THROW_MSG(detail::attention_heads<double>({input({N, L, E + 3}, 1), input({N, L, 2 * E - 3}, 2)}, H,
+                                                         true, a),
+                         "within one projection");
+  XGRAD_EXPECT_THROW_MSG(detail::attention_heads<double>({input({N, L, E}, 1), input({N + 1, S, 2 * E}, 2)}, H, true, a),
+                         "one N");
 }
