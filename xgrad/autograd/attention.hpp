@@ -2,11 +2,12 @@
 // (internal: the public entry points are in ops.hpp and nn/multihead_attention.hpp).
 //
 // Two steps, each in one place:
-//   1. normalize_attention_mask: every mask kind the API takes (bool or float, 2-D or 3-D
-//      attn_mask, key_padding_mask, is_causal) -> one AttentionMask, the layout the kernel reads;
-//   2. attention / attention_packed / attention_heads: one node computing softmax(scale q k^T + M) v and, on
-//      request, the probabilities themselves, with gradients through both (attention.cpp holds
-//      the attention_forward / attention_backward kernel pair).
+//   1. normalize_attention_mask (attention_mask.cpp): every mask kind the API takes (bool or
+//      float, 2-D or 3-D attn_mask, key_padding_mask, is_causal) -> one AttentionMask, the layout
+//      the kernel reads;
+//   2. attention / attention_packed / attention_heads: one node computing softmax(scale q k^T + M) v
+//      and, on request, the probabilities themselves, with gradients through both (attention.cpp
+//      holds the attention_forward / attention_backward kernel pair).
 #pragma once
 
 #include <cstddef>
