@@ -28,7 +28,9 @@ void onednn_sgemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std:
 // Products with at least this many multiply-adds (m n k) run as one oneDNN call on oneDNN's own
 // OpenMP threads; smaller ones are cut into row blocks over xgrad's pool, one single-threaded
 // oneDNN call each. Measured on 2-core AVX-512 machines (see README, "oneDNN"): SIZE_MAX, i.e.
-// the pool split always. Settable for benchmarks and tests.
+// the pool split always. The bf16 matmul (onednn_gemm_bf16*) follows the same rule; measured on
+// the large step's linear shapes (2 threads, shared machine) its own threading was 1.1-8x slower
+// than the pool split, with the same bits in C. Settable for benchmarks and tests.
 std::size_t onednn_own_threading_min_macs();
 void set_onednn_own_threading_min_macs(std::size_t macs);
 
