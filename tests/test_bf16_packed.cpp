@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include <xgrad/autograd/bf16.hpp>
@@ -136,10 +137,9 @@ TEST(Bf16Packed, ShapeMismatchNamesBothShapes) {
 
 // linear under autocast: y = b + x W^T, dx = dy W, dW = dy^T x, each bit for bit gemm_bf16 on the
 // float operands (the forward's rounded x and W serve the backward; dy is rounded once for both).
-TEST(Bf16Packed, LinearIsGemmBf16OnItsOperandsForwardAndBackward) {
+void expect_linear_is_gemm_bf16(std::size_t rows, std::size_t in, std::size_t outf) {
   for (int threads : {1, 2}) {
     Threads t(threads);
-    const std::size_t rows = 300, in = 200, outf = 120;
     Generator g(5);
     const Tensor<float> x = randn<float>({3, rows / 3, in}, g, true), w = randn<float>({outf, in}, g, true),
                         bias = randn<float>({outf}, g, true);
@@ -164,6 +164,26 @@ TEST(Bf16Packed, LinearIsGemmBf16OnItsOperandsForwardAndBackward) {
     EXPECT_TRUE(same_bits(as_vector(x.grad()), dx_ref)) << threads << " threads: dx";
     EXPECT_TRUE(same_bits(as_vector(w.grad()), dw_ref)) << threads << " threads: dW";
   }
+}
+
+TEST(Bf16Packed, LinearIsGemmBf16OnItsOperandsForwardAndBackward) {
+  for (GemmBackend backend : {GemmBackend::onednn, GemmBackend::openblas}) {
+    Backend b(backend);
+    expect_linear_is_gemm_bf16(300, 200, 120);  // packed once (oneDNN bf16 matmul)
+    expect_linear_is_gemm_bf16(6, 5, 4);        // the portable path: rounded per gemm
+  }
+}
+
+TEST(Bf16Packed, PacksOnlyForOneDnnsBf16Matmul) {
+  {
+    Backend b(GemmBackend::onednn);
+    const bool has = std::string(detail::bf16_gemm_path()).find("oneDNN") != std::string::npos;
+    EXPECT_EQ(detail::gemm_bf16_takes_packed(300, 200, 120), has);
+    EXPECT_FALSE(detail::gemm_bf16_takes_packed(6, 5, 4));  // under 2^17 multiply-adds: portable
+    EXPECT_FALSE(detail::gemm_bf16_takes_packed(0, 5000, 5000));
+  }
+  Backend b(GemmBackend::openblas);
+  EXPECT_FALSE(detail::gemm_bf16_takes_packed(300, 200, 120));
 }
 
 }  // namespace

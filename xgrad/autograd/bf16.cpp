@@ -52,6 +52,16 @@ void widen_bf16(const std::uint16_t* bits, float* dst, std::size_t n) {
   });
 }
 
+// Whether oneDNN has a bf16 matmul here: a 1x1x1 product, asked once.
+bool onednn_has_bf16() {
+  static const bool has = [] {
+    const float a = 1.0f, b = 1.0f;
+    float c = 0.0f;
+    return onednn_gemm_bf16(false, false, 1, 1, 1, 1.0f, &a, 1, &b, 1, 0.0f, &c, 1);
+  }();
+  return has;
+}
+
 }  // namespace
 
 void gemm_bf16(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t k, float alpha, const float* a,
@@ -113,13 +123,15 @@ void gemm_bf16(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::si
   gemm<float>(trans_a, trans_b, m, n, k, alpha, sa, a.cols, sb, b.cols, beta, c, ldc);
 }
 
+bool gemm_bf16_takes_packed(std::size_t m, std::size_t n, std::size_t k) {
+  return m != 0 && n != 0 && k != 0 && m * n * k >= kOneDnnBf16MinMacs && get_gemm_backend() == GemmBackend::onednn &&
+         onednn_has_bf16();
+}
+
 const char* bf16_gemm_path() {
   static const char* const portable = "portable (fp32 gemm on bf16-rounded operands)";
-  // Whether oneDNN has a bf16 matmul here: a 1x1x1 product, asked once.
   static const std::string onednn = [] {
-    const float a = 1.0f, b = 1.0f;
-    float c = 0.0f;
-    if (!onednn_gemm_bf16(false, false, 1, 1, 1, 1.0f, &a, 1, &b, 1, 0.0f, &c, 1)) return std::string();
+    if (!onednn_has_bf16()) return std::string();
     return "oneDNN bf16 matmul (" + onednn_isa() + (onednn_bf16_native() ? ", native bf16" : ", bf16 emulated") +
            "; portable under 2^17 multiply-adds)";
   }();

@@ -56,6 +56,11 @@ struct Bf16Matrix {
 };
 Bf16Matrix to_bf16(const float* src, std::size_t rows, std::size_t cols, std::size_t ld);
 
+// Whether gemm_bf16 of an (m, n, k) product runs oneDNN's bf16 matmul (oneDNN backend, a CPU with
+// one, at least 2^17 multiply-adds), the path that takes packed operands as they are: only then
+// does packing once for several gemms pay; the portable path would widen them back to float32.
+bool gemm_bf16_takes_packed(std::size_t m, std::size_t n, std::size_t k);
+
 // gemm_bf16 on operands already rounded: a is A as stored, (m, k) or (k, m) when trans_a; b is B,
 // (k, n) or (n, k). The same C, bit for bit, as gemm_bf16 on the float operands they came from.
 void gemm_bf16(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t k, float alpha,
