@@ -208,22 +208,21 @@ void run_bf16(const Bf16Plan& plan, const std::uint16_t* a, const std::uint16_t*
 bool onednn_gemm_bf16(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t k, float alpha,
                       const float* a, std::size_t lda, const float* b, std::size_t ldb, float beta, float* c,
                       std::size_t ldc) {
-  if (m != 0 && n != 0 && k != 0) {
-    check_int_range("gemm_bf16 (oneDNN)", m, n, k, lda, ldb, ldc);
-    // A CPU without a bf16 matmul returns here, before any packing, with C untouched.
-    if (bf16_plan(bf16_cache(), Bf16Key{trans_a, trans_b, m, m, n, k, std::max(ldc, n), alpha, beta}) == nullptr)
-      return false;
-  }
+  // No operand entry is read: C alone is written (or left alone).
+  if (m == 0 || n == 0 || k == 0)
+    return onednn_gemm_bf16_packed(trans_a, trans_b, m, n, k, alpha, nullptr, nullptr, beta, c, ldc);
+  check_int_range("gemm_bf16 (oneDNN)", m, n, k, lda, ldb, ldc);
+  // A CPU without a bf16 matmul returns here, before any packing, with C untouched.
+  if (bf16_plan(bf16_cache(), Bf16Key{trans_a, trans_b, m, m, n, k, std::max(ldc, n), alpha, beta}) == nullptr)
+    return false;
   // Written by this thread, read by the pool's chunks.
   const std::unique_ptr<std::uint16_t[]> packed(new std::uint16_t[m * k + k * n]);
   std::uint16_t* const pa = packed.get();
   std::uint16_t* const pb = pa + m * k;
-  if (m != 0 && n != 0 && k != 0) {
-    if (trans_a) pack_bf16(a, k, m, std::max(lda, m), pa);
-    else pack_bf16(a, m, k, std::max(lda, k), pa);
-    if (trans_b) pack_bf16(b, n, k, std::max(ldb, k), pb);
-    else pack_bf16(b, k, n, std::max(ldb, n), pb);
-  }
+  if (trans_a) pack_bf16(a, k, m, std::max(lda, m), pa);
+  else pack_bf16(a, m, k, std::max(lda, k), pa);
+  if (trans_b) pack_bf16(b, n, k, std::max(ldb, k), pb);
+  else pack_bf16(b, k, n, std::max(ldb, n), pb);
   return onednn_gemm_bf16_packed(trans_a, trans_b, m, n, k, alpha, pa, pb, beta, c, ldc);
 }
 
