@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include <xgrad/autograd/check.hpp>
 #include <xgrad/autograd/gemm_backend.hpp>
 #include <xgrad/autograd/onednn.hpp>
 #include <xgrad/autograd/parallel.hpp>
@@ -41,6 +42,26 @@ void round_matrix(const float* src, std::size_t ld, std::size_t rows, std::size_
   });
 }
 
+// dst[i] = the float32 whose upper half is bits[i], for i < n, over the pool when large.
+void widen_bf16(const std::uint16_t* bits, float* dst, std::size_t n) {
+  parallel_for(n, std::size_t(1) << 16, [&](std::size_t i0, std::size_t i1) {
+    for (std::size_t i = i0; i < i1; ++i) {
+      const std::uint32_t u = std::uint32_t(bits[i]) << 16;
+      std::memcpy(dst + i, &u, sizeof u);
+    }
+  });
+}
+
+// Whether oneDNN has a bf16 matmul here: a 1x1x1 product, asked once.
+bool onednn_has_bf16() {
+  static const bool has = [] {
+    const float a = 1.0f, b = 1.0f;
+    float c = 0.0f;
+    return onednn_gemm_bf16(false, false, 1, 1, 1, 1.0f, &a, 1, &b, 1, 0.0f, &c, 1);
+  }();
+  return has;
+}
+
 }  // namespace
 
 void gemm_bf16(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t k, float alpha, const float* a,
@@ -65,13 +86,52 @@ void gemm_bf16(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::si
   gemm<float>(trans_a, trans_b, m, n, k, alpha, sa, ca, sb, cb, beta, c, ldc);
 }
 
+void pack_bf16(const float* src, std::size_t rows, std::size_t cols, std::size_t ld, std::uint16_t* dst) {
+  const std::size_t grain = std::max<std::size_t>(1, (std::size_t(1) << 16) / std::max<std::size_t>(cols, 1));
+  parallel_for(rows, grain, [&](std::size_t r0, std::size_t r1) {
+    for (std::size_t r = r0; r < r1; ++r) {
+      const float* s = src + r * ld;
+      std::uint16_t* d = dst + r * cols;
+      for (std::size_t j = 0; j < cols; ++j) d[j] = bf16_bits(s[j]);
+    }
+  });
+}
+
+Bf16Matrix to_bf16(const float* src, std::size_t rows, std::size_t cols, std::size_t ld) {
+  std::shared_ptr<std::uint16_t[]> bits(new std::uint16_t[rows * cols]);
+  pack_bf16(src, rows, cols, ld, bits.get());
+  return Bf16Matrix{std::move(bits), rows, cols};
+}
+
+void gemm_bf16(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t k, float alpha,
+               const Bf16Matrix& a, const Bf16Matrix& b, float beta, float* c, std::size_t ldc) {
+  XGRAD_CHECK(a.rows == (trans_a ? k : m) && a.cols == (trans_a ? m : k) && b.rows == (trans_b ? n : k) &&
+                  b.cols == (trans_b ? k : n),
+              "gemm_bf16: for (m, n, k) = (", m, ", ", n, ", ", k, ") expected A (", trans_a ? k : m, ", ",
+              trans_a ? m : k, ") and B (", trans_b ? n : k, ", ", trans_b ? k : n, "), got A (", a.rows, ", ",
+              a.cols, ") and B (", b.rows, ", ", b.cols, ")");
+  if (m != 0 && n != 0 && k != 0 && m * n * k >= kOneDnnBf16MinMacs && get_gemm_backend() == GemmBackend::onednn &&
+      onednn_gemm_bf16_packed(trans_a, trans_b, m, n, k, alpha, a.bits.get(), b.bits.get(), beta, c, ldc))
+    return;
+  // The portable path on the same rounded values: the bits widened back to float32 (exact).
+  const std::size_t na = a.rows * a.cols, nb = b.rows * b.cols;
+  const std::unique_ptr<float[]> buf(new float[na + nb]);
+  float* sa = buf.get();
+  float* sb = sa + na;
+  widen_bf16(a.bits.get(), sa, na);
+  widen_bf16(b.bits.get(), sb, nb);
+  gemm<float>(trans_a, trans_b, m, n, k, alpha, sa, a.cols, sb, b.cols, beta, c, ldc);
+}
+
+bool gemm_bf16_takes_packed(std::size_t m, std::size_t n, std::size_t k) {
+  return m != 0 && n != 0 && k != 0 && m * n * k >= kOneDnnBf16MinMacs && get_gemm_backend() == GemmBackend::onednn &&
+         onednn_has_bf16();
+}
+
 const char* bf16_gemm_path() {
   static const char* const portable = "portable (fp32 gemm on bf16-rounded operands)";
-  // Whether oneDNN has a bf16 matmul here: a 1x1x1 product, asked once.
   static const std::string onednn = [] {
-    const float a = 1.0f, b = 1.0f;
-    float c = 0.0f;
-    if (!onednn_gemm_bf16(false, false, 1, 1, 1, 1.0f, &a, 1, &b, 1, 0.0f, &c, 1)) return std::string();
+    if (!onednn_has_bf16()) return std::string();
     return "oneDNN bf16 matmul (" + onednn_isa() + (onednn_bf16_native() ? ", native bf16" : ", bf16 emulated") +
            "; portable under 2^17 multiply-adds)";
   }();

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <type_traits>
 
 #include <xgrad/autograd/gemm.hpp>
@@ -41,6 +42,29 @@ void round_to_bf16(const float* src, float* dst, std::size_t n);
 // accumulate in float32 and C (alpha, beta included) stays float32.
 void gemm_bf16(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t k, float alpha, const float* a,
                std::size_t lda, const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc);
+
+// A stored (rows, cols) float matrix with row stride ld -> its dense bf16 bits (bf16_bits), rows
+// split over xgrad's pool when large.
+void pack_bf16(const float* src, std::size_t rows, std::size_t cols, std::size_t ld, std::uint16_t* dst);
+
+// A float matrix rounded to bf16 once, dense (rows, cols), for several gemms to share: linear
+// rounds x and W for its forward and keeps them for its backward, as torch autocast saves the bf16
+// casts it multiplied. Copies share the bits.
+struct Bf16Matrix {
+  std::shared_ptr<const std::uint16_t[]> bits;
+  std::size_t rows = 0, cols = 0;
+};
+Bf16Matrix to_bf16(const float* src, std::size_t rows, std::size_t cols, std::size_t ld);
+
+// Whether gemm_bf16 of an (m, n, k) product runs oneDNN's bf16 matmul (oneDNN backend, a CPU with
+// one, at least 2^17 multiply-adds), the path that takes packed operands as they are: only then
+// does packing once for several gemms pay; the portable path would widen them back to float32.
+bool gemm_bf16_takes_packed(std::size_t m, std::size_t n, std::size_t k);
+
+// gemm_bf16 on operands already rounded: a is A as stored, (m, k) or (k, m) when trans_a; b is B,
+// (k, n) or (n, k). The same C, bit for bit, as gemm_bf16 on the float operands they came from.
+void gemm_bf16(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t k, float alpha,
+               const Bf16Matrix& a, const Bf16Matrix& b, float beta, float* c, std::size_t ldc);
 
 // Which implementation gemm_bf16 runs, for programs to print: "oneDNN bf16 matmul
 // (avx512_core_bf16, native bf16; portable under 2^17 multiply-adds)" when the gemm backend is

@@ -262,25 +262,52 @@ Tensor<T> linear(const Tensor<T>& x, const Tensor<T>& weight, const Tensor<T>& b
     const T* pbias = bias.value().data();
     for (std::size_t r = 0; r < rows_total; ++r) std::memcpy(py + r * outf, pbias, outf * sizeof(T));
   }
-  gemm_autocast<T>(bf16, false, true, rows_total, outf, in, T(1), x.value().data(), in, weight.value().data(), in,
-                   has_bias ? T(1) : T(0), py, outf);
+  // Under autocast, when the product takes packed operands (the three gemms here have the same
+  // size), x and W are rounded to bf16 once, here, and kept for the backward (x: (rows, in),
+  // W: (out, in)), which would otherwise round both again. Either way the same bits.
+  const bool packed = bf16 && detail::gemm_bf16_takes_packed(rows_total, outf, in);
+  detail::Bf16Matrix xb, wb;
+  if constexpr (std::is_same_v<T, float>) {
+    if (packed) {
+      xb = detail::to_bf16(x.value().data(), rows_total, in, in);
+      wb = detail::to_bf16(weight.value().data(), outf, in, in);
+      detail::gemm_bf16(false, true, rows_total, outf, in, 1.0f, xb, wb, has_bias ? 1.0f : 0.0f, py, outf);
+    }
+  }
+  if (!packed)
+    gemm_autocast<T>(bf16, false, true, rows_total, outf, in, T(1), x.value().data(), in, weight.value().data(), in,
+                     has_bias ? T(1) : T(0), py, outf);
 
   std::vector<Tensor<T>> inputs{x, weight};
   if (has_bias) inputs.push_back(bias);
-  return make_result<T>("linear", std::move(y), std::move(inputs), [rows_total, in, outf, bf16](Node<T>& out) {
+  return make_result<T>("linear", std::move(y), std::move(inputs), [rows_total, in, outf, bf16, packed, xb, wb](Node<T>& out) {
     const T* dy = out.grad.data();
+    // Packed: dy is rounded to bf16 once for both products.
+    detail::Bf16Matrix dyb;
+    if constexpr (std::is_same_v<T, float>) {
+      if (packed && (out.input_needs_grad(0) || out.input_needs_grad(1)))
+        dyb = detail::to_bf16(dy, rows_total, outf, outf);
+    }
     // dx = dy W: (rows, out) (out, in)
     if (out.input_needs_grad(0)) {
       Array<T> dx = empty_array<T>(out.input_shape(0));
-      gemm_autocast<T>(bf16, false, false, rows_total, in, outf, T(1), dy, outf, out.input_value(1).data(), in,
-                       T(0), dx.data(), in);
+      if constexpr (std::is_same_v<T, float>) {
+        if (packed) detail::gemm_bf16(false, false, rows_total, in, outf, 1.0f, dyb, wb, 0.0f, dx.data(), in);
+      }
+      if (!packed)
+        gemm_autocast<T>(bf16, false, false, rows_total, in, outf, T(1), dy, outf, out.input_value(1).data(), in,
+                         T(0), dx.data(), in);
       out.input(0).accumulate_grad(std::move(dx));
     }
     // dW = dy^T x: (out, rows) (rows, in)
     if (out.input_needs_grad(1)) {
       Array<T> dw = empty_array<T>(out.input_shape(1));
-      gemm_autocast<T>(bf16, true, false, outf, in, rows_total, T(1), dy, outf, out.input_value(0).data(), in,
-                       T(0), dw.data(), in);
+      if constexpr (std::is_same_v<T, float>) {
+        if (packed) detail::gemm_bf16(true, false, outf, in, rows_total, 1.0f, dyb, xb, 0.0f, dw.data(), in);
+      }
+      if (!packed)
+        gemm_autocast<T>(bf16, true, false, outf, in, rows_total, T(1), dy, outf, out.input_value(0).data(), in,
+                         T(0), dw.data(), in);
       out.input(1).accumulate_grad(std::move(dw));
     }
     // db = sum over rows of dy

@@ -126,19 +126,6 @@ void onednn_sgemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std:
 
 namespace {
 
-// A stored (rows, cols) fp32 matrix with row stride ld -> dense bf16 (rows, cols), rows split
-// over xgrad's pool when large.
-void pack_bf16(const float* src, std::size_t rows, std::size_t cols, std::size_t ld, std::uint16_t* dst) {
-  const std::size_t grain = std::max<std::size_t>(1, (std::size_t(1) << 16) / std::max<std::size_t>(cols, 1));
-  parallel_for(rows, grain, [&](std::size_t r0, std::size_t r1) {
-    for (std::size_t r = r0; r < r1; ++r) {
-      const float* s = src + r * ld;
-      std::uint16_t* d = dst + r * cols;
-      for (std::size_t j = 0; j < cols; ++j) d[j] = bf16_bits(s[j]);
-    }
-  });
-}
-
 const dnnl::engine& cpu_engine() {
   static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   return engine;
@@ -221,6 +208,27 @@ void run_bf16(const Bf16Plan& plan, const std::uint16_t* a, const std::uint16_t*
 bool onednn_gemm_bf16(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t k, float alpha,
                       const float* a, std::size_t lda, const float* b, std::size_t ldb, float beta, float* c,
                       std::size_t ldc) {
+  // No operand entry is read: C alone is written (or left alone).
+  if (m == 0 || n == 0 || k == 0)
+    return onednn_gemm_bf16_packed(trans_a, trans_b, m, n, k, alpha, nullptr, nullptr, beta, c, ldc);
+  check_int_range("gemm_bf16 (oneDNN)", m, n, k, lda, ldb, ldc);
+  // A CPU without a bf16 matmul returns here, before any packing, with C untouched.
+  if (bf16_plan(bf16_cache(), Bf16Key{trans_a, trans_b, m, m, n, k, std::max(ldc, n), alpha, beta}) == nullptr)
+    return false;
+  // Written by this thread, read by the pool's chunks.
+  const std::unique_ptr<std::uint16_t[]> packed(new std::uint16_t[m * k + k * n]);
+  std::uint16_t* const pa = packed.get();
+  std::uint16_t* const pb = pa + m * k;
+  if (trans_a) pack_bf16(a, k, m, std::max(lda, m), pa);
+  else pack_bf16(a, m, k, std::max(lda, k), pa);
+  if (trans_b) pack_bf16(b, n, k, std::max(ldb, k), pb);
+  else pack_bf16(b, k, n, std::max(ldb, n), pb);
+  return onednn_gemm_bf16_packed(trans_a, trans_b, m, n, k, alpha, pa, pb, beta, c, ldc);
+}
+
+bool onednn_gemm_bf16_packed(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t k, float alpha,
+                             const std::uint16_t* pa, const std::uint16_t* pb, float beta, float* c,
+                             std::size_t ldc) {
   if (m == 0 || n == 0) return true;
   if (k == 0) {
     // op(A) op(B) is an (m, n) matrix of zeros: C = beta C (beta = 0 overwrites, NaN included).
@@ -231,19 +239,17 @@ bool onednn_gemm_bf16(bool trans_a, bool trans_b, std::size_t m, std::size_t n, 
     }
     return true;
   }
-  check_int_range("gemm_bf16 (oneDNN)", m, n, k, lda, ldb, ldc);
+  check_int_range("gemm_bf16 (oneDNN)", m, n, k, m, n, ldc);
   ldc = std::max(ldc, n);
   Bf16Cache& cache = bf16_cache();
-  // The whole product first: a CPU without a bf16 matmul returns here with C untouched.
-  if (bf16_plan(cache, Bf16Key{trans_a, trans_b, m, m, n, k, ldc, alpha, beta}) == nullptr) return false;
-  // Written by this thread, read by the pool's chunks.
-  const std::unique_ptr<std::uint16_t[]> packed(new std::uint16_t[m * k + k * n]);
-  std::uint16_t* const pa = packed.get();
-  std::uint16_t* const pb = pa + m * k;
-  if (trans_a) pack_bf16(a, k, m, std::max(lda, m), pa);
-  else pack_bf16(a, m, k, std::max(lda, k), pa);
-  if (trans_b) pack_bf16(b, n, k, std::max(ldb, k), pb);
-  else pack_bf16(b, k, n, std::max(ldb, n), pb);
+  const Bf16Plan* whole = bf16_plan(cache, Bf16Key{trans_a, trans_b, m, m, n, k, ldc, alpha, beta});
+  if (whole == nullptr) return false;  // no bf16 matmul on this CPU: C untouched
+  // Large products as one oneDNN call on its own OpenMP threads (onednn_own_threading_min_macs).
+  const int threads = get_num_threads();
+  if (m * n * k >= onednn_own_threading_min_macs() && threads > 1 && !in_parallel_region()) {
+    with_omp_threads(threads, [&] { run_bf16(*whole, pa, pb, c); });
+    return true;
+  }
   // Rows [r0, r1) of C, one single-threaded oneDNN call (its primitive cached by the thread that runs it).
   auto block = [&](std::size_t r0, std::size_t r1) {
     Bf16Cache& mine = bf16_cache();

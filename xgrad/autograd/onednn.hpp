@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include <xgrad/autograd/gemm_backend.hpp>
@@ -27,7 +28,9 @@ void onednn_sgemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std:
 // Products with at least this many multiply-adds (m n k) run as one oneDNN call on oneDNN's own
 // OpenMP threads; smaller ones are cut into row blocks over xgrad's pool, one single-threaded
 // oneDNN call each. Measured on 2-core AVX-512 machines (see README, "oneDNN"): SIZE_MAX, i.e.
-// the pool split always. Settable for benchmarks and tests.
+// the pool split always. The bf16 matmul (onednn_gemm_bf16*) follows the same rule; measured on
+// the large step's linear shapes (2 threads, shared machine) its own threading was 1.1-8x slower
+// than the pool split, with the same bits in C. Settable for benchmarks and tests.
 std::size_t onednn_own_threading_min_macs();
 void set_onednn_own_threading_min_macs(std::size_t macs);
 
@@ -39,6 +42,14 @@ void set_onednn_own_threading_min_macs(std::size_t macs);
 bool onednn_gemm_bf16(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t k, float alpha,
                       const float* a, std::size_t lda, const float* b, std::size_t ldb, float beta, float* c,
                       std::size_t ldc);
+
+// onednn_gemm_bf16 on operands already rounded (pack_bf16, bf16.hpp): pa the dense bf16 bits of A
+// as stored, (m, k) or (k, m) when transposed, pb those of B, (k, n) or (n, k). Same result as
+// onednn_gemm_bf16 on the float operands they were packed from. Products of at least
+// onednn_own_threading_min_macs() run as one call on oneDNN's own OpenMP threads.
+bool onednn_gemm_bf16_packed(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t k, float alpha,
+                             const std::uint16_t* pa, const std::uint16_t* pb, float beta, float* c,
+                             std::size_t ldc);
 
 // The instruction set oneDNN dispatches on this CPU ("avx512_core_bf16", "avx2", ...), and
 // whether its bf16 kernels are native (avx512_bf16 or AMX) rather than emulated in fp32 lanes.
