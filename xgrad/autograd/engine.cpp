@@ -36,6 +36,8 @@ void set_detect_anomaly(bool enabled) { anomaly_enabled = enabled; }
 
 template <class T>
 Node<T>::~Node() {
+  detail::recycle(value);
+  detail::recycle(grad);
   // Unlink the inputs we hold the last reference to, breadth first, instead of recursing.
   std::vector<std::shared_ptr<Node<T>>> pending = std::move(inputs);
   while (!pending.empty()) {
@@ -84,14 +86,14 @@ void Node<T>::accumulate_grad(Array<T>&& g) {
   const T* src = g.data();
   const std::size_t n = grad.size();
   for (std::size_t i = 0; i < n; ++i) dst[i] += src[i];
+  detail::recycle(g);
 }
 
 namespace {
 template <class T, class It>
 Tensor<T> make_result_from(const char* op, Array<T>&& value, It first, It last,
                            std::function<void(Node<T>&)>&& backward_fn) {
-  auto node = std::make_shared<Node<T>>();
-  node->value = std::move(value);
+  auto node = std::make_shared<Node<T>>(std::move(value));
   node->op = op;
   if (grad_enabled &&
       std::any_of(first, last, [](const Tensor<T>& t) { return t.defined() && t.requires_grad(); })) {
@@ -237,7 +239,7 @@ void run_backward_pass(const Tensor<T>& root, Array<T> gradient, bool retain_gra
       }
       running_backward_op = nullptr;
       // Non-leaf gradients are not kept (as in PyTorch without retain_grad()).
-      node.grad = Array<T>();
+      detail::recycle(node.grad);
       node.has_grad = false;
     }
     if (!retain_graph) {
