@@ -152,9 +152,10 @@ Array<T> take_cached(std::size_t numel) {
 }
 
 template <class T>
-void recycle(Array<T>& a) {
+void recycle(Array<T>& a, bool reset) {
   const std::size_t n = a.size(), bytes = n * sizeof(T);
-  ThreadCaches* caches = n == 0 || bytes > kArrayCacheBlockBytes ? nullptr : thread_caches();
+  if (n == 0) return;  // no buffer
+  ThreadCaches* caches = bytes > kArrayCacheBlockBytes ? nullptr : thread_caches();
   if (caches != nullptr) {
     ArrayCache<T>& c = of<T>(*caches);
     if (!array_cache_enabled()) {
@@ -169,13 +170,13 @@ void recycle(Array<T>& a) {
       }
     }
   }
-  a = no_array<T>();  // frees the buffer unless the cache took it
+  if (reset) a = no_array<T>();  // frees the buffer unless the cache took it
 }
 
 template Array<float> take_cached<float>(std::size_t);
 template Array<double> take_cached<double>(std::size_t);
-template void recycle<float>(Array<float>&);
-template void recycle<double>(Array<double>&);
+template void recycle<float>(Array<float>&, bool);
+template void recycle<double>(Array<double>&, bool);
 
 }  // namespace detail
 

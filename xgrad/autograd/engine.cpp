@@ -36,8 +36,8 @@ void set_detect_anomaly(bool enabled) { anomaly_enabled = enabled; }
 
 template <class T>
 Node<T>::~Node() {
-  detail::recycle(value);
-  detail::recycle(grad);
+  detail::recycle(value, /*reset=*/false);
+  detail::recycle(grad, /*reset=*/false);
   // Unlink the inputs we hold the last reference to, breadth first, instead of recursing.
   std::vector<std::shared_ptr<Node<T>>> pending = std::move(inputs);
   while (!pending.empty()) {
@@ -86,7 +86,7 @@ void Node<T>::accumulate_grad(Array<T>&& g) {
   const T* src = g.data();
   const std::size_t n = grad.size();
   for (std::size_t i = 0; i < n; ++i) dst[i] += src[i];
-  detail::recycle(g);
+  detail::recycle(g, /*reset=*/false);  // g is the caller's, about to be destroyed
 }
 
 namespace {

@@ -37,15 +37,18 @@ namespace detail {
 // there is none. Use cached_array.
 template <class T>
 Array<T> take_cached(std::size_t numel);
-// Hands a's buffer to the calling thread's cache (or frees it when the cache is off or full);
-// leaves `a` as no_array(). For the places where the engine drops an Array it no longer needs.
+// Hands a's buffer to the calling thread's cache (or frees it when the cache is off or full) and
+// leaves `a` as no_array(); an `a` without elements is left as it is. For the places where the
+// engine drops an Array it no longer needs. reset = false (an `a` about to be destroyed): `a` is
+// left moved-from, or untouched when the cache did not take it.
 template <class T>
-void recycle(Array<T>& a);
+void recycle(Array<T>& a, bool reset = true);
 // An Array with no elements and no buffer (shape {0}): what a Node holds where it has no value
 // or gradient. Unlike Array<T>() (a 0-d array of one element), it allocates nothing.
 template <class T>
 Array<T> no_array() {
-  return Array<T>(typename Array<T>::shape_type{0});
+  static const Array<T> empty(typename Array<T>::shape_type{0});  // copied: cheaper than building one
+  return empty;
 }
 // An Array of `shape` (numel elements, uninitialized) whose buffer is a cached one when there is
 // one of that size, else a new one. S: Shape or an Array's shape.
@@ -314,8 +317,8 @@ std::size_t normalize_dim(int dim, std::size_t ndim, const char* op);
 
 extern template Array<float> detail::take_cached<float>(std::size_t);
 extern template Array<double> detail::take_cached<double>(std::size_t);
-extern template void detail::recycle<float>(Array<float>&);
-extern template void detail::recycle<double>(Array<double>&);
+extern template void detail::recycle<float>(Array<float>&, bool);
+extern template void detail::recycle<double>(Array<double>&, bool);
 extern template struct Node<float>;
 extern template struct Node<double>;
 extern template class Tensor<float>;
