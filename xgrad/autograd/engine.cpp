@@ -6,6 +6,7 @@
 #include <utility>
 
 #include <xgrad/autograd/strided.hpp>
+#include <xgrad/autograd/node_pool.hpp>
 #include <xgrad/autograd/tensor.hpp>
 
 namespace xgrad {
@@ -93,7 +94,7 @@ namespace {
 template <class T, class It>
 Tensor<T> make_result_from(const char* op, Array<T>&& value, It first, It last,
                            std::function<void(Node<T>&)>&& backward_fn) {
-  auto node = std::make_shared<Node<T>>(std::move(value));
+  auto node = std::allocate_shared<Node<T>>(detail::NodeAllocator<Node<T>>(), std::move(value));
   node->op = op;
   if (grad_enabled &&
       std::any_of(first, last, [](const Tensor<T>& t) { return t.defined() && t.requires_grad(); })) {

@@ -4,10 +4,12 @@
 #include <atomic>
 #include <cstdlib>
 
+#include <xgrad/autograd/node_pool.hpp>
+
 namespace xgrad {
 
 template <class T>
-Tensor<T>::Tensor(Array<T> value, bool requires_grad) : node_(std::make_shared<Node<T>>(std::move(value))) {
+Tensor<T>::Tensor(Array<T> value, bool requires_grad) : node_(std::allocate_shared<Node<T>>(detail::NodeAllocator<Node<T>>(), std::move(value))) {
   node_->requires_grad = requires_grad;
 }
 
