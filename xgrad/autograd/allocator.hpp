@@ -46,8 +46,8 @@ bool allocator_tuning_from_env();
 void set_array_cache(bool enabled);
 bool array_cache_enabled();
 
-constexpr std::size_t kArrayCacheBytes = std::size_t{64} << 20;      // per thread and element type
-constexpr std::size_t kArrayCacheBlockBytes = std::size_t{16} << 20;  // larger buffers are not kept
+constexpr std::size_t kArrayCacheBytes = std::size_t{4} << 20;       // per thread and element type
+constexpr std::size_t kArrayCacheBlockBytes = std::size_t{64} << 10;  // larger buffers are not kept
 constexpr std::size_t kArrayCacheBlocksPerSize = 64;  // buffers kept per element count
 
 // The calling thread's array cache, summed over float and double (for tests and benchmarks).
