@@ -6,6 +6,7 @@
 #include <utility>
 
 #include <xgrad/autograd/strided.hpp>
+#include <xgrad/autograd/node_pool.hpp>
 #include <xgrad/autograd/tensor.hpp>
 
 namespace xgrad {
@@ -36,6 +37,8 @@ void set_detect_anomaly(bool enabled) { anomaly_enabled = enabled; }
 
 template <class T>
 Node<T>::~Node() {
+  detail::recycle(value, /*reset=*/false);
+  detail::recycle(grad, /*reset=*/false);
   // Unlink the inputs we hold the last reference to, breadth first, instead of recursing.
   std::vector<std::shared_ptr<Node<T>>> pending = std::move(inputs);
   while (!pending.empty()) {
@@ -84,14 +87,14 @@ void Node<T>::accumulate_grad(Array<T>&& g) {
   const T* src = g.data();
   const std::size_t n = grad.size();
   for (std::size_t i = 0; i < n; ++i) dst[i] += src[i];
+  detail::recycle(g, /*reset=*/false);  // g is the caller's, about to be destroyed
 }
 
 namespace {
 template <class T, class It>
 Tensor<T> make_result_from(const char* op, Array<T>&& value, It first, It last,
                            std::function<void(Node<T>&)>&& backward_fn) {
-  auto node = std::make_shared<Node<T>>();
-  node->value = std::move(value);
+  auto node = std::allocate_shared<Node<T>>(detail::NodeAllocator<Node<T>>(), std::move(value));
   node->op = op;
   if (grad_enabled &&
       std::any_of(first, last, [](const Tensor<T>& t) { return t.defined() && t.requires_grad(); })) {
@@ -237,7 +240,7 @@ void run_backward_pass(const Tensor<T>& root, Array<T> gradient, bool retain_gra
       }
       running_backward_op = nullptr;
       // Non-leaf gradients are not kept (as in PyTorch without retain_grad()).
-      node.grad = Array<T>();
+      detail::recycle(node.grad);
       node.has_grad = false;
     }
     if (!retain_graph) {

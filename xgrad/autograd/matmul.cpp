@@ -312,8 +312,9 @@ Tensor<T> linear(const Tensor<T>& x, const Tensor<T>& weight, const Tensor<T>& b
     }
     // db = sum over rows of dy
     if (out.inputs.size() > 2 && out.input_needs_grad(2)) {
-      Array<T> db = xt::zeros<T>({outf});
+      Array<T> db = empty_array<T>({outf});
       T* pdb = db.data();
+      std::fill(pdb, pdb + outf, T(0));
       for (std::size_t r = 0; r < rows_total; ++r) {
         const T* row = dy + r * outf;
         for (std::size_t j = 0; j < outf; ++j) pdb[j] += row[j];

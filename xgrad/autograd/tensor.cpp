@@ -4,11 +4,12 @@
 #include <atomic>
 #include <cstdlib>
 
+#include <xgrad/autograd/node_pool.hpp>
+
 namespace xgrad {
 
 template <class T>
-Tensor<T>::Tensor(Array<T> value, bool requires_grad) : node_(std::make_shared<Node<T>>()) {
-  node_->value = std::move(value);
+Tensor<T>::Tensor(Array<T> value, bool requires_grad) : node_(std::allocate_shared<Node<T>>(detail::NodeAllocator<Node<T>>(), std::move(value))) {
   node_->requires_grad = requires_grad;
 }
 
@@ -45,7 +46,7 @@ template <class T>
 void Tensor<T>::zero_grad(bool set_to_none) {
   Node<T>& n = checked();
   if (set_to_none) {
-    n.grad = Array<T>();
+    detail::recycle(n.grad);
     n.has_grad = false;
   } else if (n.has_grad) {
     std::fill(n.grad.begin(), n.grad.end(), T(0));

@@ -12,6 +12,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -29,6 +30,42 @@ using IndexArray = xt::xarray<std::int64_t>;
 
 template <class T>
 class Tensor;
+
+namespace detail {
+// The calling thread's cache of freed Array buffers (allocator.hpp, set_array_cache): a cached
+// buffer of exactly numel elements (numel > 0) taken out of the cache, or an empty Array when
+// there is none. Use cached_array.
+template <class T>
+Array<T> take_cached(std::size_t numel);
+// Hands a's buffer to the calling thread's cache (or frees it when the cache is off or full) and
+// leaves `a` as no_array(); an `a` without elements is left as it is. For the places where the
+// engine drops an Array it no longer needs. reset = false (an `a` about to be destroyed): `a` is
+// left moved-from, or untouched when the cache did not take it.
+template <class T>
+void recycle(Array<T>& a, bool reset = true);
+// An Array with no elements and no buffer (shape {0}): what a Node holds where it has no value
+// or gradient. Unlike Array<T>() (a 0-d array of one element), it allocates nothing.
+template <class T>
+Array<T> no_array() {
+  static const Array<T> empty(typename Array<T>::shape_type{0});  // copied: cheaper than building one
+  return empty;
+}
+// An Array of `shape` (numel elements, uninitialized) whose buffer is a cached one when there is
+// one of that size, else a new one. S: Shape or an Array's shape.
+template <class T, class S>
+Array<T> cached_array(const S& shape, std::size_t numel) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    if (numel != 0) {
+      Array<T> a = take_cached<T>(numel);
+      if (a.size() == numel) {
+        a.resize(shape);  // the same element count: keeps the buffer
+        return a;
+      }
+    }
+  }
+  return Array<T>::from_shape(shape);  // index and mask arrays are not cached
+}
+}  // namespace detail
 
 // What registering a hook returns: remove() unregisters the hook (torch.utils.hooks.RemovableHandle).
 // Dropping the handle keeps the hook; remove() on a handle whose tensor is gone does nothing.
@@ -51,14 +88,15 @@ class RemovableHandle {
 template <class T>
 struct Node {
   Node() = default;
+  explicit Node(Array<T>&& v) : value(std::move(v)) {}
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
   // Frees the graph below iteratively, so that dropping a 100,000-op chain cannot overflow the
   // stack. Backward closures must therefore not capture Tensors: they read `inputs`.
   ~Node();
 
-  Array<T> value;
-  Array<T> grad;             // meaningful only when has_grad
+  Array<T> value = detail::no_array<T>();
+  Array<T> grad = detail::no_array<T>();  // meaningful only when has_grad
   bool has_grad = false;
   bool requires_grad = false;
   bool is_leaf = true;       // made by the user, not by an op
@@ -259,12 +297,13 @@ Tensor<T> randn(const Shape& shape, Generator& generator, bool requires_grad = f
 template <class T = float>
 Tensor<T> from_vector(const std::vector<T>& data, const Shape& shape, bool requires_grad = false);
 
-// An Array<T> of the given shape (uninitialized), from_shape spelled for std::vector shapes.
+
+// An Array<T> of the given shape (uninitialized), from_shape spelled for std::vector shapes,
+// reusing a buffer from the thread's array cache when one of that size is free (float, double).
 // The shape is checked first (checked_numel): an error names `who`.
 template <class T>
 Array<T> empty_array(const Shape& shape, const char* who = "allocating a tensor") {
-  checked_numel(shape, sizeof(T), who);
-  return Array<T>::from_shape(shape);
+  return detail::cached_array<T>(shape, checked_numel(shape, sizeof(T), who));
 }
 
 template <class E>
@@ -276,6 +315,10 @@ Shape shape_of(const E& array) {
 // throws naming `op` when out of range.
 std::size_t normalize_dim(int dim, std::size_t ndim, const char* op);
 
+extern template Array<float> detail::take_cached<float>(std::size_t);
+extern template Array<double> detail::take_cached<double>(std::size_t);
+extern template void detail::recycle<float>(Array<float>&, bool);
+extern template void detail::recycle<double>(Array<double>&, bool);
 extern template struct Node<float>;
 extern template struct Node<double>;
 extern template class Tensor<float>;
