@@ -125,7 +125,9 @@ TEST_F(ArrayCache, ResultsAreBitIdenticalWithAndWithoutIt) {
     ASSERT_TRUE(std::isfinite(on[i])) << i;
     ASSERT_EQ(on[i], off[i]) << i;  // exact
   }
-  if (!kSanitized) EXPECT_GT(xgrad::array_cache_stats().hits, 0u);
+  if (!kSanitized) {
+    EXPECT_GT(xgrad::array_cache_stats().hits, 0u);
+  }
 }
 
 TEST_F(ArrayCache, EachThreadHasItsOwnAndAThreadsTensorsMayOutliveIt) {
