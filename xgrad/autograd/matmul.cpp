@@ -235,6 +235,22 @@ Tensor<T> matmul(const Tensor<T>& a, const Tensor<T>& b) {
 
 // ---- linear --------------------------------------------------------------------------------
 
+namespace {
+
+// One of linear's three products, C = A B (+ beta C) with the flags given: on the bf16 operands
+// rounded once (ab, bb) when `packed`, else gemm_autocast on the float operands (a, b).
+template <class T>
+void linear_gemm(bool bf16, bool packed, bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t k,
+                 const T* a, std::size_t lda, const detail::Bf16Matrix& ab, const T* b, std::size_t ldb,
+                 const detail::Bf16Matrix& bb, T beta, T* c, std::size_t ldc) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (packed) return detail::gemm_bf16(trans_a, trans_b, m, n, k, 1.0f, ab, bb, beta, c, ldc);
+  }
+  gemm_autocast<T>(bf16, trans_a, trans_b, m, n, k, T(1), a, lda, b, ldb, beta, c, ldc);
+}
+
+}  // namespace
+
 // x: (*, in), W: (out, in), b: (out) -> y: (*, out);  y = x W^T + b over the rows of x.
 // https://pytorch.org/docs/stable/generated/torch.nn.functional.linear.html
 template <class T>
@@ -271,12 +287,10 @@ Tensor<T> linear(const Tensor<T>& x, const Tensor<T>& weight, const Tensor<T>& b
     if (packed) {
       xb = detail::to_bf16(x.value().data(), rows_total, in, in);
       wb = detail::to_bf16(weight.value().data(), outf, in, in);
-      detail::gemm_bf16(false, true, rows_total, outf, in, 1.0f, xb, wb, has_bias ? 1.0f : 0.0f, py, outf);
     }
   }
-  if (!packed)
-    gemm_autocast<T>(bf16, false, true, rows_total, outf, in, T(1), x.value().data(), in, weight.value().data(), in,
-                     has_bias ? T(1) : T(0), py, outf);
+  linear_gemm<T>(bf16, packed, false, true, rows_total, outf, in, x.value().data(), in, xb, weight.value().data(), in,
+                 wb, has_bias ? T(1) : T(0), py, outf);
 
   std::vector<Tensor<T>> inputs{x, weight};
   if (has_bias) inputs.push_back(bias);
@@ -285,29 +299,20 @@ Tensor<T> linear(const Tensor<T>& x, const Tensor<T>& weight, const Tensor<T>& b
     // Packed: dy is rounded to bf16 once for both products.
     detail::Bf16Matrix dyb;
     if constexpr (std::is_same_v<T, float>) {
-      if (packed && (out.input_needs_grad(0) || out.input_needs_grad(1)))
-        dyb = detail::to_bf16(dy, rows_total, outf, outf);
+      if (packed && (out.input_needs_grad(0) || out.input_needs_grad(1))) dyb = detail::to_bf16(dy, rows_total, outf, outf);
     }
     // dx = dy W: (rows, out) (out, in)
     if (out.input_needs_grad(0)) {
       Array<T> dx = empty_array<T>(out.input_shape(0));
-      if constexpr (std::is_same_v<T, float>) {
-        if (packed) detail::gemm_bf16(false, false, rows_total, in, outf, 1.0f, dyb, wb, 0.0f, dx.data(), in);
-      }
-      if (!packed)
-        gemm_autocast<T>(bf16, false, false, rows_total, in, outf, T(1), dy, outf, out.input_value(1).data(), in,
-                         T(0), dx.data(), in);
+      linear_gemm<T>(bf16, packed, false, false, rows_total, in, outf, dy, outf, dyb, out.input_value(1).data(), in,
+                     wb, T(0), dx.data(), in);
       out.input(0).accumulate_grad(std::move(dx));
     }
     // dW = dy^T x: (out, rows) (rows, in)
     if (out.input_needs_grad(1)) {
       Array<T> dw = empty_array<T>(out.input_shape(1));
-      if constexpr (std::is_same_v<T, float>) {
-        if (packed) detail::gemm_bf16(true, false, outf, in, rows_total, 1.0f, dyb, xb, 0.0f, dw.data(), in);
-      }
-      if (!packed)
-        gemm_autocast<T>(bf16, true, false, outf, in, rows_total, T(1), dy, outf, out.input_value(0).data(), in,
-                         T(0), dw.data(), in);
+      linear_gemm<T>(bf16, packed, true, false, outf, in, rows_total, dy, outf, dyb, out.input_value(0).data(), in,
+                     xb, T(0), dw.data(), in);
       out.input(1).accumulate_grad(std::move(dw));
     }
     // db = sum over rows of dy

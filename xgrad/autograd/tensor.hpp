@@ -297,7 +297,6 @@ Tensor<T> randn(const Shape& shape, Generator& generator, bool requires_grad = f
 template <class T = float>
 Tensor<T> from_vector(const std::vector<T>& data, const Shape& shape, bool requires_grad = false);
 
-
 // An Array<T> of the given shape (uninitialized), from_shape spelled for std::vector shapes,
 // reusing a buffer from the thread's array cache when one of that size is free (float, double).
 // The shape is checked first (checked_numel): an error names `who`.
