@@ -9,7 +9,7 @@ packages=(
   libxtensor-dev libxtensor-blas-dev libxsimd-dev libopenblas-dev libcereal-dev
   libdnnl-dev  # oneDNN, the float32 / bf16 gemm backend (xgrad/autograd/onednn.cpp)
   libgtest-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev libfmt-dev
-  clang libclang-rt-14-dev  # the libFuzzer targets (fuzz/run.sh)
+  clang libclang-rt-14-dev libomp-dev  # the libFuzzer targets (fuzz/run.sh); libomp-dev: clang's OpenMP
   libopenmpi-dev openmpi-bin  # xgrad::distributed (XGRAD_WITH_MPI) and its tests under mpirun
   ccache  # scripts/test.sh: the consumer test's copy of the library comes from the cache
   wamerican  # /usr/share/dict/words, the English word list examples/train_masked_chars learns from
