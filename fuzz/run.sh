@@ -6,6 +6,7 @@
 # that triggered it is kept under <build>/artifacts/<fuzzer>/.
 #
 #   fuzz/run.sh [SECONDS]        seconds per fuzzer (default 60, or $XGRAD_FUZZ_SECONDS)
+#   fuzz/run.sh --configure-only configures the build tree and stops (scripts/test.sh --configure-only)
 #   XGRAD_FUZZ_BUILD_DIR=...     build tree (default <repo>/build-fuzz, kept between runs, so its
 #                                corpus/ grows from run to run)
 #   XGRAD_FUZZ_JOBS=N            build parallelism (default 2)
@@ -13,6 +14,11 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+configure_only=0
+if [[ "${1:-}" == "--configure-only" ]]; then
+  configure_only=1
+  shift
+fi
 seconds=${1:-${XGRAD_FUZZ_SECONDS:-60}}
 build=${XGRAD_FUZZ_BUILD_DIR:-$root/build-fuzz}
 jobs=${XGRAD_FUZZ_JOBS:-2}
@@ -34,6 +40,7 @@ cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPI
   "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only -DNDEBUG" \
   -DXGRAD_BUILD_FUZZERS=ON -DXGRAD_BUILD_TESTS=OFF -DXGRAD_BUILD_EXAMPLES=OFF \
   -DXGRAD_BUILD_BENCHMARKS=OFF -DXGRAD_INSTALL=OFF >/dev/null
+((configure_only)) && exit 0
 targets=(fuzz_seeds)
 for f in "${fuzzers[@]}"; do targets+=("fuzz_$f"); done
 cmake --build "$build" --target "${targets[@]}" -j "$jobs"

@@ -11,6 +11,8 @@
 # uses -O1. Both register one ctest test per executable (XGRAD_CTEST_PER_EXECUTABLE): a process
 # start under a sanitizer costs ~0.18 s of CPU (measured under TSan), 552 of them ~100 s; the
 # Release tree keeps one ctest test per gtest.
+#   --configure-only     installs what is missing and configures the four trees, nothing more
+#                        (scripts/fresh_machine_check.sh: a package missing from any tree fails it)
 #   XGRAD_FUZZ_SECONDS   seconds per fuzzer (default 20)
 #   XGRAD_JOBS           build and ctest parallelism (default: nproc)
 # shellcheck source=scripts/lib.sh
@@ -41,19 +43,36 @@ if command -v ccache >/dev/null; then
 fi
 sanitizer_tree=(-DCMAKE_BUILD_TYPE=Debug -DXGRAD_CTEST_PER_EXECUTABLE=ON "${launcher[@]}")
 
-total_start=$SECONDS
-phase "install missing packages" bash scripts/setup.sh
-phase "configure (Release)" configure build/release -DCMAKE_BUILD_TYPE=Release "${launcher[@]}"
-phase "build (Release)" build build/release
-phase "ctest (Release)" run_ctest build/release
-phase "configure (ASan + UBSan)" configure build/sanitize "${sanitizer_tree[@]}" "-DCMAKE_CXX_FLAGS_DEBUG=-O0 -g1" \
-  -DXGRAD_SANITIZE=address
-phase "build (ASan + UBSan)" build build/sanitize
-phase "ctest (ASan + UBSan)" run_ctest build/sanitize
+configure_release() { configure build/release -DCMAKE_BUILD_TYPE=Release "${launcher[@]}"; }
+configure_sanitize() {
+  configure build/sanitize "${sanitizer_tree[@]}" "-DCMAKE_CXX_FLAGS_DEBUG=-O0 -g1" -DXGRAD_SANITIZE=address
+}
 # ThreadSanitizer: the library and the test executables whose tests run several threads (the
 # pool and the kernels it splits, the data loader, the generator, set_num_threads).
-phase "configure (TSan)" configure build/tsan "${sanitizer_tree[@]}" "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1" -DXGRAD_SANITIZE=thread \
-  -DXGRAD_BUILD_EXAMPLES=OFF -DXGRAD_BUILD_BENCHMARKS=OFF
+configure_tsan() {
+  configure build/tsan "${sanitizer_tree[@]}" "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1" -DXGRAD_SANITIZE=thread \
+    -DXGRAD_BUILD_EXAMPLES=OFF -DXGRAD_BUILD_BENCHMARKS=OFF
+}
+configure_fuzz() { env XGRAD_FUZZ_BUILD_DIR=build/fuzz bash fuzz/run.sh --configure-only; }
+
+total_start=$SECONDS
+phase "install missing packages" bash scripts/setup.sh
+if [[ "${1:-}" == "--configure-only" ]]; then
+  phase "configure (Release)" configure_release
+  phase "configure (ASan + UBSan)" configure_sanitize
+  phase "configure (TSan)" configure_tsan
+  phase "configure (fuzz)" configure_fuzz
+  print_phase_times
+  echo "==> the four trees configured in $((SECONDS - total_start))s"
+  exit 0
+fi
+phase "configure (Release)" configure_release
+phase "build (Release)" build build/release
+phase "ctest (Release)" run_ctest build/release
+phase "configure (ASan + UBSan)" configure_sanitize
+phase "build (ASan + UBSan)" build build/sanitize
+phase "ctest (ASan + UBSan)" run_ctest build/sanitize
+phase "configure (TSan)" configure_tsan
 phase "build (TSan)" build build/tsan xgrad_thread_tests
 phase "ctest (TSan, label threads)" run_ctest build/tsan -L threads
 # Each file loader's libFuzzer target (clang, ASan + UBSan), seeded with valid files and with one
