@@ -46,6 +46,7 @@ cleanup() {
   fi
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM  # so that cleanup runs
 
 # logged NAME COMMAND...: runs COMMAND with its output in $logs/NAME.log; on failure prints the
 # log's last lines, which name what was missing.
