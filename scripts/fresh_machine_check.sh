@@ -99,7 +99,9 @@ phase "debootstrap Debian 12 minbase" logged debootstrap make_root
 # The README's first command, as a new user runs it (root: no sudo needed).
 phase "fresh root: README's first command" logged quickstart in_root 'cd /root/xgrad && bash scripts/quickstart.sh'
 phase "fresh root: configure the test trees" logged configure in_root 'cd /root/xgrad && bash scripts/test.sh --configure-only'
-grep -h '^==> ' "$logs/quickstart.log" "$logs/configure.log" | sed 's/^/    fresh root: /'
-tail -n 3 "$logs/quickstart.log" | sed 's/^/    toy encoder: /'
+# What ran in the root: its phases' wall times, and the toy encoder's last lines.
+sed -n '/^==> wall time per phase/,$p' "$logs/quickstart.log" "$logs/configure.log" | grep '^    ' | sed 's/^    /    fresh root: /'
+sed -n '/^==> run examples\/train_toy_encoder$/,/^==> run examples\/train_toy_encoder:/p' "$logs/quickstart.log" |
+  grep -E '^held-out accuracy|^wall time' | sed 's/^/    toy encoder: /'
 print_phase_times
 echo "==> fresh machine check passed: a pristine Debian 12 root installed, built and trained, and configured every test tree"
