@@ -12,7 +12,8 @@
 #   XGRAD_FRESH_CACHE    .deb cache (default /var/cache/xgrad-fresh-machine)
 #   XGRAD_FRESH_MIRROR   Debian archive (default http://deb.debian.org/debian)
 #   XGRAD_FRESH_SECURITY Debian security archive (default http://deb.debian.org/debian-security)
-#   XGRAD_FRESH_KEEP=1   keep the root (its path is printed) to look around after a failure
+#   XGRAD_FRESH_KEEP=1   keep the root (its path is printed) to look around in; otherwise it is
+#                        removed, and only the logs of a failed run are kept
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$XGRAD_ROOT"
@@ -37,12 +38,18 @@ unmount_all() {
   done
   return 0
 }
+failed=0
 cleanup() {
   unmount_all
   if [[ "${XGRAD_FRESH_KEEP:-0}" == 1 ]]; then
     echo "fresh_machine_check: the root is kept at $root, the logs at $logs"
+    return
+  fi
+  rm -rf "$root"  # about 2 GB
+  if ((failed)); then
+    echo "fresh_machine_check: the logs are kept at $logs"
   else
-    rm -rf "$root" "$logs"
+    rm -rf "$logs"
   fi
 }
 trap cleanup EXIT
@@ -56,7 +63,7 @@ logged() {
   if ! "$@" >"$logs/$name.log" 2>&1; then
     echo "fresh_machine_check: step '$name' failed; the end of its log ($logs/$name.log):" >&2
     tail -n 40 "$logs/$name.log" >&2
-    XGRAD_FRESH_KEEP=1
+    failed=1
     return 1
   fi
 }
