@@ -45,7 +45,7 @@ CONFIGS = {
     "large": (8, 128, 512, 8, 2048, 2),
 }
 
-# The issues' targets: PyTorch ms / xgrad ms at least this (issue 7; tiny raised to 40x by issue 12).
+# Targets: PyTorch ms / xgrad ms at least this.
 SPEEDUP_TARGETS = {"tiny": 40.0, "small": 2.0, "medium": 1.3, "large": 1.3}
 
 # Model matmul FLOPs per training step (see bench_train_step.cpp): forward
@@ -65,7 +65,7 @@ GEMM_KINDS = [("openblas", "OpenBLAS sgemm", True), ("onednn", "oneDNN sgemm", T
               ("bf16", "xgrad bf16 gemm", False), ("torch_bf16", "torch bf16 (autocast mm)", False)]
 FP32_GEMMS = {k for k, _, fp32 in GEMM_KINDS if fp32}
 
-# Issue 12: a step's model GFLOP/s at least this fraction of the fastest float32 gemm of the run.
+# Target: a step's model GFLOP/s at least this fraction of the fastest float32 gemm of the run.
 LIMIT_TARGETS = {"small": 0.50, "medium": 0.75, "large": 0.75}
 
 
@@ -409,7 +409,7 @@ def report(args, records, configs, thread_counts, command):
         rows.append(dict(config=c, shape="B{} N{} d{} h{} ff{} L{}".format(*CONFIGS[c]), x=x, p=p, speedup=speedup,
                          frac=frac, target=target, ok=ok))
 
-    # bf16 autocast (issue 12): xgrad large >= 1.6x faster than xgrad float32 large, and faster
+    # bf16 autocast: xgrad large >= 1.6x faster than xgrad float32 large, and faster
     # than PyTorch's bf16 autocast on every configuration.
     bf16_rows = []
     for r in rows:
@@ -522,7 +522,7 @@ def write_markdown(path, rows, typical, thread_counts, rounds, round_rates, comm
         "interpreter and libtorch); (+model) is the growth over the process's peak before the model was built.",
         "",
         "| config | B N d h ff L | xgrad ms | PyTorch ms | speedup | xgrad GFLOP/s | % of limit "
-        "| xgrad peak MiB (+model) | PyTorch peak MiB (+model) | target (issues 7, 12) |",
+        "| xgrad peak MiB (+model) | PyTorch peak MiB (+model) | target |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:

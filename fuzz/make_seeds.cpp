@@ -1,5 +1,5 @@
 // Writes the fuzzers' seed corpora: small valid files, one folder per format, and hostile files,
-// one for each loader fix of issue 15 (a safetensors shape of 65 dims, shapes whose element count
+// one for each loader fix (a safetensors shape of 65 dims, shapes whose element count
 // overflows or exceeds the file, truncated archives, lengths claiming 2^60 items). Each hostile
 // file must be refused with xgrad::FormatError before it becomes a seed: fuzz_seeds exits 1 naming
 // the file when one loads (or throws anything else), so fuzz/run.sh fails when a fix regresses.

@@ -63,8 +63,8 @@ TEST(Elementwise, PointwiseFunctionsGradcheck) {
 }
 
 TEST(Elementwise, GeluGoldenValues) {
-  // SEMANTICS.md: gelu(-1) = -0.15865529, gelu(0.5) = 0.34573123, gelu(1) = 0.84134471
-  // (SEMANTICS.md's values are good to about 4e-8: the exact values are x Phi(x), e.g.
+  // PyTorch: gelu(-1) = -0.15865529, gelu(0.5) = 0.34573123, gelu(1) = 0.84134471
+  // (these 8-digit values are good to about 4e-8: the exact values are x Phi(x), e.g.
   // gelu(-1) = -0.1586552539..., so they are compared in float and the double results with Phi.)
   auto y = gelu(from_vector<float>({-1.0f, 0.5f, 1.0f}, {3}));
   EXPECT_NEAR(y.value()(0), -0.15865529f, 1e-7);

@@ -1,4 +1,4 @@
-// What a hostile or careless caller meets (issue 15): shapes whose element count overflows or
+// What a hostile or careless caller meets: shapes whose element count overflows or
 // cannot be allocated are refused by name; the default generator may be shared by threads;
 // set_num_threads is all or nothing when threads cannot be created.
 #include "test_util.hpp"

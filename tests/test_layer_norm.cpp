@@ -1,4 +1,4 @@
-// layer_norm: the golden from SEMANTICS.md, values against the mean/var formula, gradchecks with
+// layer_norm: PyTorch's golden value, values against the mean/var formula, gradchecks with
 // 1 and 2 normalized dims and with/without weight and bias, constant rows, float inputs with a
 // large common offset, and the shape errors.
 #include <cmath>
@@ -106,7 +106,7 @@ TEST(LayerNorm, FloatAround1e4MatchesDoubleWithin1eMinus6) {
   // values, so the difference is xgrad's float error alone. Measured on this machine: max abs
   // diff 1.2e-7 for the normalized output (the float rounding of the result), 2.9e-7 with weight
   // and bias, 3.8e-7 for dx (|dx| up to 7.7), 3.4e-7 for dw, 2.5e-7 for db. PyTorch's float
-  // kernel is off by ~1e-3 here (SEMANTICS.md); a one-pass E[x^2] - E[x]^2 variance in float
+  // kernel is off by ~1e-3 here; a one-pass E[x^2] - E[x]^2 variance in float
   // would be wrong in the first digit.
   Generator g(11);
   Array<float> v = randn<float>({8, 64}, g).value() + 1e4f;

@@ -66,7 +66,7 @@ TEST(NnLayers, LayerNormGradcheck) {
 }
 
 TEST(NnLayers, LayerNormGoldenValue) {
-  // SEMANTICS.md: [1, 0, 0, 0] -> [1.7320, -0.5773, -0.5773, -0.5773] (weight 1, bias 0).
+  // PyTorch: [1, 0, 0, 0] -> [1.7320, -0.5773, -0.5773, -0.5773] (weight 1, bias 0).
   nn::LayerNorm<double> ln(nn::LayerNormOptions(4));
   auto y = ln.forward(from_vector<double>({1, 0, 0, 0}, {1, 4}));
   // mean 0.25, biased variance 0.1875: y = (x - 0.25) / sqrt(0.1875 + 1e-5)
@@ -90,7 +90,7 @@ TEST(NnLayers, ActivationsGradcheckAndValues) {
   expect_gradcheck([&](const Inputs& in) { return relu_module.forward(in[0]); }, {input({3, 5}, 1, true)});
   auto x = from_vector<double>({-1.0, 0.5, 1.0}, {3});
   auto y = gelu_exact.forward(x);
-  // SEMANTICS.md's goldens, to their 8 digits (gelu(-1) = -Phi(1) = -0.1586552539...).
+  // PyTorch's values, to their 8 digits (gelu(-1) = -Phi(1) = -0.1586552539...).
   EXPECT_NEAR(y.value()(0), -0.15865529, 5e-8);
   EXPECT_NEAR(y.value()(1), 0.34573123, 5e-8);
   EXPECT_NEAR(y.value()(2), 0.84134471, 5e-8);

@@ -1,5 +1,5 @@
 // MultiheadAttention: gradient checks (inputs and parameters) for every mask kind and layout,
-// an independent per-head reference, and the mask semantics of SEMANTICS.md.
+// an independent per-head reference, and PyTorch's mask semantics.
 #include <cmath>
 #include <limits>
 

@@ -1,5 +1,5 @@
 // TransformerEncoderLayer and TransformerEncoder: gradient checks over inputs and parameters
-// (pre- and post-norm, relu and gelu, masks, dropout re-seeded), the SEMANTICS.md formulas
+// (pre- and post-norm, relu and gelu, masks, dropout re-seeded), PyTorch's formulas
 // rebuilt from the layer's own submodules, the documents' step-by-step block, and the encoder
 // as repeated copies of its layer.
 #include <cmath>

@@ -1,4 +1,4 @@
-// SGD, Adam and AdamW against their formulas (SEMANTICS.md, torch 1.13) recomputed here in long
+// SGD, Adam and AdamW against torch 1.13's formulas recomputed here in long
 // double on one small parameter over three steps; option validation; skipping parameters
 // without a gradient; zero_grad; parameter groups; the per-parameter state.
 #include "test_util.hpp"

@@ -1,5 +1,5 @@
 // safetensors: round trips, the exact layout, 16-bit conversions, every malformed case of
-// SEMANTICS.md with its own error, truncation and corruption sweeps, and the atomic writer's
+// the format with its own error, truncation and corruption sweeps, and the atomic writer's
 // failure cases (a failed save leaves the previous file intact and readable).
 #include <signal.h>
 #include <stdlib.h>

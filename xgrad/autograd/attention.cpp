@@ -13,7 +13,7 @@
 //   O  = Pd v                     (L, Ev)
 //   W  = Pd                       (L, S)   the weights, returned when asked for
 // A float mask is a constant array: it gets no gradient. A bool mask follows
-// nn.MultiheadAttention's convention, true = may NOT attend (ops.hpp, SEMANTICS.md); note that
+// nn.MultiheadAttention's convention, true = may NOT attend (ops.hpp); note that
 // torch's F.scaled_dot_product_attention reads its bool masks the other way (true = attend).
 
 // GCC 12's avx512fintrin.h trips -W(maybe-)uninitialized inside xsimd's AVX-512 kernels (GCC bug
