@@ -29,6 +29,7 @@
 
 #include <xgrad/autograd/check.hpp>
 #include <xgrad/autograd/parallel.hpp>
+#include <xgrad/autograd/signals.hpp>
 
 namespace xgrad {
 
@@ -77,9 +78,13 @@ namespace {
 
 std::atomic<std::size_t> own_threading_min_macs{std::numeric_limits<std::size_t>::max()};
 
-// Runs f with the calling thread's OpenMP thread count at `threads`, then restores it.
+// Runs f, a call into oneDNN, with the calling thread's OpenMP thread count at `threads` (then
+// restored) and its asynchronous signals blocked (signals.hpp: oneDNN's jit gemm kernels move the
+// stack pointer into the heap, where a signal handler's frame would land). Every oneDNN
+// computation goes through here; OpenMP threads it starts inherit the blocked mask.
 template <class F>
 void with_omp_threads(int threads, const F& f) {
+  const AsyncSignalBlock no_signals;
   const int previous = omp_get_max_threads();
   if (previous != threads) omp_set_num_threads(threads);
   f();

@@ -21,6 +21,7 @@
 
 #include <xgrad/autograd/check.hpp>
 #include <xgrad/autograd/onednn.hpp>
+#include <xgrad/autograd/signals.hpp>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -148,6 +149,8 @@ class Pool {
 
   void worker_loop() {
     t_in_parallel_region = true;
+    // The process's signals go to the user's threads; a worker runs oneDNN's kernels unguarded.
+    detail::block_async_signals_for_this_thread();  // already blocked since its start: records it
     for (;;) {
       // Spin a little: during a training step the next job follows within microseconds.
       for (unsigned spins = 0; spins < 20000 && !claimable(ticket_.load(std::memory_order_acquire)); ++spins) {
@@ -168,6 +171,8 @@ class Pool {
   void start(int n) {
     openblas_set_num_threads(1);
     stopping_.store(false);
+    // Workers start with the asynchronous signals blocked (inherited from this thread's mask).
+    const detail::AsyncSignalBlock inherited_by_workers;
     for (int i = 1; i < n; ++i) {
       if (auto hook = thread_start_hook.load()) hook(i);
       workers_.emplace_back([this] { worker_loop(); });

@@ -1,0 +1,35 @@
+// Internal: asynchronous signals held back from code a signal handler must not interrupt.
+//
+// oneDNN 2.6's jit f32 gemm kernels (and possibly others) point the stack pointer into a heap
+// workspace while they run. A signal handled on that thread pushes its frame there and corrupts
+// the heap, whatever the handler does. So every call into oneDNN runs with the asynchronous
+// signals blocked on its thread: a signal that arrives meanwhile stays pending and is delivered
+// as soon as the call returns, so no handler ever misses one, it only runs a few microseconds
+// later. The synchronous signals that report a fault of the thread itself (SIGSEGV, SIGBUS,
+// SIGFPE, SIGILL, SIGTRAP, SIGSYS) are never blocked.
+#pragma once
+
+#include <signal.h>
+
+namespace xgrad::detail {
+
+// Blocks the asynchronous signals on the calling thread for the rest of its life. The pool's
+// workers call it when they start: the process's signals (Ctrl-C's SIGINT, timers, profilers)
+// then go to the user's own threads, and a worker's calls into oneDNN need no guard.
+void block_async_signals_for_this_thread();
+
+// Blocks the asynchronous signals on the calling thread for its lifetime, then restores the
+// thread's mask; costs two system calls, none on a thread that blocks them for life.
+class AsyncSignalBlock {
+ public:
+  AsyncSignalBlock();
+  ~AsyncSignalBlock();
+  AsyncSignalBlock(const AsyncSignalBlock&) = delete;
+  AsyncSignalBlock& operator=(const AsyncSignalBlock&) = delete;
+
+ private:
+  sigset_t previous_;
+  bool active_ = false;
+};
+
+}  // namespace xgrad::detail
