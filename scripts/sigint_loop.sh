@@ -3,18 +3,19 @@
 # checks each time that it saved a checkpoint and exited with 130 (the scenario of the example's
 # ctest, stage 3, on its own). A crash (a signal landing in a oneDNN kernel used to corrupt the
 # heap) fails it at once.
-#   scripts/sigint_loop.sh PROGRAM [N=100] [flags...]
+#   scripts/sigint_loop.sh PROGRAM [N=100] [flags...]     (flags default to --steps 400 --dropout 0.1)
 set -euo pipefail
 program=$(realpath "$1")
 runs=${2:-100}
 shift $(($# >= 2 ? 2 : 1))
+flags=("$@")
+((${#flags[@]})) || flags=(--steps 400 --dropout 0.1)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
 for ((run = 1; run <= runs; run++)); do
   rm -f int.ckpt int.csv
-  "$program" --steps 400 --dropout 0.1 --plot "" --checkpoint-interval 0 --checkpoint int.ckpt --csv int.csv "$@" \
-    >int.log 2>&1 &
+  "$program" "${flags[@]}" --plot "" --checkpoint-interval 0 --checkpoint int.ckpt --csv int.csv >int.log 2>&1 &
   pid=$!
   for ((t = 0; t < 6000; t++)); do
     [[ -f int.csv && $(wc -l <int.csv) -ge 2 ]] && break

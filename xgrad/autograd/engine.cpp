@@ -5,6 +5,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include <xgrad/autograd/signals.hpp>
 #include <xgrad/autograd/strided.hpp>
 #include <xgrad/autograd/node_pool.hpp>
 #include <xgrad/autograd/tensor.hpp>
@@ -227,6 +228,9 @@ void run_backward_pass(const Tensor<T>& root, Array<T> gradient, bool retain_gra
   }
 
   r->accumulate_grad(std::move(gradient));
+  // The backward's oneDNN calls on this thread block the asynchronous signals once, at the first
+  // of them, until the pass ends (signals.hpp): a signal that arrives meanwhile is delivered then.
+  const detail::AsyncSignalScope one_signal_block;
   std::size_t k = 0;
   for (auto it = order.rbegin(); it != order.rend(); ++it, ++k) {
     Node<T>& node = **it;

@@ -236,6 +236,7 @@ void set_thread_start_hook(void (*hook)(int worker)) { thread_start_hook.store(h
 void parallel_for_impl(std::size_t n, std::size_t grain, RangeFn fn, const void* ctx) {
   if (n == 0) return;
   if (grain == 0) grain = 1;
+  const AsyncSignalScope one_signal_block;  // for every oneDNN call of this job on this thread
   const std::size_t chunks = t_in_parallel_region ? 1 : std::min<std::size_t>(pool().size(), n / grain);
   if (chunks <= 1) {
     fn(ctx, 0, n);

@@ -19,7 +19,8 @@ namespace xgrad::detail {
 void block_async_signals_for_this_thread();
 
 // Blocks the asynchronous signals on the calling thread for its lifetime, then restores the
-// thread's mask; costs two system calls, none on a thread that blocks them for life.
+// thread's mask: two system calls, none on a thread that blocks them for life or already blocks
+// them. Inside an AsyncSignalScope the signals stay blocked until the scope ends instead.
 class AsyncSignalBlock {
  public:
   AsyncSignalBlock();
@@ -28,8 +29,19 @@ class AsyncSignalBlock {
   AsyncSignalBlock& operator=(const AsyncSignalBlock&) = delete;
 
  private:
-  sigset_t previous_;
-  bool active_ = false;
+  bool owner_ = false;
+};
+
+// A kernel that may call oneDNN many times (a split gemm, the attention heads: parallel_for's
+// jobs) runs in a scope, so that it pays the two system calls once, at its first oneDNN call and
+// at its end, rather than per call: on a virtual machine a pair costs 1-2 us, as much as a small
+// gemm. A scope that calls no oneDNN costs no system call. Scopes nest.
+class AsyncSignalScope {
+ public:
+  AsyncSignalScope();
+  ~AsyncSignalScope();
+  AsyncSignalScope(const AsyncSignalScope&) = delete;
+  AsyncSignalScope& operator=(const AsyncSignalScope&) = delete;
 };
 
 }  // namespace xgrad::detail
