@@ -10,6 +10,7 @@
 #include <xgrad/autograd/parallel.hpp>
 #include <xgrad/autograd/random.hpp>
 #include <xgrad/autograd/tensor.hpp>
+#include <xgrad/autograd/warning.hpp>
 #include <xgrad/data/data.hpp>
 #include <xgrad/nn/nn.hpp>
 #include <xgrad/optim/optim.hpp>

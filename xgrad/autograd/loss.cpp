@@ -11,6 +11,7 @@
 #include <xgrad/autograd/broadcast.hpp>
 #include <xgrad/autograd/ops.hpp>
 #include <xgrad/autograd/strided.hpp>
+#include <xgrad/autograd/warning.hpp>
 
 namespace xgrad {
 
@@ -38,12 +39,16 @@ Array<T> scalar_array(double v) {
 
 // ---- mse_loss ----------------------------------------------------------------------------------
 
-// l = (input - target)^2, then mean / sum / none. input and target broadcast together (PyTorch
-// warns and broadcasts); shapes that cannot broadcast throw naming both.
+// l = (input - target)^2, then mean / sum / none. input and target broadcast together, with
+// PyTorch's warning when their shapes differ; shapes that cannot broadcast throw naming both.
 // https://pytorch.org/docs/stable/generated/torch.nn.functional.mse_loss.html
 template <class T>
 Tensor<T> mse_loss(const Tensor<T>& input, const Tensor<T>& target, const std::string& reduction) {
   const Reduction red = parse_reduction(reduction, "mse_loss");
+  if (target.shape() != input.shape())
+    XGRAD_WARN_ONCE("mse_loss: using a target size ", target.shape(), " that is different to the input size ",
+                    input.shape(), ". This will likely lead to incorrect results due to broadcasting. Please "
+                    "ensure they have the same size.");
   Array<T> d = detail::binary_map(input.value(), target.value(), "mse_loss", [](T a, T b) { return a - b; });
   T* pd = d.data();
   const std::size_t n = d.size();

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include <xgrad/autograd/warning.hpp>
+
 namespace xgrad::nn::init {
 
 std::pair<double, double> calculate_fan_in_and_fan_out(const Shape& shape) {
@@ -71,8 +73,11 @@ Tensor<T> kaiming_uniform_(Tensor<T> tensor, double a, const std::string& mode, 
   XGRAD_CHECK(mode == "fan_in" || mode == "fan_out", "init::kaiming_uniform_: mode ", mode,
               " not supported, please use one of fan_in, fan_out");
   const auto [fan_in, fan_out] = calculate_fan_in_and_fan_out(tensor.shape());
+  if (tensor.value().size() == 0) {  // as PyTorch: a warning, and the tensor as it is
+    XGRAD_WARN_ONCE("init::kaiming_uniform_: initializing zero-element tensors is a no-op");
+    return tensor;
+  }
   const double fan = mode == "fan_in" ? fan_in : fan_out;
-  XGRAD_CHECK(fan > 0, "init::kaiming_uniform_: initializing a zero-element tensor of shape ", tensor.shape());
   const double bound = calculate_gain(nonlinearity, a) * std::sqrt(3.0 / fan);
   return uniform_(std::move(tensor), -bound, bound, generator);
 }
