@@ -49,7 +49,7 @@ Array<T> binary_map(const Array<T>& a, const Array<T>& b, const char* op, F f) {
   const Shape sa = shape_of(a), sb = shape_of(b);
   const Shape so = broadcast_shapes(sa, sb, op);
   const auto ta = broadcast_strides(sa, so), tb = broadcast_strides(sb, so);
-  Array<T> out = empty_array<T>(so);
+  Array<T> out = empty_array<T>(so, op);
   const T* pa = a.data();
   const T* pb = b.data();
   T* po = out.data();

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <new>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -76,6 +77,19 @@ std::size_t checked_numel(const Range& shape, std::size_t element_size, const ch
                                                limit, " bytes at most)"));
   return numel;
 }
+
+// Thrown when the memory for a tensor cannot be had: a std::bad_alloc (catch either) whose what()
+// names the op, the shape and the bytes asked for, as PyTorch's "not enough memory" error does.
+class OutOfMemoryError : public std::bad_alloc {
+ public:
+  OutOfMemoryError(const char* who, const Shape& shape, std::size_t bytes)
+      : message_(detail::concat(who, ": not enough memory for a tensor of shape ", shape_str(shape), ": tried to "
+                                "allocate ", bytes, " bytes (", static_cast<double>(bytes) / (1 << 30), " GiB)")) {}
+  const char* what() const noexcept override { return message_.c_str(); }
+
+ private:
+  std::string message_;
+};
 
 }  // namespace xgrad
 

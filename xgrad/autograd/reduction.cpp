@@ -43,7 +43,7 @@ std::vector<bool> reduced_dims(const char* op, std::size_t ndim, const std::vect
   return reduced;
 }
 
-ReducePlan plan_reduction(const Shape& in, const std::vector<bool>& reduced, bool keepdim) {
+ReducePlan plan_reduction(const char* op, const Shape& in, const std::vector<bool>& reduced, bool keepdim) {
   ReducePlan p;
   const std::size_t nd = in.size();
   std::vector<std::size_t> stride(nd, 0);
@@ -70,11 +70,14 @@ ReducePlan plan_reduction(const Shape& in, const std::vector<bool>& reduced, boo
     p.shape.push_back(in[d]);
     p.out_stride.push_back(stride[d]);
   }
+  // The output (and its accumulators) are allocated from this shape: a (2^62, 0) input reduced
+  // over its empty dim asks for 2^62 of them.
+  checked_numel(p.out_shape, sizeof(Acc), op);
   return p;
 }
 
 ReducePlan plan_all(const Shape& in) {
-  return plan_reduction(in, std::vector<bool>(in.size(), true), /*keepdim=*/false);
+  return plan_reduction("a full reduction", in, std::vector<bool>(in.size(), true), /*keepdim=*/false);
 }
 
 // Calls f(i, o) for every input element in row-major order: i its flat index, o = o(i).
@@ -176,7 +179,7 @@ Tensor<T> sum(const Tensor<T>& a) {
 
 template <class T>
 Tensor<T> sum(const Tensor<T>& a, const std::vector<int>& dims, bool keepdim) {
-  return scaled_sum<T>("sum", a, plan_reduction(a.shape(), reduced_dims("sum", a.dim(), dims), keepdim), Acc(1));
+  return scaled_sum<T>("sum", a, plan_reduction("sum", a.shape(), reduced_dims("sum", a.dim(), dims), keepdim), Acc(1));
 }
 
 // mean of n = 0 elements is 0/0 = NaN, as torch.
@@ -189,7 +192,7 @@ Tensor<T> mean(const Tensor<T>& a) {
 
 template <class T>
 Tensor<T> mean(const Tensor<T>& a, const std::vector<int>& dims, bool keepdim) {
-  ReducePlan plan = plan_reduction(a.shape(), reduced_dims("mean", a.dim(), dims), keepdim);
+  ReducePlan plan = plan_reduction("mean", a.shape(), reduced_dims("mean", a.dim(), dims), keepdim);
   const Acc scale = Acc(1) / static_cast<Acc>(plan.count);
   return scaled_sum<T>("mean", a, std::move(plan), scale);
 }
@@ -203,14 +206,14 @@ Tensor<T> var(const Tensor<T>& a, bool unbiased) {
 
 template <class T>
 Tensor<T> var(const Tensor<T>& a, const std::vector<int>& dims, bool unbiased, bool keepdim) {
-  return variance<T>(a, plan_reduction(a.shape(), reduced_dims("var", a.dim(), dims), keepdim), unbiased);
+  return variance<T>(a, plan_reduction("var", a.shape(), reduced_dims("var", a.dim(), dims), keepdim), unbiased);
 }
 
 // ---- amax, max --------------------------------------------------------------------------------
 
 template <class T>
 Tensor<T> amax(const Tensor<T>& a, const std::vector<int>& dims, bool keepdim) {
-  return max_shared<T>("amax", a, plan_reduction(a.shape(), reduced_dims("amax", a.dim(), dims), keepdim));
+  return max_shared<T>("amax", a, plan_reduction("amax", a.shape(), reduced_dims("amax", a.dim(), dims), keepdim));
 }
 
 template <class T>
@@ -223,7 +226,7 @@ Tensor<T> max(const Tensor<T>& a) {
 template <class T>
 std::pair<Tensor<T>, IndexArray> max(const Tensor<T>& a, int dim, bool keepdim) {
   const Shape in = a.shape();
-  ReducePlan plan = plan_reduction(in, reduced_dims("max", in.size(), {dim}), keepdim);
+  ReducePlan plan = plan_reduction("max", in, reduced_dims("max", in.size(), {dim}), keepdim);
   XGRAD_CHECK(plan.count > 0, "max: cannot reduce over an empty dimension (input shape ", in,
               ", dim ", dim, ")");
   // Position along dim of flat index i: (i / inner) % size.

@@ -300,9 +300,16 @@ Tensor<T> from_vector(const std::vector<T>& data, const Shape& shape, bool requi
 // An Array<T> of the given shape (uninitialized), from_shape spelled for std::vector shapes,
 // reusing a buffer from the thread's array cache when one of that size is free (float, double).
 // The shape is checked first (checked_numel): an error names `who`.
+// When the memory cannot be had it throws OutOfMemoryError (a std::bad_alloc) naming `who`, the
+// shape and the bytes.
 template <class T>
 Array<T> empty_array(const Shape& shape, const char* who = "allocating a tensor") {
-  return detail::cached_array<T>(shape, checked_numel(shape, sizeof(T), who));
+  const std::size_t numel = checked_numel(shape, sizeof(T), who);
+  try {
+    return detail::cached_array<T>(shape, numel);
+  } catch (const std::bad_alloc&) {
+    throw OutOfMemoryError(who, shape, numel * sizeof(T));
+  }
 }
 
 template <class E>
