@@ -38,6 +38,10 @@ double norm_of(const Array<T>& g, double p) {
 template <class T>
 T clip_grad_norm_(const std::vector<Tensor<T>>& params, double max_norm, double norm_type, bool error_if_nonfinite) {
   XGRAD_CHECK(norm_type > 0.0, "clip_grad_norm_: norm_type must be positive or infinity, got ", norm_type);
+  // NaN or a negative bound would turn every gradient into NaN or flip its sign without a word;
+  // infinity clips nothing (the call then only measures the norm), as in PyTorch.
+  XGRAD_CHECK(max_norm >= 0.0, "clip_grad_norm_: max_norm must be a non-negative number (infinity: no "
+              "clipping), got ", max_norm);
   std::vector<Tensor<T>> with_grad;
   for (const auto& p : params)
     if (p.defined() && p.has_grad()) with_grad.push_back(p);
@@ -67,6 +71,7 @@ T clip_grad_norm_(const std::vector<Tensor<T>>& params, double max_norm, double 
 
 template <class T>
 void clip_grad_value_(const std::vector<Tensor<T>>& params, double clip_value) {
+  XGRAD_CHECK(clip_value >= 0.0, "clip_grad_value_: clip_value must be a non-negative number, got ", clip_value);
   const T hi = static_cast<T>(clip_value);
   const T lo = static_cast<T>(-clip_value);
   for (const auto& param : params) {
