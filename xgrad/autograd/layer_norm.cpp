@@ -49,13 +49,31 @@ inline void store_d(const DB& b, float* p) {
   b.store_unaligned(p);
 }
 
+// The sum of a batch's lanes in xsimd::hadd's order (8 lanes: the upper half added to the lower,
+// then (l0 + l1) + (l2 + l3)), through memory: GCC 12 inlines hadd's AVX-512 intrinsics into a
+// false -Wuninitialized here (its bug 105593).
+inline double sum_lanes(const DB& b) {
+  alignas(64) double l[kW];
+  b.store_aligned(l);
+  if constexpr (kW == 8) {
+    for (std::size_t i = 0; i < 4; ++i) l[i] = l[i + 4] + l[i];
+    return (l[0] + l[1]) + (l[2] + l[3]);
+  } else if constexpr (kW == 4) {
+    return (l[0] + l[1]) + (l[2] + l[3]);
+  } else {
+    double total = 0;
+    for (std::size_t i = 0; i < kW; ++i) total += l[i];
+    return total;
+  }
+}
+
 // sum_j f(j) over a row of n: f maps a lane start j to a batch (full batches) or a double (tail).
 template <class FB, class FS>
 double row_sum(std::size_t n, FB fb, FS fs) {
   DB acc(0.0);
   std::size_t j = 0;
   for (; j + kW <= n; j += kW) acc += fb(j);
-  double total = xsimd::hadd(acc);
+  double total = sum_lanes(acc);
   for (; j < n; ++j) total += fs(j);
   return total;
 }
@@ -124,7 +142,7 @@ void backward_row(const T* xr, const T* dyr, const T* pw, double m, double rs, s
     if (dw) xsimd::fma(g, xhat, DB::load_unaligned(dw + j)).store_unaligned(dw + j);
     if (db) (DB::load_unaligned(db + j) + g).store_unaligned(db + j);
   }
-  double mean_dxhat = xsimd::hadd(acc_dxhat), mean_dxhat_xhat = xsimd::hadd(acc_dxhat_xhat);
+  double mean_dxhat = sum_lanes(acc_dxhat), mean_dxhat_xhat = sum_lanes(acc_dxhat_xhat);
   for (; j < D; ++j) {
     const double xhat = (xr[j] - m) * rs;
     const double g = dyr[j];
