@@ -2,15 +2,20 @@
 // checkpoint and state dict. A malformed input must throw xgrad::FormatError; anything else
 // escaping (another exception, a crash, a sanitizer report, a leak, a hang) is a finding. An
 // input that loads must restore into freshly built objects or be refused with
-// std::invalid_argument, and survive a save and a reload unchanged.
+// std::invalid_argument, and survive a save and a reload unchanged. Each input is also read with
+// its checksum recomputed (the last 4 bytes of a binary file, a JSON header's crc32), as a forger
+// would: otherwise nearly every mutation would stop at the checksum and the parsers behind it
+// would go unexplored.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 #include <xgrad/nn/linear.hpp>
 #include <xgrad/optim/adam.hpp>
 #include <xgrad/optim/lr_scheduler.hpp>
+#include <xgrad/serialize/archive_io.hpp>
 #include <xgrad/serialize/serialize.hpp>
 
 namespace {
@@ -62,13 +67,35 @@ void state_dict(const std::uint8_t* data, std::size_t size, ArchiveFormat format
   if (xgrad::state_dict_bytes(again, ArchiveFormat::binary) != bytes) std::abort();
 }
 
+// The input with a valid checksum for `format`, or empty when it has no place for one.
+std::string resealed(const std::uint8_t* data, std::size_t size, ArchiveFormat format) {
+  namespace io = xgrad::archive_io;
+  std::string bytes(reinterpret_cast<const char*>(data), size);
+  if (format == ArchiveFormat::binary) {
+    if (size < 5) return {};
+    bytes.resize(size - 4);
+    io::append_binary_crc(bytes);
+    return bytes;
+  }
+  const std::string key = "\"crc32\": \"";
+  const std::size_t at = bytes.find(key);
+  if (at == std::string::npos || at + key.size() + 8 > bytes.size()) return {};
+  bytes.replace(at + key.size(), 8, io::kJsonCrcPlaceholder);
+  return io::json_with_crc(std::move(bytes));
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   for (ArchiveFormat format : {ArchiveFormat::binary, ArchiveFormat::json}) {
-    checkpoint(data, size, format);
-    state_dict<float>(data, size, format);
-    state_dict<double>(data, size, format);
+    const std::string sealed = resealed(data, size, format);
+    for (const auto& [d, n] : {std::pair{data, size}, std::pair{reinterpret_cast<const std::uint8_t*>(sealed.data()),
+                                                                sealed.size()}}) {
+      if (n == 0 && d != data) continue;
+      checkpoint(d, n, format);
+      state_dict<float>(d, n, format);
+      state_dict<double>(d, n, format);
+    }
   }
   return 0;
 }

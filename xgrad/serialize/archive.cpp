@@ -3,8 +3,10 @@
 #include <xgrad/serialize/archive.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -197,6 +199,96 @@ std::string kind_description(const std::string& kind) {
   if (kind == "generator") return "a random generator's state";
   if (kind == "checkpoint") return "a checkpoint";
   return "'" + kind + "'";
+}
+
+std::uint32_t crc32(const char* data, std::size_t size) {
+  static const auto table = [] {
+    std::array<std::uint32_t, 256> t{};
+    for (std::uint32_t i = 0; i < 256; ++i) {
+      std::uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+      t[i] = c;
+    }
+    return t;
+  }();
+  std::uint32_t c = 0xFFFFFFFFu;
+  for (std::size_t i = 0; i < size; ++i) c = table[(c ^ static_cast<unsigned char>(data[i])) & 0xFF] ^ (c >> 8);
+  return c ^ 0xFFFFFFFFu;
+}
+
+namespace {
+
+std::string hex8(std::uint32_t v) {
+  char s[9];
+  std::snprintf(s, sizeof s, "%08x", v);
+  return s;
+}
+
+FormatError crc_mismatch(std::uint32_t computed, const std::string& stored) {
+  return FormatError("the file is truncated or corrupt: its checksum is " + hex8(computed) + ", the file says " +
+                     stored);
+}
+
+// Where the JSON text holds the header's crc32 value: the first "crc32" string (the header comes
+// first), or npos.
+std::size_t json_crc_position(const std::string& text) {
+  const std::string key = "\"crc32\": \"";
+  const std::size_t at = text.find(key);
+  return at == std::string::npos || at + key.size() + 8 > text.size() ? std::string::npos : at + key.size();
+}
+
+}  // namespace
+
+void append_binary_crc(std::string& bytes) {
+  const std::uint32_t c = crc32(bytes.data(), bytes.size());
+  for (int i = 0; i < 4; ++i) bytes.push_back(static_cast<char>((c >> (8 * i)) & 0xFF));
+}
+
+void check_binary_crc(const char* data, std::size_t size) {
+  if (size < 5) throw FormatError("the file is truncated (no room for its checksum)");
+  std::uint32_t stored = 0;
+  for (int i = 0; i < 4; ++i) stored |= std::uint32_t(static_cast<unsigned char>(data[size - 4 + i])) << (8 * i);
+  const std::uint32_t computed = crc32(data, size - 4);
+  if (computed != stored) throw crc_mismatch(computed, hex8(stored));
+}
+
+std::string json_with_crc(std::string text) {
+  const std::size_t at = json_crc_position(text);
+  XGRAD_CHECK(at != std::string::npos && text.compare(at, 8, kJsonCrcPlaceholder) == 0,
+              "write_archive: no crc32 placeholder in the JSON header");
+  text.replace(at, 8, hex8(crc32(text.data(), text.size())));
+  return text;
+}
+
+void check_json_crc(const char* data, std::size_t size, const Header& header) {
+  std::string text(data, size);
+  const std::size_t at = json_crc_position(text);
+  if (header.format_version < 2) {
+    // The header holds no object: its end is the first '}'.
+    if (at != std::string::npos && at < text.find('}'))
+      throw FormatError("a format 1 header with a crc32: the file is corrupt");
+    return;
+  }
+  const std::string& crc = header.crc32;
+  if (at == std::string::npos || text.compare(at, 8, crc) != 0 || crc.size() != 8)
+    throw FormatError("the header's crc32 (\"" + crc + "\") is not where a writer puts it: the file is corrupt");
+  text.replace(at, 8, kJsonCrcPlaceholder);
+  const std::uint32_t computed = crc32(text.data(), text.size());
+  if (hex8(computed) != crc) throw crc_mismatch(computed, crc);
+}
+
+bool starts_like_a_header(const char* data, std::size_t size) {
+  std::string start(1, '\1');
+  start += std::string("\5\0\0\0\0\0\0\0", 8) + kArchiveMagic;
+  const std::size_t n = std::min(size, start.size());
+  return n > 0 && static_cast<unsigned char>(data[0]) <= 1 && std::memcmp(data + 1, start.data() + 1, n - 1) == 0;
+}
+
+std::string reason_of(const std::exception& e) {
+  const std::string what = e.what();
+  if (what.rfind("Failed to read ", 0) == 0)  // cereal: "Failed to read N bytes from input stream! Read M"
+    return "the file is truncated (" + what + ")";
+  return what;
 }
 
 void check_header(const Header& header, const char* kind) {

@@ -50,11 +50,13 @@ enum class ArchiveFormat { binary, json };
 ArchiveFormat archive_format(const std::string& path);
 
 constexpr const char* kArchiveMagic = "xgrad";
-// The format this build writes and the newest it reads: 1 is the first. Later builds read every
-// earlier version (tests/fixtures/serialize_v1/checkpoint.* are the contract). Within a format,
-// each archived type has a class version: the optimizer state's is 2 since it holds any
-// optimizer (tests/fixtures/serialize_v2/ pin what this build writes).
-constexpr std::uint32_t kArchiveFormatVersion = 1;
+// The format this build writes and the newest it reads. 1 is the first; 2 adds a CRC-32 over
+// every byte (a binary file ends with it, a JSON file's header holds it), verified on load, so a
+// flipped bit or a truncation is refused instead of loading other values. Later builds read every
+// earlier version (tests/fixtures/serialize_v1/ and serialize_v2/, format 1, are the contract).
+// Within a format, each archived type has a class version: the optimizer state's is 2 since it
+// holds any optimizer (tests/fixtures/serialize_v3/, format 2, pin what this build writes).
+constexpr std::uint32_t kArchiveFormatVersion = 2;
 
 // ---- module state ------------------------------------------------------------------------------
 

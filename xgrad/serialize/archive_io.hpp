@@ -20,6 +20,7 @@
 #include <memory>
 #include <optional>
 #include <ostream>
+#include <sstream>
 #include <streambuf>
 #include <string>
 #include <type_traits>
@@ -294,7 +295,21 @@ struct Header {
   std::string magic = kArchiveMagic;
   std::uint32_t format_version = kArchiveFormatVersion;
   std::string kind;  // "state_dict", "optimizer", "lr_scheduler", "generator", "checkpoint"
+  std::string crc32;  // JSON, format 2 on: the text's CRC-32, 8 hex digits (see write_archive)
 };
+
+// CRC-32 (IEEE 802.3, as zip and zlib compute it) of `size` bytes.
+std::uint32_t crc32(const char* data, std::size_t size);
+// Format 2 on, a checksum covers every byte: a binary archive ends with the CRC-32 of all the
+// bytes before it (4 bytes, little-endian); a JSON archive's header holds, as "crc32", the CRC-32
+// of the whole text written with kJsonCrcPlaceholder in its place. The checks throw FormatError
+// when it does not match (a truncated or corrupt file), and check_json_crc also when a format-1
+// header holds a crc32 (a corrupted version number must not turn the check off).
+constexpr const char* kJsonCrcPlaceholder = "00000000";
+void append_binary_crc(std::string& bytes);
+void check_binary_crc(const char* data, std::size_t size);
+std::string json_with_crc(std::string text);
+void check_json_crc(const char* data, std::size_t size, const Header& header);
 
 // The first byte of a binary archive (cereal's endianness flag) must be 0 or 1; throws
 // FormatError "not an xgrad archive" otherwise. A JSON text must be valid UTF-8 JSON, without NUL
@@ -305,6 +320,13 @@ void check_json_text(const char* data, std::size_t size);
 // content of this kind.
 void check_header(const Header& header, const char* kind);
 std::string kind_description(const std::string& kind);
+
+// What a parser's exception says about a file: cereal's "Failed to read 8 bytes from input
+// stream! Read 7" becomes "the file is truncated (...)".
+std::string reason_of(const std::exception& e);
+// Whether the bytes begin as a binary archive's header does (the endianness flag, the magic's
+// length and as much of "xgrad" as there is).
+bool starts_like_a_header(const char* data, std::size_t size);
 
 // The whole file (std::runtime_error naming `who` and the path if it cannot be read).
 std::string read_file(const char* who, const std::string& path);
@@ -332,12 +354,16 @@ void CEREAL_SAVE_FUNCTION_NAME(A& ar, const xgrad::archive_io::Header& h) {
   xgrad::archive_io::save_string(ar, "magic", h.magic);
   xgrad::archive_io::field(ar, "format_version", h.format_version);
   xgrad::archive_io::save_string(ar, "kind", h.kind);
+  if constexpr (xgrad::archive_io::is_json<A>)
+    if (h.format_version >= 2) xgrad::archive_io::save_string(ar, "crc32", h.crc32);
 }
 template <class A>
 void CEREAL_LOAD_FUNCTION_NAME(A& ar, xgrad::archive_io::Header& h) {
   xgrad::archive_io::field(ar, "magic", h.magic);
   xgrad::archive_io::field(ar, "format_version", h.format_version);
   xgrad::archive_io::field(ar, "kind", h.kind);
+  if constexpr (xgrad::archive_io::is_json<A>)
+    if (h.format_version >= 2) xgrad::archive_io::field(ar, "crc32", h.crc32);
 }
 
 }  // namespace cereal
@@ -349,19 +375,27 @@ template <class F>
 void write_archive(std::ostream& out, ArchiveFormat format, const char* kind, F&& payload) {
   Header header;
   header.kind = kind;
+  std::ostringstream text(std::ios::binary);  // the checksum covers it all: written once complete
   if (format == ArchiveFormat::binary) {
-    BinaryOut ar(out, BinaryOut::Options::LittleEndian());
-    ar(header);
-    payload(ar);
+    {
+      BinaryOut ar(text, BinaryOut::Options::LittleEndian());
+      ar(header);
+      payload(ar);
+    }
+    std::string bytes = std::move(text).str();
+    append_binary_crc(bytes);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   } else {
+    header.crc32 = kJsonCrcPlaceholder;
     {
       // Shortest decimals that read back exactly; two-space indent.
-      JsonOut ar(out, JsonOut::Options(rapidjson::Writer<rapidjson::OStreamWrapper>::kDefaultMaxDecimalPlaces,
-                                       JsonOut::Options::IndentChar::space, 2));
+      JsonOut ar(text, JsonOut::Options(rapidjson::Writer<rapidjson::OStreamWrapper>::kDefaultMaxDecimalPlaces,
+                                        JsonOut::Options::IndentChar::space, 2));
       field(ar, "header", header);
       payload(ar);
     }  // the archive closes the root object when it goes out of scope
-    out << '\n';
+    text << '\n';
+    out << json_with_crc(std::move(text).str());
   }
 }
 
@@ -376,14 +410,25 @@ void read_archive(const char* who, const std::string& name, const char* data, st
     std::istream in(&buf);
     if (format == ArchiveFormat::binary) {
       check_binary_start(data, size);
-      BinaryReader ar(in, buf);
       Header header;
       try {
+        BinaryReader ar(in, buf);
         ar(header);
       } catch (const std::exception& e) {
-        throw FormatError(std::string("not an xgrad archive (") + e.what() + ")");
+        // Cut short inside a header that starts as xgrad's does: truncated, not foreign.
+        const std::string reason = reason_of(e);
+        throw FormatError(starts_like_a_header(data, size) ? "the file is truncated (" + std::string(e.what()) + ")"
+                                                           : "not an xgrad archive (" + reason + ")");
       }
       check_header(header, kind);
+      if (header.format_version >= 2) {
+        check_binary_crc(data, size);
+        size -= 4;
+      }
+      MemoryBuf body(data, size);  // read again from the start, without the checksum
+      std::istream body_in(&body);
+      BinaryReader ar(body_in, body);
+      ar(header);
       payload(static_cast<BinaryIn&>(ar));
       if (ar.remaining() != 0)
         throw FormatError(std::to_string(ar.remaining()) + " unexpected bytes after the end of the archive");
@@ -397,6 +442,7 @@ void read_archive(const char* who, const std::string& name, const char* data, st
         throw FormatError(std::string("not an xgrad archive (") + e.what() + ")");
       }
       check_header(header, kind);
+      check_json_crc(data, size, header);
       payload(static_cast<JsonIn&>(ar));
     }
   } catch (const FormatError& e) {
@@ -404,7 +450,7 @@ void read_archive(const char* who, const std::string& name, const char* data, st
   } catch (const std::bad_alloc&) {
     throw;
   } catch (const std::exception& e) {
-    throw FormatError(prefix + e.what());
+    throw FormatError(prefix + reason_of(e));
   }
 }
 

@@ -140,6 +140,7 @@ void write_file_atomically(const std::string& requested, const std::function<voi
   const std::string prefix = "write_file_atomically: cannot save '" + requested + "': ";
   auto fail = [&](const std::string& reason) { throw std::runtime_error(prefix + reason); };
 
+  if (requested.empty()) fail("the path is empty");
   if (!std::filesystem::path(requested).has_filename()) fail("the path names a folder, not a file");
   const std::string path = save_target(requested, fail);
   const std::filesystem::path target(path);
@@ -237,6 +238,20 @@ std::uint64_t RegularFile::read_at(std::uint64_t offset, std::uint64_t n, void* 
 
 std::string read_regular_file(const char* who, const std::string& path) {
   const RegularFile file(who, path);
+  if (file.size() == 0) {
+    // Files of procfs and sysfs report a size of 0 and still hold text: read them to their end,
+    // up to a bound (they are small; a file that keeps growing must not fill the memory).
+    constexpr std::uint64_t kMaxUnsized = std::uint64_t(64) << 20;
+    std::string bytes;
+    char chunk[1 << 16];
+    for (std::uint64_t n; (n = file.read_at(bytes.size(), sizeof chunk, chunk)) > 0;) {
+      bytes.append(chunk, static_cast<std::size_t>(n));
+      if (bytes.size() > kMaxUnsized)
+        throw std::runtime_error(std::string(who) + ": cannot read '" + path + "': it reports a size of 0 but holds "
+                                 "more than " + std::to_string(kMaxUnsized) + " bytes");
+    }
+    return bytes;
+  }
   std::string bytes(static_cast<std::size_t>(file.size()), '\0');
   bytes.resize(static_cast<std::size_t>(file.read_at(0, file.size(), bytes.data())));
   return bytes;
