@@ -292,3 +292,128 @@ TEST(SetNumThreads, RealThreadCreationFailureUnderAnAddressSpaceLimit) {
   set_num_threads(before);
 }
 #endif
+
+// ---- memory that cannot be had, warnings, zero-size layers ------------------------------------------
+
+#if defined(__SANITIZE_ADDRESS__)
+// AddressSanitizer aborts on an allocation it cannot serve unless told to fail it as malloc does.
+extern "C" const char* __asan_default_options() { return "allocator_may_return_null=1"; }
+#endif
+
+namespace {
+
+// An allocation no machine can serve: 2^45 floats or doubles are 128 or 256 TiB, beyond the 47-bit
+// user address space, so it fails whatever the overcommit policy.
+constexpr std::size_t k45 = std::size_t{1} << 45;
+
+template <class F>
+std::string out_of_memory_message(F&& f) {
+  try {
+    f();
+  } catch (const OutOfMemoryError& e) {
+    const std::bad_alloc& as_bad_alloc = e;  // what a caller catching std::bad_alloc gets
+    return as_bad_alloc.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected OutOfMemoryError, got: " << e.what();
+    return "";
+  }
+  ADD_FAILURE() << "expected OutOfMemoryError";
+  return "";
+}
+
+#define EXPECT_OUT_OF_MEMORY(f, ...)                                            \
+  do {                                                                          \
+    const std::string m_ = out_of_memory_message([&] { f; });                   \
+    for (const char* part : {__VA_ARGS__})                                      \
+      EXPECT_NE(m_.find(part), std::string::npos) << "\"" << m_ << "\" lacks \"" << part << "\""; \
+  } while (0)
+
+}  // namespace
+
+TEST(Hardening, AllocationsTooLargeForTheMachineNameTheOpShapeAndBytes) {
+  EXPECT_OUT_OF_MEMORY(zeros<float>({k45}), "zeros: not enough memory for a tensor of shape (35184372088832)",
+                       "140737488355328 bytes");
+  EXPECT_OUT_OF_MEMORY(arange<double>(0.0, 3e13), "arange: not enough memory", "(30000000000000)",
+                       "240000000000000 bytes");
+  EXPECT_OUT_OF_MEMORY(expand(ones<float>({1}), {static_cast<std::int64_t>(k45)}),
+                       "expand: not enough memory for a tensor of shape (35184372088832)");
+  // A broadcast of two tensors the machine holds to one it cannot: (2^23, 1) + (2^22).
+  const Tensor<float> a = zeros<float>({std::size_t{1} << 23, 1}), b = zeros<float>({std::size_t{1} << 22});
+  EXPECT_OUT_OF_MEMORY(a + b, "not enough memory for a tensor of shape (8388608, 4194304)", "140737488355328 bytes");
+  // The library still works afterwards.
+  EXPECT_EQ(sum(ones<float>({3})).item(), 3.0f);
+}
+
+TEST(Hardening, ReductionOutputShapesAreChecked) {
+  // (2^62, 0) has no element; its sum over dim 1 would have 2^62.
+  const Tensor<float> x = zeros<float>({std::size_t{1} << 62, 0});
+  EXPECT_MESSAGE(sum(x, {1}), "sum: the shape (4611686018427387904)", "more than can be allocated");
+  EXPECT_MESSAGE(amax(x, {1}), "amax: the shape (4611686018427387904)");
+  EXPECT_MESSAGE(mean(x, {1}), "mean: the shape (4611686018427387904)");
+  EXPECT_EQ(sum(x).item(), 0.0f);  // over everything: one number
+}
+
+namespace {
+
+// Collects the warnings raised while it lives, each call site afresh.
+class WarningCapture {
+ public:
+  WarningCapture() : previous_(set_warning_handler([this](const Warning& w) { messages.push_back(w.message); })) {
+    reset_warnings();
+  }
+  ~WarningCapture() { set_warning_handler(previous_); }
+  std::vector<std::string> messages;
+
+ private:
+  WarningHandler previous_;
+};
+
+}  // namespace
+
+TEST(Warnings, MseLossWarnsOncePerCallSiteWhenTheTargetBroadcasts) {
+  WarningCapture warnings;
+  const Tensor<float> input = ones<float>({3, 1}), target = ones<float>({3});
+  EXPECT_EQ(mse_loss(input, target).shape(), Shape{});  // broadcast to (3, 3), as PyTorch
+  ASSERT_EQ(warnings.messages.size(), 1u);
+  EXPECT_NE(warnings.messages[0].find("using a target size (3) that is different to the input size (3, 1)"),
+            std::string::npos)
+      << warnings.messages[0];
+  mse_loss(input, target);  // the same call site: once
+  mse_loss(input, input);   // the same shapes: no warning
+  EXPECT_EQ(warnings.messages.size(), 1u);
+  reset_warnings();
+  mse_loss(input, target);
+  EXPECT_EQ(warnings.messages.size(), 2u);
+}
+
+TEST(Warnings, DefaultHandlerPrintsToStderrAndAThrowingHandlerMakesAnError) {
+  reset_warnings();
+  ::testing::internal::CaptureStderr();
+  mse_loss(ones<double>({2, 1}), ones<double>({2}));
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("xgrad warning: mse_loss: using a target size (2)"), std::string::npos) << err;
+  EXPECT_NE(err.find("loss.cpp:"), std::string::npos) << err;  // where it was raised
+
+  reset_warnings();
+  const WarningHandler previous =
+      set_warning_handler([](const Warning& w) { throw std::runtime_error("as error: " + w.message); });
+  EXPECT_THROW(mse_loss(ones<double>({2, 1}), ones<double>({2})), std::runtime_error);
+  set_warning_handler(previous);
+}
+
+TEST(Hardening, ZeroSizeLayersAreAcceptedAsInPyTorch) {
+  WarningCapture warnings;
+  nn::Linear<float> empty_in(0, 3);  // weight (3, 0): its init is a no-op, with PyTorch's warning
+  EXPECT_EQ(empty_in.weight.shape(), (Shape{3, 0}));
+  const Tensor<float> y = empty_in.forward(zeros<float>({2, 0}));
+  ASSERT_EQ(y.shape(), (Shape{2, 3}));
+  for (std::size_t i = 0; i < 2; ++i)
+    for (std::size_t j = 0; j < 3; ++j) EXPECT_EQ(y.value()(i, j), empty_in.bias.value()(j));
+  for (float b : empty_in.bias.value()) EXPECT_EQ(b, 0.0f);  // bound 1/sqrt(fan_in) is 0 at fan_in 0
+  ASSERT_FALSE(warnings.messages.empty());
+  EXPECT_NE(warnings.messages[0].find("zero-element tensors is a no-op"), std::string::npos);
+
+  nn::TransformerEncoderLayer<float> no_ff(nn::TransformerEncoderLayerOptions(8, 2).dim_feedforward(0).dropout(0.0));
+  const Tensor<float> x = ones<float>({4, 1, 8});
+  EXPECT_EQ(no_ff.forward(x).shape(), (Shape{4, 1, 8}));
+}

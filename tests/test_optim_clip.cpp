@@ -89,3 +89,16 @@ TEST(ClipGradValue, ClampsEveryElement) {
   EXPECT_EQ(a.grad(), (Array<double>{-0.15, -0.1, 0.0, 0.15, 0.15}));
   EXPECT_FALSE(none.has_grad());
 }
+
+TEST(ClipGradNorm, RefusesANaNOrNegativeMaxNormAndLeavesTheGradientsAlone) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  auto a = param_with_grad({3.0, 4.0});
+  XGRAD_EXPECT_THROW_MSG(clip_grad_norm_<double>({a}, nan), "clip_grad_norm_", "max_norm must be a non-negative",
+                         "nan");
+  XGRAD_EXPECT_THROW_MSG(clip_grad_norm_<double>({a}, -1.0), "max_norm must be a non-negative", "-1");
+  EXPECT_EQ(a.grad(), (Array<double>{3.0, 4.0}));
+  // Infinity clips nothing and returns the norm, as torch.nn.utils.clip_grad_norm_(p, inf).
+  EXPECT_EQ(clip_grad_norm_<double>({a}, std::numeric_limits<double>::infinity()), 5.0);
+  EXPECT_EQ(a.grad(), (Array<double>{3.0, 4.0}));
+  XGRAD_EXPECT_THROW_MSG(clip_grad_value_<double>({a}, nan), "clip_grad_value_", "non-negative");
+}

@@ -412,29 +412,33 @@ TEST(SerializeArchive, NewerFormatAndClassVersionsAreRejected) {
   std::string binary = state_dict_bytes(s, ArchiveFormat::binary);
   // byte 0: endianness flag; 1..8: magic length 5; 9..13: "xgrad"; 14..17: format version.
   ASSERT_EQ(binary.substr(9, 5), "xgrad");
-  ASSERT_EQ(binary[14], 1);
+  ASSERT_EQ(binary[14], 2);
   binary[14] = 3;
   expect_error<FormatError>([&] { load_state_dict_from_memory<float>(binary.data(), binary.size(), ArchiveFormat::binary); },
-                            {"written by a newer format version 3, this build reads up to 1"});
+                            {"written by a newer format version 3, this build reads up to 2"});
 
   std::string json = state_dict_bytes(s, ArchiveFormat::json);
-  const std::string version = "\"format_version\": 1";
+  const std::string version = "\"format_version\": 2";
   ASSERT_NE(json.find(version), std::string::npos);
   json.replace(json.find(version), version.size(), "\"format_version\": 3");
   expect_error<FormatError>([&] { load_state_dict_from_memory<float>(json.data(), json.size(), ArchiveFormat::json); },
-                            {"written by a newer format version 3, this build reads up to 1"});
+                            {"written by a newer format version 3, this build reads up to 2"});
 
-  // The state dict's class version follows the header (1 + 13 + 4 + 8 + "state_dict").
-  binary = state_dict_bytes(s, ArchiveFormat::binary);
+  // The state dict's class version follows the header (1 + 13 + 4 + 8 + "state_dict"); the
+  // checksum is recomputed, so that the class version check itself is what refuses.
+  const std::string original = state_dict_bytes(s, ArchiveFormat::binary);
+  binary = original;
   ASSERT_EQ(binary.substr(26, 10), "state_dict");
   ASSERT_EQ(binary[36], 1);
   binary[36] = 2;
+  binary = reseal(original, binary);
   expect_error<FormatError>([&] { load_state_dict_from_memory<float>(binary.data(), binary.size(), ArchiveFormat::binary); },
                             {"the state dict was written with class version 2, this build reads up to 1"});
   json = state_dict_bytes(s, ArchiveFormat::json);
   const std::size_t at = json.find("\"cereal_class_version\": 1", json.find("\"tensor\""));
   ASSERT_NE(at, std::string::npos);
   json[at + std::strlen("\"cereal_class_version\": ")] = '7';
+  json = reseal(state_dict_bytes(s, ArchiveFormat::json), json);
   expect_error<FormatError>([&] { load_state_dict_from_memory<float>(json.data(), json.size(), ArchiveFormat::json); },
                             {"the tensor was written with class version 7"});
 }

@@ -4,8 +4,9 @@
 //
 // The fixtures tests/fixtures/serialize_v{1,2}/checkpoint.{bin,json} hold fixture_checkpoint()
 // (in folders of their own: tests/fixtures/*.json are PyTorch golden files, see its README).
-// serialize_v1 was written by the first layout; serialize_v2 by the layout this build writes:
-//   test_serialize_checkpoint --gtest_also_run_disabled_tests --gtest_filter='*WriteV2Fixtures'
+// serialize_v1 was written by the first layout; serialize_v2 by format 1 with the optimizer
+// state at class version 2; serialize_v3 by the layout this build writes (format 2: checksums):
+//   test_serialize_checkpoint --gtest_also_run_disabled_tests --gtest_filter='*WriteV3Fixtures'
 // Never rewrite them once committed: their bytes are the contract.
 #include <signal.h>
 #include <sys/resource.h>
@@ -399,16 +400,18 @@ const char* const kFixtureNames[] = {"checkpoint.bin", "checkpoint.json"};
 
 // serialize_v1: written by the first layout (format 1, every class version 1), never rewritten.
 // serialize_v2: format 1 with the optimizer state at class version 2 (options as named values,
-// a parameter's state as named arrays), which this build writes.
-std::string fixture_path(const char* name, int version = 2) {
+// a parameter's state as named arrays), never rewritten.
+// serialize_v3: format 2 (a CRC-32 over every byte), which this build writes.
+constexpr int kNewestFixtures = 3;
+std::string fixture_path(const char* name, int version = kNewestFixtures) {
   return std::string(XGRAD_FIXTURES_DIR) + "/serialize_v" + std::to_string(version) + "/" + name;
 }
 
 }  // namespace
 
-TEST(SerializeCheckpoint, DISABLED_WriteV2Fixtures) {
-  save_checkpoint(fixture_checkpoint(), fixture_path(kFixtureNames[0], 2));
-  save_checkpoint(fixture_checkpoint(), fixture_path(kFixtureNames[1], 2));
+TEST(SerializeCheckpoint, DISABLED_WriteV3Fixtures) {
+  save_checkpoint(fixture_checkpoint(), fixture_path(kFixtureNames[0]));
+  save_checkpoint(fixture_checkpoint(), fixture_path(kFixtureNames[1]));
 }
 
 namespace {
@@ -458,20 +461,23 @@ TEST(SerializeCheckpoint, LoadsTheVersion1Fixtures) { check_fixtures(1); }
 
 TEST(SerializeCheckpoint, LoadsTheVersion2Fixtures) { check_fixtures(2); }
 
-TEST(SerializeCheckpoint, ThisBuildWritesTheVersion2Bytes) {
-  // While the format version is 1 and the optimizer state's class version 2, an unchanged writer
-  // reproduces the committed serialize_v2 bytes; a change of layout must come with a new format
-  // (or class) version and fixtures of its own. (serialize_v1 holds the class-version-1 layout,
-  // which this build still reads but no longer writes.)
-  if (kArchiveFormatVersion != 1) GTEST_SKIP() << "the format moved on; the fixtures stay as they are";
+TEST(SerializeCheckpoint, LoadsTheVersion3Fixtures) { check_fixtures(3); }
+
+TEST(SerializeCheckpoint, ThisBuildWritesTheVersion3Bytes) {
+  // While the format version is 2 and the optimizer state's class version 2, an unchanged writer
+  // reproduces the committed serialize_v3 bytes; a change of layout must come with a new format
+  // (or class) version and fixtures of its own. (serialize_v1 and v2 hold older layouts, which
+  // this build still reads but no longer writes.)
+  if (kArchiveFormatVersion != 2) GTEST_SKIP() << "the format moved on; the fixtures stay as they are";
   EXPECT_EQ(checkpoint_bytes(fixture_checkpoint(), ArchiveFormat::binary), read_bytes(fixture_path(kFixtureNames[0])));
   EXPECT_EQ(checkpoint_bytes(fixture_checkpoint(), ArchiveFormat::json), read_bytes(fixture_path(kFixtureNames[1])));
-  // A version-1 file loads into what the version-2 file holds: saved again, it is those bytes.
-  for (int i = 0; i < 2; ++i) {
-    const auto format = i == 0 ? ArchiveFormat::binary : ArchiveFormat::json;
-    EXPECT_EQ(checkpoint_bytes(load_checkpoint<float>(fixture_path(kFixtureNames[i], 1)), format),
-              read_bytes(fixture_path(kFixtureNames[i], 2)));
-  }
+  // Version-1 and version-2 files load into what the version-3 file holds: saved again, they are those bytes.
+  for (int version : {1, 2})
+    for (int i = 0; i < 2; ++i) {
+      const auto format = i == 0 ? ArchiveFormat::binary : ArchiveFormat::json;
+      EXPECT_EQ(checkpoint_bytes(load_checkpoint<float>(fixture_path(kFixtureNames[i], version)), format),
+                read_bytes(fixture_path(kFixtureNames[i])));
+    }
 }
 
 TEST(SerializeCheckpoint, RankGeneratorsRoundTripThroughTheMetadata) {

@@ -13,6 +13,7 @@
 #include <set>
 #include <string>
 
+#include <xgrad/serialize/archive_io.hpp>
 #include <xgrad/serialize/serialize.hpp>
 #include "test_util.hpp"
 
@@ -140,5 +141,26 @@ struct SmallRun {
                                       {{"run", "small"}, {"note", "caf\xC3\xA9"}});
   }
 };
+
+// `forged`, made from `original`, with the checksum recomputed when the original had a valid one
+// (format 2): a forger can do that, and the structural checks behind the checksum must still hold.
+inline std::string reseal(const std::string& original, std::string forged) {
+  namespace io = archive_io;
+  const std::size_t at = original.find("\"crc32\": \"");
+  if (!original.empty() && original[0] == '{') {
+    if (at == std::string::npos) return forged;
+    const std::size_t value = forged.find("\"crc32\": \"") + 10;
+    forged.replace(value, 8, io::kJsonCrcPlaceholder);
+    return io::json_with_crc(std::move(forged));
+  }
+  const std::size_t n = original.size();
+  if (n < 5) return forged;
+  std::string sealed = original.substr(0, n - 4);
+  io::append_binary_crc(sealed);
+  if (sealed != original || forged.size() < 4) return forged;  // no valid checksum to keep
+  forged.resize(forged.size() - 4);
+  io::append_binary_crc(forged);
+  return forged;
+}
 
 }  // namespace xgrad::testing
