@@ -274,7 +274,7 @@ Tensor<T> linear(const Tensor<T>& x, const Tensor<T>& weight, const Tensor<T>& b
   T* py = y.data();
   const bool bf16 = detail::autocast_gemm<T>();  // recorded for the backward (autocast.hpp)
   // y starts as the bias broadcast over rows, then gemm adds x W^T (beta = 1).
-  if (has_bias) {
+  if (has_bias && outf > 0) {  // out_features 0: no row to fill (and no buffer to copy from)
     const T* pbias = bias.value().data();
     for (std::size_t r = 0; r < rows_total; ++r) std::memcpy(py + r * outf, pbias, outf * sizeof(T));
   }
