@@ -1,5 +1,7 @@
 #include <xgrad/nn/transformer.hpp>
 
+#include <xgrad/autograd/signals.hpp>
+
 namespace xgrad::nn {
 
 template <class T>
@@ -39,6 +41,9 @@ Tensor<T> TransformerEncoderLayer<T>::ff_block(const Tensor<T>& x) {
 template <class T>
 Tensor<T> TransformerEncoderLayer<T>::forward(const Tensor<T>& src, const AttnMask<T>& src_mask,
                                               const AttnMask<T>& src_key_padding_mask, bool is_causal) {
+  // The layer's oneDNN calls block the asynchronous signals once, not once per product
+  // (autograd/signals.hpp): a signal arriving meanwhile is handled when the layer is done.
+  const detail::AsyncSignalScope one_signal_block;
   Tensor<T> x = src;
   if (options_.norm_first()) {
     x = x + sa_block(norm1->forward(x), src_mask, src_key_padding_mask, is_causal);
@@ -79,6 +84,7 @@ std::shared_ptr<TransformerEncoderLayer<T>> TransformerEncoder<T>::layer(std::si
 template <class T>
 Tensor<T> TransformerEncoder<T>::forward(const Tensor<T>& src, const AttnMask<T>& mask,
                                          const AttnMask<T>& src_key_padding_mask, bool is_causal) {
+  const detail::AsyncSignalScope one_signal_block;  // for all the layers, as in each layer
   Tensor<T> x = src;
   for (std::size_t i = 0; i < layers->size(); ++i) x = layer(i)->forward(x, mask, src_key_padding_mask, is_causal);
   if (norm) x = norm->forward(x);
