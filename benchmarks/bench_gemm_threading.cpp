@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include <xgrad/autograd/gemm.hpp>
-#include <xgrad/autograd/onednn.hpp>
+#include <xgrad/backend/gemm.hpp>
+#include <xgrad/backend/onednn.hpp>
 #include <xgrad/xgrad.hpp>
 
 namespace {

@@ -15,5 +15,5 @@ xgrad_require(cereal libcereal-dev)
 set(BLA_VENDOR OpenBLAS)
 xgrad_require(BLAS libopenblas-dev)
 xgrad_require(Threads libc6-dev)
-include(XgradFindDNNL)  # oneDNN, the float32 and bf16 gemms (xgrad/autograd/onednn.cpp), without OpenCL
+include(XgradFindDNNL)  # oneDNN, the float32 and bf16 gemms (xgrad/backend/onednn.cpp), without OpenCL
 xgrad_require(OpenMP libgomp1)  # oneDNN's threads; xgrad sets their count (omp_set_num_threads)

@@ -21,7 +21,7 @@
 #include <fstream>
 #include <string>
 
-#include <xgrad/autograd/graphviz.hpp>
+#include <xgrad/core/graphviz.hpp>
 #include <xgrad/xgrad.hpp>
 
 namespace {

@@ -1,5 +1,5 @@
 // gradcheck: the finite-difference check (double precision, central differences) of every op in
-// autograd/ops.hpp and every module in nn/, or of the ones named, at sizes chosen by flags.
+// ops/ops.hpp and every module in nn/, or of the ones named, at sizes chosen by flags.
 // Prints one row per check (name, shapes, largest absolute and relative error, PASS/FAIL) and
 // exits with 1 when any check fails.
 //

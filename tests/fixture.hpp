@@ -26,7 +26,7 @@
 #include <nlohmann/json.hpp>
 #include <xtensor/xarray.hpp>
 
-#include <xgrad/autograd/tensor.hpp>
+#include <xgrad/core/tensor.hpp>
 
 #ifndef XGRAD_FIXTURES_DIR
 #error "XGRAD_FIXTURES_DIR must name the tests/fixtures directory (set by tests/CMakeLists.txt)"

@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include <xgrad/autograd/bf16.hpp>
+#include <xgrad/backend/bf16.hpp>
 #include <xgrad/xgrad.hpp>
 
 #include "test_util.hpp"

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include <xgrad/autograd/bf16.hpp>
-#include <xgrad/autograd/onednn.hpp>
+#include <xgrad/backend/bf16.hpp>
+#include <xgrad/backend/onednn.hpp>
 #include <xgrad/xgrad.hpp>
 
 namespace xgrad {

@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include <xgrad/autograd/bf16.hpp>
-#include <xgrad/autograd/gemm.hpp>
-#include <xgrad/autograd/onednn.hpp>
+#include <xgrad/backend/bf16.hpp>
+#include <xgrad/backend/gemm.hpp>
+#include <xgrad/backend/onednn.hpp>
 #include <xgrad/xgrad.hpp>
 
 namespace {

@@ -1,7 +1,7 @@
 // to_dot draws the backward graph: ops with shapes, parameters by name, shared nodes once.
 #include "test_util.hpp"
 
-#include <xgrad/autograd/graphviz.hpp>
+#include <xgrad/core/graphviz.hpp>
 
 using namespace xgrad;
 

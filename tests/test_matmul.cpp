@@ -3,7 +3,7 @@
 // the shape errors.
 #include <cmath>
 
-#include <xgrad/autograd/gemm.hpp>
+#include <xgrad/backend/gemm.hpp>
 #include "test_util.hpp"
 
 using namespace xgrad;

@@ -1,4 +1,4 @@
-// Intra-op threads (autograd/parallel.hpp): set_num_threads and parallel_for themselves, then the
+// Intra-op threads (backend/parallel.hpp): set_num_threads and parallel_for themselves, then the
 // key correctness argument for every kernel split across threads: with 1, 2 and 3 threads the
 // values and gradients agree (bitwise where the split cannot change the arithmetic: GELU,
 // LayerNorm's y and dx, attention, permute copies, Adam; to rounding where it can: gemm blocks,
@@ -14,7 +14,7 @@
 #include <mutex>
 #include <thread>
 
-#include <xgrad/autograd/gemm.hpp>
+#include <xgrad/backend/gemm.hpp>
 #include "test_util.hpp"
 
 using namespace xgrad;

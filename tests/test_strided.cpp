@@ -1,4 +1,4 @@
-// The strided index walker (autograd/strided.hpp) against a naive reference that decodes every
+// The strided index walker (backend/strided.hpp) against a naive reference that decodes every
 // flat index into its multi-index and dots it with each stride set: ranks 0 to 4, zero-size dims,
 // broadcast (0) strides, permuted strides, one to three stride sets, and for_each_row over every
 // range of rows (as a thread chunk takes them). Also numel and row_count.
@@ -8,8 +8,8 @@
 
 #include <gtest/gtest.h>
 
-#include <xgrad/autograd/broadcast.hpp>
-#include <xgrad/autograd/strided.hpp>
+#include <xgrad/ops/broadcast.hpp>
+#include <xgrad/backend/strided.hpp>
 
 using xgrad::Shape;
 using Strides = std::vector<std::size_t>;

@@ -11,7 +11,7 @@
 #include <fstream>
 #include <sstream>
 
-#include <xgrad/autograd/bf16.hpp>
+#include <xgrad/backend/bf16.hpp>
 
 #include "support/training.hpp"
 

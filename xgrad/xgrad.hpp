@@ -1,16 +1,16 @@
 // The umbrella header: everything a user of xgrad needs.
 #pragma once
 
-#include <xgrad/autograd/allocator.hpp>
-#include <xgrad/autograd/autocast.hpp>
-#include <xgrad/autograd/check.hpp>
-#include <xgrad/autograd/gemm_backend.hpp>
-#include <xgrad/autograd/gradcheck.hpp>
-#include <xgrad/autograd/ops.hpp>
-#include <xgrad/autograd/parallel.hpp>
-#include <xgrad/autograd/random.hpp>
-#include <xgrad/autograd/tensor.hpp>
-#include <xgrad/autograd/warning.hpp>
+#include <xgrad/backend/allocator.hpp>
+#include <xgrad/backend/autocast.hpp>
+#include <xgrad/base/check.hpp>
+#include <xgrad/backend/gemm_backend.hpp>
+#include <xgrad/core/gradcheck.hpp>
+#include <xgrad/ops/ops.hpp>
+#include <xgrad/backend/parallel.hpp>
+#include <xgrad/base/random.hpp>
+#include <xgrad/core/tensor.hpp>
+#include <xgrad/base/warning.hpp>
 #include <xgrad/data/data.hpp>
 #include <xgrad/nn/nn.hpp>
 #include <xgrad/optim/optim.hpp>

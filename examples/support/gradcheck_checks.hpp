@@ -1,5 +1,5 @@
 // The finite-difference checks (double precision, central differences) of every op in
-// autograd/ops.hpp and every module in nn/: one list, run by the gradcheck tool at sizes chosen by
+// ops/ops.hpp and every module in nn/: one list, run by the gradcheck tool at sizes chosen by
 // its flags, and by tests/test_gradcheck_checks.cpp as one gtest per entry at the default sizes.
 // Add an op or a module: add its entry in gradcheck_checks.cpp, and both run it.
 //

@@ -10,7 +10,7 @@
 #include <cstdlib>
 #include <fstream>
 
-#include <xgrad/autograd/bf16.hpp>
+#include <xgrad/backend/bf16.hpp>
 #include <xgrad/serialize/safetensors.hpp>
 #ifdef XGRAD_WITH_MPI
 #include <xgrad/distributed/distributed.hpp>

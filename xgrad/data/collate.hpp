@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <vector>
 
-#include <xgrad/autograd/tensor.hpp>
+#include <xgrad/core/tensor.hpp>
 
 namespace xgrad::data {
 

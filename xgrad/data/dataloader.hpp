@@ -46,8 +46,8 @@
 #include <vector>
 
 #include <xgrad/arg.hpp>
-#include <xgrad/autograd/check.hpp>
-#include <xgrad/autograd/random.hpp>
+#include <xgrad/base/check.hpp>
+#include <xgrad/base/random.hpp>
 #include <xgrad/data/collate.hpp>
 #include <xgrad/data/dataset.hpp>
 #include <xgrad/data/sampler.hpp>

@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include <xgrad/autograd/random.hpp>
-#include <xgrad/autograd/tensor.hpp>
+#include <xgrad/base/random.hpp>
+#include <xgrad/core/tensor.hpp>
 
 namespace xgrad::data {
 

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include <xgrad/arg.hpp>
-#include <xgrad/autograd/tensor.hpp>
+#include <xgrad/core/tensor.hpp>
 #include <xgrad/data/dataset.hpp>
 
 namespace xgrad::data {

@@ -1,7 +1,7 @@
 // Samplers (sampler.hpp).
 #include <xgrad/data/sampler.hpp>
 
-#include <xgrad/autograd/check.hpp>
+#include <xgrad/base/check.hpp>
 #include <xgrad/data/dataset.hpp>
 
 namespace xgrad::data {

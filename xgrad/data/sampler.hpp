@@ -14,7 +14,7 @@
 #include <vector>
 
 #include <xgrad/arg.hpp>
-#include <xgrad/autograd/random.hpp>
+#include <xgrad/base/random.hpp>
 
 namespace xgrad::data {
 

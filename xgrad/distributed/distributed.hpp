@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include <xgrad/autograd/tensor.hpp>
+#include <xgrad/core/tensor.hpp>
 
 namespace xgrad::distributed {
 

@@ -9,7 +9,7 @@
 //                     .batch_size(global_batch / xgrad::distributed::get_world_size()).sampler(sampler));
 #pragma once
 
-#include <xgrad/autograd/check.hpp>
+#include <xgrad/base/check.hpp>
 #include <xgrad/data/sampler.hpp>
 #include <xgrad/distributed/distributed.hpp>
 

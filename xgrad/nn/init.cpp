@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include <xgrad/autograd/warning.hpp>
+#include <xgrad/base/warning.hpp>
 
 namespace xgrad::nn::init {
 

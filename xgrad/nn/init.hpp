@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include <xgrad/autograd/ops.hpp>
+#include <xgrad/ops/ops.hpp>
 
 namespace xgrad::nn::init {
 

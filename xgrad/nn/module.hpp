@@ -25,7 +25,7 @@
 #include <utility>
 #include <vector>
 
-#include <xgrad/autograd/ops.hpp>
+#include <xgrad/ops/ops.hpp>
 
 namespace xgrad::nn {
 

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <vector>
 
-#include <xgrad/autograd/attention.hpp>
+#include <xgrad/ops/attention.hpp>
 #include <xgrad/nn/init.hpp>
 
 namespace xgrad::nn {

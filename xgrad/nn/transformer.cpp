@@ -1,6 +1,6 @@
 #include <xgrad/nn/transformer.hpp>
 
-#include <xgrad/autograd/signals.hpp>
+#include <xgrad/backend/signals.hpp>
 
 namespace xgrad::nn {
 
@@ -42,7 +42,7 @@ template <class T>
 Tensor<T> TransformerEncoderLayer<T>::forward(const Tensor<T>& src, const AttnMask<T>& src_mask,
                                               const AttnMask<T>& src_key_padding_mask, bool is_causal) {
   // The layer's oneDNN calls block the asynchronous signals once, not once per product
-  // (autograd/signals.hpp): a signal arriving meanwhile is handled when the layer is done.
+  // (backend/signals.hpp): a signal arriving meanwhile is handled when the layer is done.
   const detail::AsyncSignalScope one_signal_block;
   Tensor<T> x = src;
   if (options_.norm_first()) {

@@ -1,12 +1,12 @@
-// xsimd first (see autograd/simd.hpp)
-#include <xgrad/autograd/simd.hpp>
+// xsimd first (see backend/simd.hpp)
+#include <xgrad/backend/simd.hpp>
 
 #include <xgrad/optim/adam.hpp>
 
 #include <algorithm>
 #include <cmath>
 
-#include <xgrad/autograd/parallel.hpp>
+#include <xgrad/backend/parallel.hpp>
 
 namespace xgrad::optim {
 

@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include <xgrad/autograd/tensor.hpp>
+#include <xgrad/core/tensor.hpp>
 
 namespace xgrad::optim {
 

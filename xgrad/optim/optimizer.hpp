@@ -23,7 +23,7 @@
 #include <variant>
 #include <vector>
 
-#include <xgrad/autograd/tensor.hpp>
+#include <xgrad/core/tensor.hpp>
 #include <xgrad/arg.hpp>
 
 namespace xgrad::optim {

@@ -36,7 +36,7 @@
 #include <utility>
 #include <vector>
 
-#include <xgrad/autograd/random.hpp>
+#include <xgrad/base/random.hpp>
 #include <xgrad/nn/module.hpp>
 #include <xgrad/optim/lr_scheduler.hpp>
 #include <xgrad/optim/optimizer.hpp>

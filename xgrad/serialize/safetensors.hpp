@@ -35,7 +35,7 @@
 #include <utility>
 #include <vector>
 
-#include <xgrad/autograd/tensor.hpp>
+#include <xgrad/core/tensor.hpp>
 #include <xgrad/nn/module.hpp>
 #include <xgrad/serialize/format_error.hpp>
 

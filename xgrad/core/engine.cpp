@@ -1,0 +1,314 @@
+// The engine: grad mode, anomaly mode, graph construction, sum_to and backward.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <unordered_map>
+#include <utility>
+
+#include <xgrad/backend/signals.hpp>
+#include <xgrad/backend/strided.hpp>
+#include <xgrad/core/node_pool.hpp>
+#include <xgrad/core/tensor.hpp>
+
+namespace xgrad {
+
+namespace {
+thread_local bool grad_enabled = true;
+thread_local bool anomaly_enabled = false;
+thread_local const char* running_backward_op = nullptr;  // for anomaly messages
+// The callbacks queued (queue_backward_callback) during the backward running on this thread;
+// null outside a backward. A backward started from a hook gets its own list.
+thread_local std::vector<std::function<void()>>* backward_callbacks = nullptr;
+// Numbers run_backward's traversals: a node is visited in pass p once its visit_mark == p.
+std::atomic<std::uint64_t> backward_pass{0};
+
+template <class T>
+std::string released_message(const char* op) {
+  return detail::concat(
+      "backward: trying to backward through the graph a second time (through '", op,
+      "'), or to read saved values after they were freed. Its buffers were released by the "
+      "first backward; pass retain_graph=true to the first backward() to keep them.");
+}
+}  // namespace
+
+bool is_grad_enabled() { return grad_enabled; }
+void set_grad_enabled(bool enabled) { grad_enabled = enabled; }
+bool is_anomaly_enabled() { return anomaly_enabled; }
+void set_detect_anomaly(bool enabled) { anomaly_enabled = enabled; }
+
+template <class T>
+Node<T>::~Node() {
+  detail::recycle(value, /*reset=*/false);
+  detail::recycle(grad, /*reset=*/false);
+  // Unlink the inputs we hold the last reference to, breadth first, instead of recursing.
+  std::vector<std::shared_ptr<Node<T>>> pending = std::move(inputs);
+  while (!pending.empty()) {
+    std::shared_ptr<Node<T>> n = std::move(pending.back());
+    pending.pop_back();
+    if (n && n.use_count() == 1) {
+      for (auto& in : n->inputs) pending.push_back(std::move(in));
+      n->inputs.clear();
+    }
+  }
+}
+
+template <class T>
+void Node<T>::throw_modified(std::size_t i) const {
+  const bool output = i >= inputs.size();
+  const Node<T>& n = output ? *this : *inputs[i];
+  throw std::runtime_error(detail::concat(
+      "one of the variables needed for gradient computation has been modified by an inplace operation: ", op,
+      "'s ", (output ? "output" : "input "), (output ? std::string() : std::to_string(i)), " of shape ",
+      n.value.shape(), " is at version ", n.version, "; expected version ",
+      (output ? std::uint64_t{0} : input_versions[i]), " (it was changed through mutable_value() after ", op,
+      " used it; change a copy, or call backward first)"));
+}
+
+template <class T>
+void Node<T>::accumulate_grad(Array<T>&& g) {
+  XGRAD_CHECK(g.shape() == value.shape(), "autograd: the backward of '",
+              (running_backward_op ? running_backward_op : "?"), "' produced a gradient of shape ",
+              g.shape(), " for an input of shape ", value.shape());
+  if (anomaly_enabled) {
+    for (const T x : g) {
+      if (!std::isfinite(x)) {
+        throw std::runtime_error(detail::concat(
+            "anomaly: the backward of '", (running_backward_op ? running_backward_op : "?"),
+            "' returned ", (std::isnan(x) ? "nan" : "inf"), " values in the gradient of an input of shape ",
+            value.shape(), " (produced by '", op, "')"));
+      }
+    }
+  }
+  if (!has_grad) {
+    grad = std::move(g);
+    has_grad = true;
+    return;
+  }
+  T* dst = grad.data();
+  const T* src = g.data();
+  const std::size_t n = grad.size();
+  for (std::size_t i = 0; i < n; ++i) dst[i] += src[i];
+  detail::recycle(g, /*reset=*/false);  // g is the caller's, about to be destroyed
+}
+
+namespace {
+template <class T, class It>
+Tensor<T> make_result_from(const char* op, Array<T>&& value, It first, It last,
+                           std::function<void(Node<T>&)>&& backward_fn) {
+  auto node = std::allocate_shared<Node<T>>(detail::NodeAllocator<Node<T>>(), std::move(value));
+  node->op = op;
+  if (grad_enabled &&
+      std::any_of(first, last, [](const Tensor<T>& t) { return t.defined() && t.requires_grad(); })) {
+    node->requires_grad = true;
+    node->is_leaf = false;
+    node->inputs.reserve(static_cast<std::size_t>(last - first));
+    for (It t = first; t != last; ++t) {
+      node->inputs.push_back(t->node());
+      node->input_versions.push_back(t->defined() ? t->node()->version : 0);
+    }
+    node->backward_fn = std::move(backward_fn);
+  }
+  return Tensor<T>(std::move(node));
+}
+}  // namespace
+
+template <class T>
+Tensor<T> make_result(const char* op, Array<T>&& value, std::vector<Tensor<T>> inputs,
+                      std::function<void(Node<T>&)> backward_fn) {
+  return make_result_from<T>(op, std::move(value), inputs.begin(), inputs.end(), std::move(backward_fn));
+}
+
+template <class T>
+Tensor<T> make_result(const char* op, Array<T>&& value, std::initializer_list<Tensor<T>> inputs,
+                      std::function<void(Node<T>&)> backward_fn) {
+  return make_result_from<T>(op, std::move(value), inputs.begin(), inputs.end(), std::move(backward_fn));
+}
+
+void queue_backward_callback(std::function<void()> callback) {
+  XGRAD_CHECK(backward_callbacks != nullptr,
+              "queue_backward_callback: no backward is running on this thread (call it from a hook)");
+  backward_callbacks->push_back(std::move(callback));
+}
+
+namespace {
+template <class T>
+void run_post_accumulate_grad_hooks(const std::shared_ptr<Node<T>>& leaf) {
+  if (!leaf->has_grad || leaf->post_accumulate_grad_hooks.empty()) return;
+  Tensor<T> tensor(leaf);
+  // A copy: a hook may remove itself (or others) while they run.
+  auto hooks = leaf->post_accumulate_grad_hooks;
+  for (auto& hook : hooks) hook.second(tensor);
+}
+
+template <class T>
+void run_backward_pass(const Tensor<T>& root, Array<T> gradient, bool retain_graph);
+}  // namespace
+
+template <class T>
+void run_backward(const Tensor<T>& root, Array<T> gradient, bool retain_graph) {
+  // Installs this backward's callback list, runs the pass, then the callbacks (which may queue
+  // more). The outer list comes back even when something throws.
+  std::vector<std::function<void()>> callbacks;
+  std::vector<std::function<void()>>* outer = backward_callbacks;
+  backward_callbacks = &callbacks;
+  try {
+    run_backward_pass(root, std::move(gradient), retain_graph);
+    for (std::size_t i = 0; i < callbacks.size(); ++i) {
+      std::function<void()> callback = std::move(callbacks[i]);
+      callback();
+    }
+  } catch (...) {
+    backward_callbacks = outer;
+    throw;
+  }
+  backward_callbacks = outer;
+}
+
+namespace {
+template <class T>
+void run_backward_pass(const Tensor<T>& root, Array<T> gradient, bool retain_graph) {
+  const std::shared_ptr<Node<T>>& r = root.node();
+  XGRAD_CHECK(r != nullptr, "backward: the tensor is undefined");
+  XGRAD_CHECK(r->requires_grad, "backward: the tensor does not require grad and has no graph "
+              "(did it come from inputs without requires_grad, or under a NoGradGuard?)");
+  if (r->is_leaf) {
+    r->accumulate_grad(std::move(gradient));
+    run_post_accumulate_grad_hooks(r);
+    return;
+  }
+  XGRAD_CHECK(!r->released, released_message<T>(r->op));
+
+  // Iterative depth-first post-order over the nodes that need a gradient; reversed, it is a
+  // topological order (every node before its inputs). Leaves are not listed: their gradients
+  // arrive through accumulate_grad.
+  // Raw pointers suffice: the caller's root keeps the graph alive, and the inputs are released
+  // only after the last backward, in post-order (each node before the consumers that own it).
+  const std::uint64_t pass = ++backward_pass;
+  std::vector<Node<T>*> order;
+  std::vector<std::pair<Node<T>*, std::size_t>> stack;
+  r->visit_mark = pass;
+  stack.emplace_back(r.get(), 0);
+  while (!stack.empty()) {
+    auto& [node, next] = stack.back();
+    if (next < node->inputs.size()) {
+      Node<T>* in = node->inputs[next++].get();
+      if (in && in->requires_grad && !in->is_leaf && in->visit_mark != pass) {
+        XGRAD_CHECK(!in->released, released_message<T>(in->op));
+        in->visit_mark = pass;
+        stack.emplace_back(in, 0);
+      }
+    } else {
+      order.push_back(node);
+      stack.pop_back();
+    }
+  }
+
+  // Leaves with post-accumulate-grad hooks: each is complete once the last node (in the order
+  // below) that feeds it has run its backward. hooks_after[k]: the leaves whose last consumer is
+  // the k-th node run.
+  std::vector<std::vector<std::shared_ptr<Node<T>>>> hooks_after;
+  {
+    std::unordered_map<const Node<T>*, std::size_t> last;  // hooked leaf -> index of its last consumer
+    std::size_t k = 0;
+    for (auto it = order.rbegin(); it != order.rend(); ++it, ++k)
+      for (const auto& in : (*it)->inputs)
+        if (in && in->is_leaf && in->requires_grad && !in->post_accumulate_grad_hooks.empty()) last[in.get()] = k;
+    if (!last.empty()) {
+      hooks_after.resize(order.size());
+      k = 0;
+      for (auto it = order.rbegin(); it != order.rend(); ++it, ++k)
+        for (const auto& in : (*it)->inputs) {
+          auto found = in ? last.find(in.get()) : last.end();
+          if (found != last.end() && found->second == k) {
+            hooks_after[k].push_back(in);
+            last.erase(found);  // listed once even if the node uses it twice
+          }
+        }
+    }
+  }
+
+  r->accumulate_grad(std::move(gradient));
+  // The backward's oneDNN calls on this thread block the asynchronous signals once, at the first
+  // of them, until the pass ends (signals.hpp): a signal that arrives meanwhile is delivered then.
+  const detail::AsyncSignalScope one_signal_block;
+  std::size_t k = 0;
+  for (auto it = order.rbegin(); it != order.rend(); ++it, ++k) {
+    Node<T>& node = **it;
+    if (node.has_grad) {
+      running_backward_op = node.op;
+      try {
+        node.backward_fn(node);
+      } catch (...) {
+        running_backward_op = nullptr;
+        throw;
+      }
+      running_backward_op = nullptr;
+      // Non-leaf gradients are not kept (as in PyTorch without retain_grad()).
+      detail::recycle(node.grad);
+      node.has_grad = false;
+    }
+    if (!retain_graph) {
+      node.backward_fn = nullptr;  // frees what the closure saved
+      node.released = true;
+    }
+    if (!hooks_after.empty())
+      for (const auto& leaf : hooks_after[k]) run_post_accumulate_grad_hooks(leaf);
+  }
+  if (!retain_graph)
+    for (Node<T>* node : order) node->inputs.clear();
+}
+}  // namespace
+
+namespace {
+template <class T>
+bool has_shape(const Array<T>& a, const Shape& shape) {
+  return a.dimension() == shape.size() && std::equal(shape.begin(), shape.end(), a.shape().begin());
+}
+}  // namespace
+
+template <class T>
+Array<T> sum_to(Array<T>&& grad, const Shape& shape) {
+  if (has_shape(grad, shape)) return std::move(grad);
+  return sum_to(static_cast<const Array<T>&>(grad), shape);
+}
+
+template <class T>
+Array<T> sum_to(const Array<T>& grad, const Shape& shape) {
+  const std::size_t gd = grad.dimension();
+  const std::size_t sd = shape.size();
+  if (has_shape(grad, shape)) return grad;
+  XGRAD_CHECK(gd >= sd, "sum_to: cannot sum a gradient of shape ", grad.shape(), " to shape ", shape);
+  // Output stride of each grad dim: 0 where the target broadcast (absent or 1), else the
+  // target's row-major stride.
+  std::vector<std::size_t> out_stride(gd, 0);
+  std::size_t stride = 1;
+  for (std::size_t k = 0; k < sd; ++k) {
+    const std::size_t d = sd - 1 - k;        // target dim
+    const std::size_t g = gd - 1 - k;        // grad dim
+    const std::size_t gs = grad.shape()[g];
+    XGRAD_CHECK(shape[d] == gs || shape[d] == 1, "sum_to: cannot sum a gradient of shape ", grad.shape(),
+                " to shape ", shape);
+    if (shape[d] == gs) out_stride[g] = stride;
+    stride *= shape[d];
+  }
+  Array<T> out = xt::zeros<T>(shape);
+  T* dst = out.data();
+  const T* src = grad.data();
+  detail::for_each_index(shape_of(grad), out_stride, [&](std::size_t i, std::size_t o) { dst[o] += src[i]; });
+  return out;
+}
+
+#define XGRAD_INSTANTIATE(T)                                                                \
+  template struct Node<T>;                                                                  \
+  template Tensor<T> make_result<T>(const char*, Array<T>&&, std::vector<Tensor<T>>,        \
+                                    std::function<void(Node<T>&)>);                         \
+  template Tensor<T> make_result<T>(const char*, Array<T>&&, std::initializer_list<Tensor<T>>, \
+                                    std::function<void(Node<T>&)>);                         \
+  template void run_backward<T>(const Tensor<T>&, Array<T>, bool);                          \
+  template Array<T> sum_to<T>(const Array<T>&, const Shape&);                               \
+  template Array<T> sum_to<T>(Array<T>&&, const Shape&);
+XGRAD_INSTANTIATE(float)
+XGRAD_INSTANTIATE(double)
+#undef XGRAD_INSTANTIATE
+
+}  // namespace xgrad

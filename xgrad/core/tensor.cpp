@@ -1,0 +1,219 @@
+#include <xgrad/core/tensor.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+
+#include <xgrad/core/node_pool.hpp>
+
+namespace xgrad {
+
+template <class T>
+Tensor<T>::Tensor(Array<T> value, bool requires_grad) : node_(std::allocate_shared<Node<T>>(detail::NodeAllocator<Node<T>>(), std::move(value))) {
+  node_->requires_grad = requires_grad;
+}
+
+template <class T>
+Node<T>& Tensor<T>::checked() const {
+  XGRAD_CHECK(node_ != nullptr, "Tensor: the tensor is undefined (default-constructed)");
+  return *node_;
+}
+
+template <class T>
+const Array<T>& Tensor<T>::grad() const {
+  const Node<T>& n = checked();
+  XGRAD_CHECK(n.has_grad, "Tensor::grad: this ", (n.is_leaf ? "leaf" : "non-leaf"), " tensor of shape ",
+              shape(), " has no gradient",
+              (n.requires_grad ? " yet (call backward() first)" : " (it does not require grad)"));
+  return n.grad;
+}
+
+template <class T>
+Array<T>& Tensor<T>::mutable_grad() {
+  return const_cast<Array<T>&>(grad());
+}
+
+template <class T>
+void Tensor<T>::set_grad(Array<T> g) {
+  Node<T>& n = checked();
+  XGRAD_CHECK(g.shape() == n.value.shape(), "Tensor::set_grad: expected a gradient of shape ",
+              n.value.shape(), ", got ", g.shape());
+  n.grad = std::move(g);
+  n.has_grad = true;
+}
+
+template <class T>
+void Tensor<T>::zero_grad(bool set_to_none) {
+  Node<T>& n = checked();
+  if (set_to_none) {
+    detail::recycle(n.grad);
+    n.has_grad = false;
+  } else if (n.has_grad) {
+    std::fill(n.grad.begin(), n.grad.end(), T(0));
+  }
+}
+
+template <class T>
+Shape Tensor<T>::shape() const {
+  return shape_of(value());
+}
+
+template <class T>
+std::size_t Tensor<T>::size(int d) const {
+  return value().shape()[normalize_dim(d, dim(), "Tensor::size")];
+}
+
+template <class T>
+T Tensor<T>::item() const {
+  XGRAD_CHECK(numel() == 1, "Tensor::item: expected a tensor with one element, got shape ", shape());
+  return *value().data();
+}
+
+template <class T>
+Tensor<T>& Tensor<T>::requires_grad_(bool requires_grad) {
+  Node<T>& n = checked();
+  XGRAD_CHECK(n.is_leaf, "requires_grad_: can only change requires_grad of a leaf tensor; this one "
+              "was produced by '", n.op, "' (use detach())");
+  n.requires_grad = requires_grad;
+  return *this;
+}
+
+template <class T>
+Tensor<T> Tensor<T>::detach() const {
+  return Tensor<T>(value(), false);
+}
+
+template <class T>
+RemovableHandle Tensor<T>::register_post_accumulate_grad_hook(std::function<void(Tensor<T>&)> hook) {
+  Node<T>& n = checked();
+  XGRAD_CHECK(n.is_leaf, "register_post_accumulate_grad_hook: post accumulate grad hooks cannot be "
+              "registered on non-leaf tensors (this one was produced by '", n.op, "')");
+  XGRAD_CHECK(n.requires_grad, "register_post_accumulate_grad_hook: cannot register a hook on a tensor "
+              "that doesn't require gradient");
+  XGRAD_CHECK(static_cast<bool>(hook), "register_post_accumulate_grad_hook: the hook is empty");
+  static std::atomic<std::uint64_t> next_id{0};
+  const std::uint64_t id = ++next_id;
+  n.post_accumulate_grad_hooks.emplace_back(id, std::move(hook));
+  std::weak_ptr<Node<T>> weak = node_;
+  return RemovableHandle([weak, id] {
+    if (auto node = weak.lock()) {
+      auto& hooks = node->post_accumulate_grad_hooks;
+      hooks.erase(std::remove_if(hooks.begin(), hooks.end(), [id](const auto& h) { return h.first == id; }),
+                  hooks.end());
+    }
+  });
+}
+
+template <class T>
+void Tensor<T>::backward(bool retain_graph) const {
+  XGRAD_CHECK(numel() == 1, "backward: grad can be implicitly created only for scalar outputs; got shape ",
+              shape(), " (pass a gradient of that shape)");
+  run_backward(*this, Array<T>(xt::ones<T>(value().shape())), retain_graph);
+}
+
+template <class T>
+void Tensor<T>::backward(const Array<T>& gradient, bool retain_graph) const {
+  XGRAD_CHECK(gradient.shape() == value().shape(), "backward: expected a gradient of shape ", shape(),
+              ", got ", gradient.shape());
+  run_backward(*this, gradient, retain_graph);
+}
+
+// ---- factories ----------------------------------------------------------------------------
+
+namespace {
+template <class T>
+Tensor<T> filled(const char* who, const Shape& shape, T fill_value, bool requires_grad) {
+  Array<T> a = empty_array<T>(shape, who);
+  std::fill(a.begin(), a.end(), fill_value);
+  return Tensor<T>(std::move(a), requires_grad);
+}
+}  // namespace
+
+template <class T>
+Tensor<T> zeros(const Shape& shape, bool requires_grad) {
+  return filled<T>("zeros", shape, T(0), requires_grad);
+}
+
+template <class T>
+Tensor<T> ones(const Shape& shape, bool requires_grad) {
+  return filled<T>("ones", shape, T(1), requires_grad);
+}
+
+template <class T>
+Tensor<T> full(const Shape& shape, T fill_value, bool requires_grad) {
+  return filled<T>("full", shape, fill_value, requires_grad);
+}
+
+template <class T>
+Tensor<T> arange(T start, T end, T step, bool requires_grad) {
+  XGRAD_CHECK(step != T(0), "arange: step must be nonzero");
+  XGRAD_CHECK((step > 0 && end >= start) || (step < 0 && end <= start), "arange: upper bound ", end,
+              " and lower bound ", start, " inconsistent with step sign ", step);
+  const auto n = static_cast<std::size_t>(std::ceil(static_cast<double>(end - start) / static_cast<double>(step)));
+  Array<T> a = empty_array<T>({n}, "arange");
+  for (std::size_t i = 0; i < n; ++i) a(i) = start + static_cast<T>(i) * step;
+  return Tensor<T>(std::move(a), requires_grad);
+}
+
+template <class T>
+Tensor<T> rand(const Shape& shape, Generator& generator, bool requires_grad) {
+  Array<T> a = empty_array<T>(shape, "rand");
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  for (auto& x : a) {
+    if constexpr (std::is_same_v<T, float>) x = generator.uniform_float();
+    else x = static_cast<T>(generator.uniform());
+  }
+  return Tensor<T>(std::move(a), requires_grad);
+}
+
+template <class T>
+Tensor<T> rand(const Shape& shape, bool requires_grad) {
+  return rand<T>(shape, default_generator(), requires_grad);
+}
+
+template <class T>
+Tensor<T> randn(const Shape& shape, Generator& generator, bool requires_grad) {
+  Array<T> a = empty_array<T>(shape, "randn");
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  for (auto& x : a) x = static_cast<T>(generator.normal());
+  return Tensor<T>(std::move(a), requires_grad);
+}
+
+template <class T>
+Tensor<T> randn(const Shape& shape, bool requires_grad) {
+  return randn<T>(shape, default_generator(), requires_grad);
+}
+
+template <class T>
+Tensor<T> from_vector(const std::vector<T>& data, const Shape& shape, bool requires_grad) {
+  const std::size_t n = checked_numel(shape, sizeof(T), "from_vector");
+  XGRAD_CHECK(n == data.size(), "from_vector: shape ", shape, " holds ", n, " elements, got ", data.size(),
+              " values");
+  Array<T> a = empty_array<T>(shape, "from_vector");
+  std::copy(data.begin(), data.end(), a.begin());
+  return Tensor<T>(std::move(a), requires_grad);
+}
+
+std::size_t normalize_dim(int dim, std::size_t ndim, const char* op) {
+  const auto n = static_cast<long>(ndim);
+  XGRAD_CHECK(dim >= -n && dim < n, op, ": dimension out of range (expected to be in range of [", -n,
+              ", ", n - 1, "], but got ", dim, ")");
+  return static_cast<std::size_t>(dim < 0 ? dim + n : dim);
+}
+
+#define XGRAD_INSTANTIATE(T)                                                           \
+  template class Tensor<T>;                                                            \
+  template Tensor<T> zeros<T>(const Shape&, bool);                                     \
+  template Tensor<T> ones<T>(const Shape&, bool);                                      \
+  template Tensor<T> full<T>(const Shape&, T, bool);                                   \
+  template Tensor<T> arange<T>(T, T, T, bool);                                         \
+  template Tensor<T> rand<T>(const Shape&, bool);                                      \
+  template Tensor<T> rand<T>(const Shape&, Generator&, bool);                          \
+  template Tensor<T> randn<T>(const Shape&, bool);                                     \
+  template Tensor<T> randn<T>(const Shape&, Generator&, bool);                         \
+  template Tensor<T> from_vector<T>(const std::vector<T>&, const Shape&, bool);
+XGRAD_INSTANTIATE(float)
+XGRAD_INSTANTIATE(double)
+#undef XGRAD_INSTANTIATE
+
+}  // namespace xgrad

@@ -1,0 +1,509 @@
+// F.scaled_dot_product_attention
+// (https://pytorch.org/docs/stable/generated/torch.nn.functional.scaled_dot_product_attention.html)
+// and the fused op behind it and nn.MultiheadAttention (attention.hpp): the attention_forward /
+// attention_backward kernel pair (llm.c's) over per-head matrices read in place (contiguous, or
+// one head's columns of an in-projection output), gemm for the products, batches split over
+// threads, and the node that joins them. The mask normaliser is in attention_mask.cpp.
+//
+// Per batch b (batch = product of the leading dims), q: (L, E), k: (S, E), v: (S, Ev):
+//   A  = scale * q k^T + M        (L, S)   M: the float mask, or -inf where masked (bool, causal)
+//   P  = softmax(A) along S       (L, S)   max-subtracted; a row whose keys are all masked gets
+//                                          P = 0 (PyTorch gives NaN there on some paths)
+//   Pd = P * D                    (L, S)   D: dropout mask, 0 or 1/(1-p); D = 1 when p = 0
+//   O  = Pd v                     (L, Ev)
+//   W  = Pd                       (L, S)   the weights, returned when asked for
+// A float mask is a constant array: it gets no gradient. A bool mask follows
+// nn.MultiheadAttention's convention, true = may NOT attend (ops.hpp); note that
+// torch's F.scaled_dot_product_attention reads its bool masks the other way (true = attend).
+
+// GCC 12's avx512fintrin.h trips -W(maybe-)uninitialized inside xsimd's AVX-512 kernels (GCC bug
+// 105593, fixed in GCC 13). The warning fires where the intrinsics are inlined, in this file, so
+// simd.hpp's push/pop around its include does not cover it: ignore it for the whole unit.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include <xgrad/ops/attention.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <xgrad/backend/autocast.hpp>
+#include <xgrad/backend/bf16.hpp>
+#include <xgrad/backend/parallel.hpp>
+#include <xgrad/backend/simd.hpp>
+#include <xgrad/backend/strided.hpp>
+
+namespace xgrad {
+
+namespace {
+
+constexpr const char* kOp = "scaled_dot_product_attention";
+
+// ---- the kernels --------------------------------------------------------------------------------
+
+// Sizes of one call: B independent batches (one head of one sequence each), each with
+// q (L, E), k (S, E), v (S, Ev).
+struct Dims {
+  std::size_t B, L, S, E, Ev;
+};
+
+// One operand of the kernels: B row-major matrices whose rows are `ld` elements apart, batch
+// b = (o, h) = (b / heads, b % heads) starting at base + o * outer + h * head. A contiguous
+// (B, rows, cols) array is {base, 1, rows * cols, 0, cols}; head h of a (N, len, C) projection
+// (columns [c + h d, c + (h+1) d)) is {base + c, H, len * C, d, C}, of a (len, N, C) one
+// {base + c, H, C, d, N * C}. A null base: no operand.
+template <class Ptr>
+struct Mat {
+  Ptr base = nullptr;
+  std::size_t heads = 1, outer = 0, head = 0, ld = 0;
+
+  Ptr at(std::size_t b) const { return base + (b / heads) * outer + (b % heads) * head; }
+};
+
+// q, k and v, or their gradients.
+template <class Ptr>
+struct Qkv {
+  Mat<Ptr> q, k, v;
+};
+
+// The normalised mask as the kernel reads it: row i of batch b starts at
+// b * batch_stride + i * S of bool_mask or float_mask (at most one is set).
+template <class T>
+struct MaskView {
+  const bool* bool_mask = nullptr;
+  const T* float_mask = nullptr;
+  std::size_t batch_stride = 0;  // L * S, or 0 when one (L, S) mask serves every batch
+  bool causal = false;
+
+  explicit MaskView(const detail::AttentionMask<T>& m, std::size_t L, std::size_t S)
+      : causal(m.is_causal) {
+    if (m.mask.empty()) return;
+    if (m.mask.is_bool()) bool_mask = m.mask.bool_mask().data();
+    else float_mask = m.mask.float_mask().data();
+    batch_stride = m.per_batch() ? L * S : 0;
+  }
+};
+
+// row <- softmax(row), max-subtracted; all zeros when every entry is -inf.
+template <class T>
+void softmax_row(T* row, std::size_t n) {
+  const T m = detail::simd_max(row, n);
+  if (m == -std::numeric_limits<T>::infinity()) {
+    std::fill(row, row + n, T(0));
+    return;
+  }
+  const T inv = T(1) / detail::simd_exp_sub_sum(row, m, row, n);
+  for (std::size_t j = 0; j < n; ++j) row[j] *= inv;
+}
+
+// Batches per thread chunk: at least ~64K multiply-adds of score work, so that tiny attention stays
+// on one thread. Each batch (one head of one sequence) is independent, with its own gemms.
+std::size_t batch_grain(const Dims& n) {
+  return std::max<std::size_t>(1, (std::size_t(1) << 16) / std::max<std::size_t>(1, n.L * n.S * std::max(n.E, n.Ev)));
+}
+
+// q (B, L, E), k (B, S, E), v (B, S, Ev), D (B, L, S) dropout multipliers or null
+//   -> P (B, L, S): the probabilities before dropout (kept for the backward)
+//      out (B, L, Ev): O;  w (B, L, S), when its base is set: W = Pd
+// bf16: the gemms take bf16-rounded operands (autocast, decided by the caller's thread).
+template <class T>
+void attention_forward(const Mat<T*>& out, const Mat<T*>& w, T* P, const Qkv<const T*>& in, const T* D,
+                       const MaskView<T>& mask, const Dims& n, T alpha, bool bf16) {
+  const std::size_t L = n.L, S = n.S, E = n.E, Ev = n.Ev;
+  const bool weights = w.base != nullptr;
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  detail::parallel_for(n.B, batch_grain(n), [&](std::size_t b0, std::size_t b1) {
+    std::vector<T> dropped(D && !weights ? L * S : 0);  // Pd of one batch, when not in `w`
+    for (std::size_t b = b0; b < b1; ++b) {
+      T* pb = P + b * L * S;
+      // A = scale * q k^T
+      detail::gemm_autocast<T>(bf16, false, true, L, S, E, alpha, in.q.at(b), in.q.ld, in.k.at(b), in.k.ld, T(0),
+                               pb, S);
+      for (std::size_t i = 0; i < L; ++i) {
+        T* row = pb + i * S;
+        // A += M
+        if (mask.bool_mask) {
+          const bool* m = mask.bool_mask + b * mask.batch_stride + i * S;
+          for (std::size_t j = 0; j < S; ++j)
+            if (m[j]) row[j] = neg_inf;
+        } else if (mask.float_mask) {
+          const T* m = mask.float_mask + b * mask.batch_stride + i * S;
+          for (std::size_t j = 0; j < S; ++j) row[j] += m[j];
+        }
+        if (mask.causal)
+          for (std::size_t j = i + 1; j < S; ++j) row[j] = neg_inf;
+        // P = softmax(A)
+        softmax_row(row, S);
+      }
+      // Pd = P * D;  W = Pd
+      const T* pd = pb;
+      std::size_t ld_pd = S;
+      if (weights || D) {
+        T* dst = weights ? w.at(b) : dropped.data();
+        ld_pd = weights ? w.ld : S;
+        for (std::size_t i = 0; i < L; ++i) {
+          const T* p = pb + i * S;
+          T* wi = dst + i * ld_pd;
+          if (D) {
+            const T* d = D + (b * L + i) * S;
+            for (std::size_t j = 0; j < S; ++j) wi[j] = p[j] * d[j];
+          } else {
+            std::copy(p, p + S, wi);
+          }
+        }
+        pd = dst;
+      }
+      // O = Pd v
+      detail::gemm_autocast<T>(bf16, false, false, L, Ev, S, T(1), pd, ld_pd, in.v.at(b), in.v.ld, T(0), out.at(b),
+                               out.ld);
+    }
+  });
+}
+
+// From dO (B, L, Ev) and, when its base is set, dW (B, L, S)
+//   -> d.q (B, L, E), d.k (B, S, E), d.v (B, S, Ev), each overwritten; null ones are skipped.
+// P, in = (q, k, v), D, the sizes and bf16 are attention_forward's.
+template <class T>
+void attention_backward(const Qkv<T*>& d, const Mat<const T*>& dout, const Mat<const T*>& dw, const T* P,
+                        const Qkv<const T*>& in, const T* D, const Dims& n, T alpha, bool bf16) {
+  const std::size_t L = n.L, S = n.S, E = n.E, Ev = n.Ev;
+  const bool need_scores = d.q.base || d.k.base;
+  detail::parallel_for(n.B, batch_grain(n), [&](std::size_t b0, std::size_t b1) {
+    std::vector<T> dA(need_scores ? L * S : 0);
+    std::vector<T> dropped(D && d.v.base ? L * S : 0);
+    for (std::size_t b = b0; b < b1; ++b) {
+      const T* pb = P + b * L * S;
+      const T* db = D ? D + b * L * S : nullptr;
+      const T* dOb = dout.at(b);
+      if (d.v.base) {
+        // dV = Pd^T dO                          <- O = Pd v
+        const T* pd = pb;
+        if (D) {
+          for (std::size_t m = 0; m < L * S; ++m) dropped[m] = pb[m] * db[m];
+          pd = dropped.data();
+        }
+        detail::gemm_autocast<T>(bf16, true, false, S, Ev, L, T(1), pd, S, dOb, dout.ld, T(0), d.v.at(b), d.v.ld);
+      }
+      if (!need_scores) continue;
+      // dPd = dO v^T + dW                       <- O = Pd v;  W = Pd
+      detail::gemm_autocast<T>(bf16, false, true, L, S, Ev, T(1), dOb, dout.ld, in.v.at(b), in.v.ld, T(0),
+                               dA.data(), S);
+      const T* dWb = dw.base ? dw.at(b) : nullptr;
+      for (std::size_t i = 0; i < L; ++i) {
+        T* g = dA.data() + i * S;
+        const T* p = pb + i * S;
+        if (dWb) {
+          const T* dwi = dWb + i * dw.ld;
+          for (std::size_t j = 0; j < S; ++j) g[j] += dwi[j];
+        }
+        // dP = dPd * D                          <- Pd = P * D
+        if (db) {
+          const T* m = db + i * S;
+          for (std::size_t j = 0; j < S; ++j) g[j] *= m[j];
+        }
+        // dA = P * (dP - rowsum(dP * P))        <- P = softmax(A); zero wherever P = 0: masked
+        //                                          keys and fully masked rows pass no gradient
+        const T gp = detail::simd_dot(g, p, S);
+        for (std::size_t j = 0; j < S; ++j) g[j] = p[j] * (g[j] - gp);
+      }
+      // dQ = scale * dA k;  dK = scale * dA^T q  <- A = scale * q k^T
+      if (d.q.base)
+        detail::gemm_autocast<T>(bf16, false, false, L, E, S, alpha, dA.data(), S, in.k.at(b), in.k.ld, T(0),
+                                 d.q.at(b), d.q.ld);
+      if (d.k.base)
+        detail::gemm_autocast<T>(bf16, true, false, S, E, L, alpha, dA.data(), S, in.q.at(b), in.q.ld, T(0),
+                                 d.k.at(b), d.k.ld);
+    }
+  });
+}
+
+// ---- the node -----------------------------------------------------------------------------------
+
+// A Mat of the node with an offset in place of the base pointer: into input `input` (q, k, v) or
+// into the node's value (O, W).
+struct Place {
+  std::size_t input = 0, offset = 0, heads = 1, outer = 0, head = 0, ld = 0;
+
+  template <class Ptr>
+  Mat<Ptr> at(Ptr base) const {
+    return {base + offset, heads, outer, head, ld};
+  }
+};
+
+// Where the node reads q, k and v and writes O and W (w only with need_weights).
+struct NodeLayout {
+  Dims n;
+  Shape value;  // the node's value, holding O and, with need_weights, W
+  Place q, k, v, o, w;
+};
+
+// q, k and v where l places them; data(i) is input i's values.
+template <class T, class Data>
+Qkv<const T*> read_qkv(const NodeLayout& l, Data data) {
+  return {l.q.at<const T*>(data(l.q.input)), l.k.at<const T*>(data(l.k.input)), l.v.at<const T*>(data(l.v.input))};
+}
+
+// The op: one node over `inputs`, its value laid out as l.value, O and W where l.o and l.w say. The
+// gradient of each input is written whole by the blocks it holds (q, k and v tile its columns).
+template <class T>
+Tensor<T> attention_node(std::vector<Tensor<T>> inputs, const NodeLayout& l, const detail::AttentionArgs<T>& args) {
+  const Dims& n = l.n;
+  const bool weights = args.need_weights;
+  const T alpha = T(args.scale ? *args.scale : 1.0 / std::sqrt(static_cast<double>(n.E)));
+
+  const bool dropping = args.dropout_p > 0.0;
+  Array<T> D;  // dropout multipliers (B, L, S), drawn in row-major order; unused when p = 0
+  if (dropping) {
+    D = empty_array<T>({n.B, n.L, n.S});
+    T* pd = D.data();
+    if (args.dropout_p == 1.0) {
+      std::fill(pd, pd + D.size(), T(0));
+    } else {
+      Generator& gen = args.generator ? *args.generator : default_generator();
+      std::lock_guard<std::mutex> lock(gen.mutex());  // one mask's draws in one piece (random.hpp)
+      const T keep_scale = T(1.0 / (1.0 - args.dropout_p));
+      for (std::size_t i = 0, m = D.size(); i < m; ++i) pd[i] = T(gen.uniform() >= args.dropout_p) * keep_scale;
+    }
+  }
+
+  Array<T> out = empty_array<T>(l.value);
+  Array<T> P = empty_array<T>({n.B, n.L, n.S});
+  const bool bf16 = detail::autocast_gemm<T>();  // here, not on the pool threads; recorded for the backward
+  attention_forward<T>(l.o.at(out.data()), weights ? l.w.at(out.data()) : Mat<T*>{}, P.data(),
+                       read_qkv<T>(l, [&](std::size_t i) { return inputs[i].value().data(); }),
+                       dropping ? D.data() : nullptr, MaskView<T>(args.mask, n.L, n.S), n, alpha, bf16);
+
+  const std::size_t count = inputs.size();
+  return make_result<T>(
+      kOp, std::move(out), std::move(inputs),
+      [P = std::move(P), D = std::move(D), alpha, l, weights, dropping, bf16, count](Node<T>& node) {
+        std::vector<Array<T>> g(count);  // each input's gradient, when it needs one
+        std::vector<char> need(count);   // (a default Array is 0-d, one element: not "none")
+        for (std::size_t i = 0; i < count; ++i)
+          if ((need[i] = node.input_needs_grad(i))) g[i] = Array<T>::from_shape(node.input_shape(i));
+        auto grad = [&](const Place& p) { return need[p.input] ? p.at(g[p.input].data()) : Mat<T*>{}; };
+        const T* dy = node.grad.data();
+        attention_backward<T>(Qkv<T*>{grad(l.q), grad(l.k), grad(l.v)}, l.o.at(dy),
+                              weights ? l.w.at(dy) : Mat<const T*>{}, P.data(),
+                              read_qkv<T>(l, [&](std::size_t i) { return node.input_value(i).data(); }),
+                              dropping ? D.data() : nullptr, l.n, alpha, bf16);
+        for (std::size_t i = 0; i < count; ++i)
+          if (need[i]) node.input(i).accumulate_grad(std::move(g[i]));
+      });
+}
+
+// The leading dims of q, k and v, and the sizes they give.
+struct Layout {
+  Shape lead;
+  Dims n;
+};
+
+// (lead..., L, S): the logits' shape, which masks broadcast to.
+Shape logits_shape(const Layout& l) {
+  Shape t = l.lead;
+  t.push_back(l.n.L);
+  t.push_back(l.n.S);
+  return t;
+}
+
+// Contiguous q (lead..., L, E), k (lead..., S, E), v (lead..., S, Ev) as inputs 0, 1, 2, or one
+// packed qkv (3, lead..., L, E) holding them one after the other (S = L, Ev = E); the value
+// (lead..., L, Ev [+ S]) holds [O | W] in each row.
+NodeLayout contiguous_layout(const Layout& layout, bool packed, bool weights) {
+  const Dims& n = layout.n;
+  const std::size_t R = n.Ev + (weights ? n.S : 0);
+  NodeLayout l{n, layout.lead, {}, {}, {}, {}, {}};
+  l.value.push_back(n.L);
+  l.value.push_back(R);
+  l.q = {0, 0, 1, n.L * n.E, 0, n.E};
+  l.k = {packed ? 0u : 1u, packed ? n.B * n.L * n.E : 0, 1, n.S * n.E, 0, n.E};
+  l.v = {packed ? 0u : 2u, packed ? n.B * (n.L + n.S) * n.E : 0, 1, n.S * n.Ev, 0, n.Ev};
+  l.o = {0, 0, 1, n.L * R, 0, R};
+  l.w = {0, n.Ev, 1, n.L * R, 0, R};
+  return l;
+}
+
+// The node's value -> (O, W): O alone is the value; with weights, two narrow views of it.
+template <class T>
+std::pair<Tensor<T>, Tensor<T>> split_value(const Tensor<T>& y, std::size_t Ev, std::size_t S, bool weights) {
+  if (!weights) return {y, Tensor<T>()};
+  return {narrow(y, -1, 0, static_cast<std::int64_t>(Ev)),
+          narrow(y, -1, static_cast<std::int64_t>(Ev), static_cast<std::int64_t>(S))};
+}
+
+// ---- argument checks ----------------------------------------------------------------------------
+
+// "q (..), k (..), v (..)" for error messages, formatted only when a check fails.
+struct QkvShapes {
+  const Shape& q;
+  const Shape& k;
+  const Shape& v;
+};
+std::ostream& operator<<(std::ostream& s, const QkvShapes& g) {
+  return s << "q " << shape_str(g.q) << ", k " << shape_str(g.k) << ", v " << shape_str(g.v);
+}
+
+// q (lead..., L, E), k (lead..., S, E), v (lead..., S, Ev), checked.
+Layout layout_of(const QkvShapes& got) {
+  const Shape &sq = got.q, &sk = got.k, &sv = got.v;
+  const std::size_t nd = sq.size();
+  XGRAD_CHECK(nd >= 2 && sk.size() == nd && sv.size() == nd, kOp,
+              ": expected q (..., L, E), k (..., S, E) and v (..., S, Ev) of the same rank, at least 2, got ", got);
+  XGRAD_CHECK(std::equal(sq.begin(), sq.end() - 2, sk.begin()) && std::equal(sq.begin(), sq.end() - 2, sv.begin()),
+              kOp, ": q, k and v must have equal leading dims, got ", got);
+  XGRAD_CHECK(sk[nd - 1] == sq[nd - 1], kOp, ": q and k must have the same embedding size E, got ", got);
+  XGRAD_CHECK(sv[nd - 2] == sk[nd - 2], kOp, ": k and v must have the same sequence length S, got ", got);
+  XGRAD_CHECK(sq[nd - 1] > 0, kOp, ": the embedding size E must be positive, got ", got);
+  Shape lead(sq.begin(), sq.end() - 2);
+  const std::size_t B = detail::numel(lead);
+  return {std::move(lead), Dims{B, sq[nd - 2], sk[nd - 2], sq[nd - 1], sv[nd - 1]}};
+}
+
+// A packed qkv (3, lead..., L, E), checked; `one` receives the shape of each of q, k and v.
+Layout packed_layout(const Shape& s, Shape& one) {
+  XGRAD_CHECK(s.size() >= 3 && s[0] == 3 && s.back() > 0, kOp, ": expected a packed qkv of shape (3, ..., L, E), got ",
+              s);
+  one.assign(s.begin() + 1, s.end());
+  return layout_of(QkvShapes{one, one, one});
+}
+
+void check_dropout(double dropout_p) {
+  XGRAD_CHECK(dropout_p >= 0.0 && dropout_p <= 1.0, kOp, ": dropout_p has to be between 0 and 1, but got ",
+              dropout_p);
+}
+
+// scaled_dot_product_attention's arguments -> the op's.
+template <class T>
+detail::AttentionArgs<T> sdpa_args(const Layout& layout, const AttnMask<T>& attn_mask, double dropout_p,
+                                   bool is_causal, std::optional<double> scale, Generator* generator,
+                                   const QkvShapes& got) {
+  XGRAD_CHECK(!(is_causal && !attn_mask.empty()), kOp, ": explicit attn_mask should not be set when is_causal=true (",
+              got, ")");
+  check_dropout(dropout_p);
+  const Shape target = logits_shape(layout);
+  if (!attn_mask.empty()) {
+    const Shape sm = attn_mask.is_bool() ? shape_of(attn_mask.bool_mask()) : shape_of(attn_mask.float_mask());
+    XGRAD_CHECK(detail::mask_broadcasts_to(sm, target), kOp, ": attn_mask of shape ", sm,
+                " cannot be broadcast to (..., L, S) = ", target, " (", got, ")");
+  }
+  detail::AttentionArgs<T> args;
+  args.mask = detail::normalize_attention_mask<T>(target, attn_mask, {}, is_causal);
+  args.dropout_p = dropout_p;
+  args.scale = scale;
+  args.generator = generator;
+  return args;
+}
+
+}  // namespace
+
+template <class T>
+std::pair<Tensor<T>, Tensor<T>> detail::attention(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v,
+                                                  const AttentionArgs<T>& args) {
+  const Shape sq = q.shape(), sk = k.shape(), sv = v.shape();
+  const Layout layout = layout_of(QkvShapes{sq, sk, sv});
+  check_dropout(args.dropout_p);
+  const Tensor<T> y = attention_node<T>({q, k, v}, contiguous_layout(layout, false, args.need_weights), args);
+  return split_value(y, layout.n.Ev, layout.n.S, args.need_weights);
+}
+
+template <class T>
+std::pair<Tensor<T>, Tensor<T>> detail::attention_packed(const Tensor<T>& qkv, const AttentionArgs<T>& args) {
+  Shape one;
+  const Layout layout = packed_layout(qkv.shape(), one);
+  check_dropout(args.dropout_p);
+  const Tensor<T> y = attention_node<T>({qkv}, contiguous_layout(layout, true, args.need_weights), args);
+  return split_value(y, layout.n.Ev, layout.n.S, args.need_weights);
+}
+
+template <class T>
+std::pair<Tensor<T>, Tensor<T>> detail::attention_heads(const std::vector<Tensor<T>>& projections,
+                                                        std::size_t num_heads, bool batch_first,
+                                                        const AttentionArgs<T>& args) {
+  constexpr const char* op = "attention_heads";
+  XGRAD_CHECK(!projections.empty() && projections.size() <= 3, op, ": expected 1 to 3 projections, got ",
+              projections.size());
+  const std::size_t H = num_heads, nd = batch_first ? 0 : 1;  // nd: the batch dim
+  std::size_t columns = 0;
+  for (const Tensor<T>& p : projections) {
+    XGRAD_CHECK(p.dim() == 3 && p.size(nd) == projections[0].size(nd), op,
+                ": every projection must be (N, len, C) (batch_first) or (len, N, C) with one N, got ", p.shape(),
+                " and ", projections[0].shape());
+    columns += p.size(-1);
+  }
+  XGRAD_CHECK(H > 0 && columns % (3 * H) == 0 && columns > 0, op, ": the projections' last dims must sum to 3 E with E ",
+              "a positive multiple of num_heads=", H, ", got ", columns);
+  check_dropout(args.dropout_p);
+  const std::size_t E = columns / 3, d = E / H, N = projections[0].size(nd);
+  // Block x (q, k, v) is columns [x E, (x+1) E) of the concatenated projections: find its input.
+  Place blocks[3];
+  std::size_t len[3];
+  for (std::size_t x = 0, input = 0, start = 0; x < 3; ++x) {
+    while (x * E >= start + projections[input].size(-1)) start += projections[input++].size(-1);
+    const std::size_t C = projections[input].size(-1), col = x * E - start;
+    XGRAD_CHECK(col + E <= C, op, ": q, k and v must each lie within one projection, got last dims summing to ",
+                columns);
+    len[x] = projections[input].size(1 - nd);
+    blocks[x] = batch_first ? Place{input, col, H, len[x] * C, d, C} : Place{input, col, H, C, d, N * C};
+  }
+  const std::size_t L = len[0], S = len[1];
+  XGRAD_CHECK(len[2] == S, op, ": k and v must have the same length, got ", S, " and ", len[2]);
+  // The value (N, L, R) or (L, N, R): row (n, i) holds O's heads side by side, then W's.
+  const bool weights = args.need_weights;
+  const std::size_t R = E + (weights ? H * S : 0);
+  NodeLayout l{Dims{N * H, L, S, d, d}, batch_first ? Shape{N, L, R} : Shape{L, N, R}, blocks[0], blocks[1],
+               blocks[2], {}, {}};
+  l.o = batch_first ? Place{0, 0, H, L * R, d, R} : Place{0, 0, H, R, d, N * R};
+  l.w = batch_first ? Place{0, E, H, L * R, S, R} : Place{0, E, H, R, S, N * R};
+  const Tensor<T> y = attention_node<T>(projections, l, args);
+  if (!weights) return {y, Tensor<T>()};
+  // W: (.., .., H, S) -> (N, H, L, S), one copy (the weights path only).
+  const Tensor<T> w = narrow(y, -1, static_cast<std::int64_t>(E), static_cast<std::int64_t>(H * S));
+  return {narrow(y, -1, 0, static_cast<std::int64_t>(E)),
+          permute_reshape(w, batch_first ? Shape{N, L, H, S} : Shape{L, N, H, S},
+                          batch_first ? std::vector<std::size_t>{0, 2, 1, 3} : std::vector<std::size_t>{1, 2, 0, 3},
+                          Shape{N, H, L, S})};
+}
+
+template <class T>
+Tensor<T> scaled_dot_product_attention(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v,
+                                       const AttnMask<T>& attn_mask, double dropout_p, bool is_causal,
+                                       std::optional<double> scale, Generator* generator) {
+  const Shape sq = q.shape(), sk = k.shape(), sv = v.shape();
+  const QkvShapes got{sq, sk, sv};
+  const Layout layout = layout_of(got);
+  return attention_node<T>({q, k, v}, contiguous_layout(layout, false, false),
+                           sdpa_args(layout, attn_mask, dropout_p, is_causal, scale, generator, got));
+}
+
+template <class T>
+Tensor<T> detail::self_attention_packed(const Tensor<T>& qkv, const AttnMask<T>& attn_mask, double dropout_p,
+                                        bool is_causal, Generator* generator) {
+  Shape one;
+  const Layout layout = packed_layout(qkv.shape(), one);
+  return attention_node<T>({qkv}, contiguous_layout(layout, true, false),
+                           sdpa_args(layout, attn_mask, dropout_p, is_causal, std::nullopt, generator,
+                                     QkvShapes{one, one, one}));
+}
+
+#define XGRAD_INSTANTIATE(T)                                                                                   \
+  template std::pair<Tensor<T>, Tensor<T>> detail::attention<T>(const Tensor<T>&, const Tensor<T>&,           \
+                                                                const Tensor<T>&, const AttentionArgs<T>&);    \
+  template std::pair<Tensor<T>, Tensor<T>> detail::attention_packed<T>(const Tensor<T>&,                      \
+                                                                       const AttentionArgs<T>&);               \
+  template std::pair<Tensor<T>, Tensor<T>> detail::attention_heads<T>(const std::vector<Tensor<T>>&,          \
+                                                                      std::size_t, bool, const AttentionArgs<T>&); \
+  template Tensor<T> scaled_dot_product_attention<T>(const Tensor<T>&, const Tensor<T>&, const Tensor<T>&,      \
+                                                     const AttnMask<T>&, double, bool, std::optional<double>,  \
+                                                     Generator*);                                              \
+  template Tensor<T> detail::self_attention_packed<T>(const Tensor<T>&, const AttnMask<T>&, double, bool,       \
+                                                      Generator*);
+XGRAD_INSTANTIATE(float)
+XGRAD_INSTANTIATE(double)
+#undef XGRAD_INSTANTIATE
+
+}  // namespace xgrad

@@ -1,0 +1,271 @@
+// layer_norm as one fused node, in the manner of llm.c's layernorm_forward/backward.
+//
+// x: (*, D...) is seen as (rows, D) with D the product of normalized_shape; mean, rstd: (rows).
+// Statistics are accumulated in double for float input too, with two passes (the mean, then the
+// squared deviations from it), so that a large common offset (float inputs around 1e4) does not
+// cancel the variance away. mean and rstd are saved in double for the backward for the same
+// reason: x - mean in float would lose the digits that matter. The row loops run on xsimd
+// batches of doubles (float data converted on load and store); sums are lane-wise, then across
+// lanes, so they may differ from a sequential loop in the last bits.
+
+// First, so that its pragma covers xsimd wherever xtensor includes it (see simd.hpp).
+#include <xgrad/backend/simd.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <tuple>
+#include <utility>
+
+#include <xgrad/ops/ops.hpp>
+#include <xgrad/backend/parallel.hpp>
+#include <xgrad/backend/strided.hpp>
+
+namespace xgrad {
+
+namespace {
+
+using DB = xsimd::batch<double>;
+constexpr std::size_t kW = DB::size;
+
+// A batch of doubles from / to kW values of T. xsimd 8 converts float <-> double one lane at a
+// time through memory; with AVX the conversion is one instruction.
+inline DB load_d(const double* p) { return DB::load_unaligned(p); }
+inline void store_d(const DB& b, double* p) { b.store_unaligned(p); }
+inline DB load_d(const float* p) {
+#if defined(__AVX512F__)
+  if constexpr (kW == 8) return DB(_mm512_cvtps_pd(_mm256_loadu_ps(p)));
+#elif defined(__AVX__)
+  if constexpr (kW == 4) return DB(_mm256_cvtps_pd(_mm_loadu_ps(p)));
+#endif
+  return DB::load_unaligned(p);
+}
+inline void store_d(const DB& b, float* p) {
+#if defined(__AVX512F__)
+  if constexpr (kW == 8) return _mm256_storeu_ps(p, _mm512_cvtpd_ps(b));
+#elif defined(__AVX__)
+  if constexpr (kW == 4) return _mm_storeu_ps(p, _mm256_cvtpd_ps(b));
+#endif
+  b.store_unaligned(p);
+}
+
+// The sum of a batch's lanes in xsimd::hadd's order (8 lanes: the upper half added to the lower,
+// then (l0 + l1) + (l2 + l3)), through memory: GCC 12 inlines hadd's AVX-512 intrinsics into a
+// false -Wuninitialized here (its bug 105593).
+inline double sum_lanes(const DB& b) {
+  alignas(64) double l[kW];
+  b.store_aligned(l);
+  if constexpr (kW == 8) {
+    for (std::size_t i = 0; i < 4; ++i) l[i] = l[i + 4] + l[i];
+    return (l[0] + l[1]) + (l[2] + l[3]);
+  } else if constexpr (kW == 4) {
+    return (l[0] + l[1]) + (l[2] + l[3]);
+  } else {
+    double total = 0;
+    for (std::size_t i = 0; i < kW; ++i) total += l[i];
+    return total;
+  }
+}
+
+// sum_j f(j) over a row of n: f maps a lane start j to a batch (full batches) or a double (tail).
+template <class FB, class FS>
+double row_sum(std::size_t n, FB fb, FS fs) {
+  DB acc(0.0);
+  std::size_t j = 0;
+  for (; j + kW <= n; j += kW) acc += fb(j);
+  double total = sum_lanes(acc);
+  for (; j < n; ++j) total += fs(j);
+  return total;
+}
+
+// One row of the forward: y = (x - m) * rs [* w] [+ b].
+template <class T>
+void normalize_row(const T* x, const T* w, const T* b, T* y, double m, double rs, std::size_t n) {
+  const DB mb(m), rb(rs);
+  std::size_t j = 0;
+  for (; j + kW <= n; j += kW) {
+    DB o = (load_d(x + j) - mb) * rb;
+    if (w) o *= load_d(w + j);
+    if (b) o += load_d(b + j);
+    store_d(o, y + j);
+  }
+  for (; j < n; ++j) {
+    double o = (x[j] - m) * rs;
+    if (w) o *= w[j];
+    if (b) o += b[j];
+    y[j] = static_cast<T>(o);
+  }
+}
+
+struct LayerNormSaved {
+  std::size_t rows = 0, d = 0;
+  std::vector<double> mean, rstd;  // (rows)
+  int weight = -1, bias = -1;      // positions among the node's inputs, -1 when absent
+};
+
+// One row of the forward: y = (x - m) * rs * w + b; returns (m, rs).
+template <class T>
+std::pair<double, double> forward_row(const T* xr, const T* pw, const T* pb, T* yr, std::size_t D, double eps) {
+  const double m = row_sum(D, [xr](std::size_t j) { return load_d(xr + j); },
+                           [xr](std::size_t j) { return static_cast<double>(xr[j]); }) /
+                   static_cast<double>(D);
+  const DB mb(m);
+  const double v = row_sum(D,
+                           [xr, mb](std::size_t j) {
+                             const DB dev = load_d(xr + j) - mb;
+                             return dev * dev;
+                           },
+                           [xr, m](std::size_t j) {
+                             const double dev = xr[j] - m;
+                             return dev * dev;
+                           }) /
+                   static_cast<double>(D);
+  const double rs = 1.0 / std::sqrt(v + eps);
+  normalize_row(xr, pw, pb, yr, m, rs, D);
+  return {m, rs};
+}
+
+// One row of the backward: dw += dy * xhat and db += dy (when not null), and, when dxr is not
+// null, dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)) with dxhat = dy * w.
+template <class T>
+void backward_row(const T* xr, const T* dyr, const T* pw, double m, double rs, std::size_t D, T* dxr, double* dw,
+                  double* db) {
+  const DB mb(m), rb(rs);
+  DB acc_dxhat(0.0), acc_dxhat_xhat(0.0);
+  std::size_t j = 0;
+  for (; j + kW <= D; j += kW) {
+    const DB xhat = (load_d(xr + j) - mb) * rb;
+    const DB g = load_d(dyr + j);
+    const DB dxhat = pw ? g * load_d(pw + j) : g;
+    acc_dxhat += dxhat;
+    acc_dxhat_xhat = xsimd::fma(dxhat, xhat, acc_dxhat_xhat);
+    if (dw) xsimd::fma(g, xhat, DB::load_unaligned(dw + j)).store_unaligned(dw + j);
+    if (db) (DB::load_unaligned(db + j) + g).store_unaligned(db + j);
+  }
+  double mean_dxhat = sum_lanes(acc_dxhat), mean_dxhat_xhat = sum_lanes(acc_dxhat_xhat);
+  for (; j < D; ++j) {
+    const double xhat = (xr[j] - m) * rs;
+    const double g = dyr[j];
+    const double dxhat = pw ? g * pw[j] : g;
+    mean_dxhat += dxhat;
+    mean_dxhat_xhat += dxhat * xhat;
+    if (dw) dw[j] += g * xhat;
+    if (db) db[j] += g;
+  }
+  if (!dxr) return;
+  mean_dxhat /= static_cast<double>(D);
+  mean_dxhat_xhat /= static_cast<double>(D);
+  const DB md(mean_dxhat), mdx(mean_dxhat_xhat);
+  for (j = 0; j + kW <= D; j += kW) {
+    const DB xhat = (load_d(xr + j) - mb) * rb;
+    const DB g = load_d(dyr + j);
+    const DB dxhat = pw ? g * load_d(pw + j) : g;
+    store_d(rb * (dxhat - md - xhat * mdx), dxr + j);
+  }
+  for (; j < D; ++j) {
+    const double xhat = (xr[j] - m) * rs;
+    const double dxhat = pw ? dyr[j] * static_cast<double>(pw[j]) : static_cast<double>(dyr[j]);
+    dxr[j] = static_cast<T>(rs * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat));
+  }
+}
+
+// Rows are split across threads in pieces of at least ~16K elements, so that small inputs stay on
+// one thread. The count depends only on the shape and the thread count (the backward sums dw and
+// db per piece, then across pieces in order).
+std::size_t row_pieces(std::size_t rows, std::size_t D) {
+  const std::size_t min_rows = std::max<std::size_t>(1, (std::size_t(1) << 14) / std::max<std::size_t>(D, 1));
+  return std::max<std::size_t>(1, std::min<std::size_t>(get_num_threads(), rows / min_rows));
+}
+
+}  // namespace
+
+// y = (x - mean) * rstd * w + b, rstd = 1 / sqrt(var + eps), biased var over each row.
+// https://pytorch.org/docs/stable/generated/torch.nn.functional.layer_norm.html
+template <class T>
+Tensor<T> layer_norm(const Tensor<T>& x, const Shape& normalized_shape, const Tensor<T>& weight,
+                     const Tensor<T>& bias, double eps) {
+  const Shape sx = x.shape();
+  const std::size_t nn = normalized_shape.size();
+  XGRAD_CHECK(nn >= 1, "layer_norm: expected normalized_shape to be at least 1-dimensional, got ",
+              normalized_shape);
+  XGRAD_CHECK(sx.size() >= nn && std::equal(normalized_shape.begin(), normalized_shape.end(), sx.end() - nn),
+              "layer_norm: expected input with trailing shape ", normalized_shape, ", got ", sx);
+  if (weight.defined())
+    XGRAD_CHECK(weight.shape() == normalized_shape, "layer_norm: expected weight of shape ", normalized_shape,
+                ", got ", weight.shape());
+  if (bias.defined())
+    XGRAD_CHECK(bias.shape() == normalized_shape, "layer_norm: expected bias of shape ", normalized_shape,
+                ", got ", bias.shape());
+  XGRAD_CHECK(eps >= 0, "layer_norm: eps must be non-negative, got ", eps);
+
+  auto saved = std::make_shared<LayerNormSaved>();
+  LayerNormSaved& s = *saved;
+  s.d = detail::numel(normalized_shape);
+  s.rows = s.d == 0 ? 0 : x.numel() / s.d;
+  s.mean.resize(s.rows);
+  s.rstd.resize(s.rows);
+
+  std::vector<Tensor<T>> inputs{x};
+  if (weight.defined()) {
+    s.weight = static_cast<int>(inputs.size());
+    inputs.push_back(weight);
+  }
+  if (bias.defined()) {
+    s.bias = static_cast<int>(inputs.size());
+    inputs.push_back(bias);
+  }
+
+  Array<T> y = empty_array<T>(sx);
+  const T* px = x.value().data();
+  const T* pw = weight.defined() ? weight.value().data() : nullptr;
+  const T* pb = bias.defined() ? bias.value().data() : nullptr;
+  T* py = y.data();
+  const std::size_t D = s.d, pieces = row_pieces(s.rows, D);
+  detail::parallel_for(pieces, 1, [&](std::size_t p0, std::size_t p1) {
+    for (std::size_t r = s.rows * p0 / pieces; r < s.rows * p1 / pieces; ++r)
+      std::tie(s.mean[r], s.rstd[r]) = forward_row(px + r * D, pw, pb, py + r * D, D, eps);
+  });
+
+  return make_result<T>("layer_norm", std::move(y), std::move(inputs), [saved](Node<T>& out) {
+    const LayerNormSaved& s = *saved;
+    const std::size_t D = s.d, pieces = row_pieces(s.rows, D);
+    const bool need_x = out.input_needs_grad(0);
+    const bool need_w = s.weight >= 0 && out.input_needs_grad(s.weight);
+    const bool need_b = s.bias >= 0 && out.input_needs_grad(s.bias);
+    const T* px = out.input_value(0).data();
+    const T* pw = s.weight >= 0 && need_x ? out.input_value(s.weight).data() : nullptr;  // dx reads w
+    const T* pdy = out.grad.data();
+    Array<T> dx;
+    if (need_x) dx = empty_array<T>(out.input_shape(0));
+    // dw, db per piece of rows: (pieces, D) each, summed over pieces below.
+    std::vector<double> dw(need_w ? pieces * D : 0, 0.0), db(need_b ? pieces * D : 0, 0.0);
+    detail::parallel_for(pieces, 1, [&](std::size_t p0, std::size_t p1) {
+      for (std::size_t p = p0; p < p1; ++p)
+        for (std::size_t r = s.rows * p / pieces; r < s.rows * (p + 1) / pieces; ++r)
+          backward_row(px + r * D, pdy + r * D, pw, s.mean[r], s.rstd[r], D, need_x ? dx.data() + r * D : nullptr,
+                       need_w ? dw.data() + p * D : nullptr, need_b ? db.data() + p * D : nullptr);
+    });
+    if (need_x) out.input(0).accumulate_grad(std::move(dx));
+    const auto to_array = [&out, pieces, D](const std::vector<double>& v, int input) {
+      Array<T> a = empty_array<T>(out.input_shape(static_cast<std::size_t>(input)));
+      T* pa = a.data();
+      for (std::size_t j = 0; j < D; ++j) {
+        double sum = v[j];
+        for (std::size_t p = 1; p < pieces; ++p) sum += v[p * D + j];
+        pa[j] = static_cast<T>(sum);
+      }
+      return a;
+    };
+    if (need_w) out.input(static_cast<std::size_t>(s.weight)).accumulate_grad(to_array(dw, s.weight));
+    if (need_b) out.input(static_cast<std::size_t>(s.bias)).accumulate_grad(to_array(db, s.bias));
+  });
+}
+
+#define XGRAD_INSTANTIATE(T)                                                                            \
+  template Tensor<T> layer_norm<T>(const Tensor<T>&, const Shape&, const Tensor<T>&, const Tensor<T>&, \
+                                   double);
+XGRAD_INSTANTIATE(float)
+XGRAD_INSTANTIATE(double)
+#undef XGRAD_INSTANTIATE
+
+}  // namespace xgrad

@@ -1,0 +1,242 @@
+// Losses: mse_loss and cross_entropy, each one node.
+
+// First, so that its pragma covers xsimd wherever xtensor includes it (see simd.hpp).
+#include <xgrad/backend/simd.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+
+#include <xgrad/ops/broadcast.hpp>
+#include <xgrad/ops/ops.hpp>
+#include <xgrad/backend/strided.hpp>
+#include <xgrad/base/warning.hpp>
+
+namespace xgrad {
+
+namespace {
+
+enum class Reduction { none, mean, sum };
+
+Reduction parse_reduction(const std::string& reduction, const char* op) {
+  if (reduction == "mean") return Reduction::mean;
+  if (reduction == "sum") return Reduction::sum;
+  XGRAD_CHECK(reduction == "none", op, ": reduction must be \"mean\", \"sum\" or \"none\", got \"", reduction,
+              "\"");
+  return Reduction::none;
+}
+
+// A 0-d array holding v.
+template <class T>
+Array<T> scalar_array(double v) {
+  Array<T> a = empty_array<T>({});
+  *a.data() = static_cast<T>(v);
+  return a;
+}
+
+}  // namespace
+
+// ---- mse_loss ----------------------------------------------------------------------------------
+
+// l = (input - target)^2, then mean / sum / none. input and target broadcast together, with
+// PyTorch's warning when their shapes differ; shapes that cannot broadcast throw naming both.
+// https://pytorch.org/docs/stable/generated/torch.nn.functional.mse_loss.html
+template <class T>
+Tensor<T> mse_loss(const Tensor<T>& input, const Tensor<T>& target, const std::string& reduction) {
+  const Reduction red = parse_reduction(reduction, "mse_loss");
+  if (target.shape() != input.shape())
+    XGRAD_WARN_ONCE("mse_loss: using a target size ", target.shape(), " that is different to the input size ",
+                    input.shape(), ". This will likely lead to incorrect results due to broadcasting. Please "
+                    "ensure they have the same size.");
+  Array<T> d = detail::binary_map(input.value(), target.value(), "mse_loss", [](T a, T b) { return a - b; });
+  T* pd = d.data();
+  const std::size_t n = d.size();
+  Array<T> y;
+  if (red == Reduction::none) {
+    for (std::size_t i = 0; i < n; ++i) pd[i] *= pd[i];
+    y = std::move(d);
+  } else {
+    double s = 0;
+    for (std::size_t i = 0; i < n; ++i) s += static_cast<double>(pd[i]) * pd[i];
+    // mean of no elements: 0/0 = nan, as PyTorch
+    y = scalar_array<T>(red == Reduction::sum ? s : s / static_cast<double>(n));
+  }
+
+  return make_result<T>("mse_loss", std::move(y), {input, target}, [red](Node<T>& out) {
+    // d loss / d input = 2 (input - target) * dy * (1/n for mean);  d loss / d target = -that
+    Array<T> g = detail::binary_map(out.input_value(0), out.input_value(1), "mse_loss",
+                                    [](T a, T b) { return a - b; });
+    T* pg = g.data();
+    const std::size_t n = g.size();
+    if (red == Reduction::none) {
+      const T* dy = out.grad.data();
+      for (std::size_t i = 0; i < n; ++i) pg[i] *= T(2) * dy[i];
+    } else {
+      T scale = T(2) * *out.grad.data();
+      if (red == Reduction::mean) scale /= static_cast<T>(n);
+      for (std::size_t i = 0; i < n; ++i) pg[i] *= scale;
+    }
+    if (out.input_needs_grad(1)) {
+      Array<T> gt = sum_to(g, out.input_shape(1));
+      for (auto& v : gt) v = -v;
+      out.input(1).accumulate_grad(std::move(gt));
+    }
+    if (out.input_needs_grad(0)) {
+      const Shape si = out.input_shape(0);
+      if (si == shape_of(g)) out.input(0).accumulate_grad(std::move(g));
+      else out.input(0).accumulate_grad(sum_to(g, si));
+    }
+  });
+}
+
+// ---- cross_entropy -----------------------------------------------------------------------------
+
+namespace {
+
+// logits (N, C, d1, ...) seen as N blocks of (C, inner): position (n, i) has its C logits at
+// n * C * inner + i with stride inner, and its target at n * inner + i.
+template <class T>
+struct CrossEntropySaved {
+  std::size_t classes = 0, inner = 1, positions = 0;
+  IndexArray target;
+  std::int64_t ignore_index = -100;
+  double label_smoothing = 0;
+  Reduction reduction = Reduction::mean;
+  std::size_t count = 0;     // non-ignored targets
+  // Per position: the max logit and sum_c exp(logit_c - max), so that the backward forms
+  // p_c = exp(x_c - max) / sum_exp exactly as the forward did (x_c - lse in float would lose
+  // digits for large logits).
+  std::vector<T> max;
+  std::vector<double> sum_exp;
+};
+
+}  // namespace
+
+// With lse = log sum_c exp(x_c) and logp_c = x_c - lse, at each non-ignored position:
+//   loss = (1 - ls) (-logp_t) + ls (-(1/C) sum_c logp_c) = (1 - ls)(lse - x_t) + ls (lse - mean_c x_c)
+// "mean" divides the sum by the number of non-ignored targets. When every target is ignored,
+// "mean" gives nan (0/0, as PyTorch 1.13 does) and the gradient is zero.
+// https://pytorch.org/docs/stable/generated/torch.nn.functional.cross_entropy.html
+template <class T>
+Tensor<T> cross_entropy(const Tensor<T>& logits, const IndexArray& target, std::int64_t ignore_index,
+                        double label_smoothing, const std::string& reduction) {
+  const Reduction red = parse_reduction(reduction, "cross_entropy");
+  XGRAD_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0,
+              "cross_entropy: label_smoothing must be between 0.0 and 1.0, got ", label_smoothing);
+  const Shape sl = logits.shape();
+  const Shape st = shape_of(target);
+  XGRAD_CHECK(!sl.empty(), "cross_entropy: expected logits (C), (N, C) or (N, C, d1, ...), got ", sl);
+  Shape expected;  // the target shape: logits' shape without the class dim
+  if (sl.size() > 1) {
+    expected.push_back(sl[0]);
+    expected.insert(expected.end(), sl.begin() + 2, sl.end());
+  }
+  XGRAD_CHECK(st == expected, "cross_entropy: expected target of shape ", expected, " for logits ", sl, ", got ",
+              st);
+
+  auto saved = std::make_shared<CrossEntropySaved<T>>();
+  CrossEntropySaved<T>& s = *saved;
+  s.classes = sl.size() == 1 ? sl[0] : sl[1];
+  s.inner = detail::numel(sl, 2, sl.size());
+  s.positions = target.size();
+  s.target = target;
+  s.ignore_index = ignore_index;
+  s.label_smoothing = label_smoothing;
+  s.reduction = red;
+  s.max.resize(s.positions);
+  s.sum_exp.resize(s.positions);
+  const std::size_t C = s.classes, inner = s.inner;
+  const auto c_int = static_cast<std::int64_t>(C);
+
+  const std::int64_t* pt = target.data();
+  for (std::size_t p = 0; p < s.positions; ++p) {
+    const std::int64_t t = pt[p];
+    if (t == ignore_index) continue;
+    XGRAD_CHECK(t >= 0 && t < c_int, "cross_entropy: target ", t, " is out of bounds for ", C,
+                " classes (expected a value in [0, ", C, ") or ignore_index ", ignore_index, ")");
+    ++s.count;
+  }
+
+  Array<T> losses;
+  T* pl = nullptr;
+  if (red == Reduction::none) {
+    losses = empty_array<T>(st);
+    pl = losses.data();
+  }
+  const T* px = logits.value().data();
+  const double ls = label_smoothing;
+  double total = 0;
+  for (std::size_t p = 0; p < s.positions; ++p) {
+    const std::int64_t t = pt[p];
+    if (t == ignore_index) {
+      if (pl) pl[p] = T(0);
+      continue;
+    }
+    const T* x = px + (p / inner) * C * inner + p % inner;  // x[c * inner] is logit c
+    double sum_exp = 0, sum_x = 0;
+    T mx = -std::numeric_limits<T>::infinity();
+    if (inner == 1) {
+      mx = detail::simd_max(x, C);
+      sum_exp = detail::simd_sum_exp_sub(x, mx, C);
+    } else {
+      for (std::size_t c = 0; c < C; ++c) mx = std::max(mx, x[c * inner]);
+      for (std::size_t c = 0; c < C; ++c) sum_exp += std::exp(x[c * inner] - mx);
+    }
+    if (ls != 0)
+      for (std::size_t c = 0; c < C; ++c) sum_x += x[c * inner];
+    const double lse = mx + std::log(sum_exp);
+    s.max[p] = mx;
+    s.sum_exp[p] = sum_exp;
+    double loss = (1 - ls) * (lse - x[static_cast<std::size_t>(t) * inner]);
+    if (ls != 0) loss += ls * (lse - sum_x / static_cast<double>(C));
+    if (pl) pl[p] = static_cast<T>(loss);
+    total += loss;
+  }
+  Array<T> y = red == Reduction::none ? std::move(losses)
+                                      : scalar_array<T>(red == Reduction::sum ? total
+                                                                             : total / static_cast<double>(s.count));
+
+  return make_result<T>("cross_entropy", std::move(y), {logits}, [saved](Node<T>& out) {
+    if (!out.input_needs_grad(0)) return;
+    const CrossEntropySaved<T>& s = *saved;
+    const std::size_t C = s.classes, inner = s.inner;
+    const T* px = out.input_value(0).data();
+    const std::int64_t* pt = s.target.data();
+    const T* dy = out.grad.data();
+    // d loss / d x_c = scale * (p_c - (1 - ls) [c == t] - ls / C), p_c = exp(x_c - max) / sum_exp
+    Array<T> dx = xt::zeros<T>(out.input_shape(0));
+    T* pdx = dx.data();
+    const double ls = s.label_smoothing;
+    const double uniform = ls / static_cast<double>(C);
+    for (std::size_t p = 0; p < s.positions; ++p) {
+      const std::int64_t t = pt[p];
+      if (t == s.ignore_index) continue;
+      double scale = s.reduction == Reduction::none ? dy[p] : dy[0];
+      if (s.reduction == Reduction::mean) scale /= static_cast<double>(s.count);
+      const std::size_t base = (p / inner) * C * inner + p % inner;
+      const T* x = px + base;
+      T* g = pdx + base;
+      const T mx = s.max[p];
+      const T sc = static_cast<T>(scale / s.sum_exp[p]), off = static_cast<T>(scale * uniform);
+      if (inner == 1) {
+        detail::simd_exp_sub_sum(x, mx, g, C);
+        for (std::size_t c = 0; c < C; ++c) g[c] = sc * g[c] - off;
+      } else {
+        for (std::size_t c = 0; c < C; ++c) g[c * inner] = sc * std::exp(x[c * inner] - mx) - off;
+      }
+      g[static_cast<std::size_t>(t) * inner] -= static_cast<T>(scale * (1 - ls));
+    }
+    out.input(0).accumulate_grad(std::move(dx));
+  });
+}
+
+#define XGRAD_INSTANTIATE(T)                                                                             \
+  template Tensor<T> mse_loss<T>(const Tensor<T>&, const Tensor<T>&, const std::string&);                \
+  template Tensor<T> cross_entropy<T>(const Tensor<T>&, const IndexArray&, std::int64_t, double,         \
+                                      const std::string&);
+XGRAD_INSTANTIATE(float)
+XGRAD_INSTANTIATE(double)
+#undef XGRAD_INSTANTIATE
+
+}  // namespace xgrad

@@ -1,0 +1,339 @@
+// BLAS gemm, matmul and linear: the one translation unit that includes xtensor-blas, whose
+// xblas.hpp declares ::cblas_sgemm / ::cblas_dgemm (OpenBLAS's <cblas.h> must not join it: the
+// CBLAS enums would be defined twice).
+//
+// Every product here is a gemm call on contiguous row-major buffers; transposes are passed as
+// flags and batches are loops over matrix offsets, so nothing is copied into a transposed or
+// broadcast layout, forward or backward. matmul and linear built under an AutocastGuard run every
+// float product, forward and backward, through gemm_bf16 (autocast.hpp, bf16.hpp).
+#include <xtensor-blas/xblas.hpp>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+
+#include <xgrad/backend/autocast.hpp>
+#include <xgrad/backend/bf16.hpp>
+#include <xgrad/backend/gemm.hpp>
+#include <xgrad/backend/gemm_backend.hpp>
+#include <xgrad/backend/onednn.hpp>
+#include <xgrad/ops/ops.hpp>
+#include <xgrad/backend/parallel.hpp>
+#include <xgrad/backend/strided.hpp>
+
+namespace xgrad {
+
+// ---- gemm ----------------------------------------------------------------------------------
+
+namespace detail {
+
+template <class T>
+void gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a,
+          std::size_t lda, const T* b, std::size_t ldb, T beta, T* c, std::size_t ldc) {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "gemm: float or double");
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    // op(A) op(B) is an (m, n) matrix of zeros: C = beta C (beta = 0 overwrites, NaN included).
+    for (std::size_t i = 0; i < m; ++i) {
+      T* row = c + i * ldc;
+      if (beta == T(0)) std::fill(row, row + n, T(0));
+      else for (std::size_t j = 0; j < n; ++j) row[j] *= beta;
+    }
+    return;
+  }
+  // float32 on oneDNN (the default backend, see backend/gemm_backend.hpp) from kOneDnnMinMacs
+  // multiply-adds up: a product of at least onednn_own_threading_min_macs() runs on oneDNN's own
+  // OpenMP threads; the others take the row-block split below, one single-threaded oneDNN call
+  // per block.
+  bool onednn = false;
+  if constexpr (std::is_same_v<T, float>) {
+    onednn = m * n * k >= kOneDnnMinMacs && get_gemm_backend() == GemmBackend::onednn;
+    if (onednn && !in_parallel_region() && get_num_threads() > 1 && m * n * k >= onednn_own_threading_min_macs()) {
+      onednn_sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, get_num_threads());
+      return;
+    }
+  }
+  constexpr std::size_t kMax = INT_MAX;
+  XGRAD_CHECK(m <= kMax && n <= kMax && k <= kMax && lda <= kMax && ldb <= kMax && ldc <= kMax,
+              "gemm: sizes (m, n, k) = (", m, ", ", n, ", ", k, ") exceed the BLAS int range");
+  const auto ta = trans_a ? CblasTrans : CblasNoTrans;
+  const auto tb = trans_b ? CblasTrans : CblasNoTrans;
+  // BLAS rejects a leading dimension below the stored row length even when it is never used.
+  const std::size_t min_lda = trans_a ? m : k, min_ldb = trans_b ? k : n;
+  const int ilda = static_cast<int>(std::max(lda, min_lda));
+  const int ildb = static_cast<int>(std::max(ldb, min_ldb));
+  const int ildc = static_cast<int>(std::max(ldc, n));
+  const int ik = static_cast<int>(k);
+  // One single-threaded BLAS call on rows [r0, r1) and columns [c0, c1) of C.
+  auto block = [&](std::size_t r0, std::size_t r1, std::size_t c0, std::size_t c1) {
+    const T* ab = trans_a ? a + r0 : a + r0 * lda;  // op(A) rows r0.. (columns of a stored A^T)
+    const T* bb = trans_b ? b + c0 * ldb : b + c0;  // op(B) columns c0..
+    const int im = static_cast<int>(r1 - r0), in = static_cast<int>(c1 - c0);
+    T* cb = c + r0 * ldc + c0;
+    if constexpr (std::is_same_v<T, float>) {
+      if (onednn) onednn_sgemm(trans_a, trans_b, r1 - r0, c1 - c0, k, alpha, ab, lda, bb, ldb, beta, cb, ldc, 1);
+      else ::cblas_sgemm(CblasRowMajor, ta, tb, im, in, ik, alpha, ab, ilda, bb, ildb, beta, cb, ildc);
+    } else {
+      ::cblas_dgemm(CblasRowMajor, ta, tb, im, in, ik, alpha, ab, ilda, bb, ildb, beta, cb, ildc);
+    }
+  };
+  // A product of at least ~1M multiply-adds is cut into blocks of whole 16-row (or 16-column)
+  // tiles along the longer of m and n, one block per thread (see backend/parallel.hpp).
+  constexpr std::size_t kTile = 16, kMinBlockTiles = 2, kMinMacs = std::size_t(1) << 20;
+  if (m * n * k < kMinMacs) {
+    block(0, m, 0, n);
+    return;
+  }
+  const bool split_rows = m >= n;
+  const std::size_t tiles = ((split_rows ? m : n) + kTile - 1) / kTile;
+  parallel_for(tiles, kMinBlockTiles, [&](std::size_t t0, std::size_t t1) {
+    const std::size_t lo = t0 * kTile, hi = std::min(t1 * kTile, split_rows ? m : n);
+    if (split_rows) block(lo, hi, 0, n);
+    else block(0, m, lo, hi);
+  });
+}
+
+template void gemm<float>(bool, bool, std::size_t, std::size_t, std::size_t, float, const float*, std::size_t,
+                          const float*, std::size_t, float, float*, std::size_t);
+template void gemm<double>(bool, bool, std::size_t, std::size_t, std::size_t, double, const double*,
+                           std::size_t, const double*, std::size_t, double, double*, std::size_t);
+
+}  // namespace detail
+
+namespace {
+
+using detail::gemm;
+using detail::gemm_autocast;
+
+// How a batched product lays out: A (batch_a..., m, k) @ B (batch_b..., k, n) -> C (batch..., m, n)
+// with the batch dims broadcast. a_off[i] / b_off[i] index the matrix of A / B that output matrix i
+// reads (in units of whole matrices).
+struct MatmulPlan {
+  std::size_t m = 0, n = 0, k = 0;
+  std::size_t batch = 1;           // number of output matrices
+  std::size_t a_count = 1, b_count = 1;  // number of stored A / B matrices
+  std::vector<std::size_t> a_off, b_off;
+  Shape out_shape;                 // with the dims added to 1-D operands removed
+};
+
+MatmulPlan plan_matmul(const Shape& sa, const Shape& sb) {
+  XGRAD_CHECK(!sa.empty() && !sb.empty(), "matmul: both arguments need at least 1 dimension, got ", sa,
+              " @ ", sb);
+  // 1-D operands: a (k) -> (1, k), b (k) -> (k, 1); same data, no copy.
+  Shape a = sa.size() == 1 ? Shape{1, sa[0]} : sa;
+  Shape b = sb.size() == 1 ? Shape{sb[0], 1} : sb;
+  MatmulPlan p;
+  p.m = a[a.size() - 2];
+  p.k = a[a.size() - 1];
+  p.n = b[b.size() - 1];
+  XGRAD_CHECK(b[b.size() - 2] == p.k, "matmul: ", sa, " @ ", sb, ": inner dimensions ", p.k, " and ",
+              b[b.size() - 2], " differ");
+
+  const Shape ba(a.begin(), a.end() - 2), bb(b.begin(), b.end() - 2);
+  const std::size_t nd = std::max(ba.size(), bb.size());
+  // Batch dims left-padded with 1s to a common rank, then broadcast.
+  Shape pa(nd - ba.size(), 1), pb(nd - bb.size(), 1);
+  pa.insert(pa.end(), ba.begin(), ba.end());
+  pb.insert(pb.end(), bb.begin(), bb.end());
+  Shape batch(nd);
+  for (std::size_t i = 0; i < nd; ++i) {
+    XGRAD_CHECK(pa[i] == pb[i] || pa[i] == 1 || pb[i] == 1, "matmul: ", sa, " @ ", sb, ": batch dimensions ", ba,
+                " and ", bb, " cannot be broadcast together");
+    batch[i] = pa[i] == 1 ? pb[i] : pa[i];
+  }
+  // Matrix strides of A and B inside the broadcast batch: 0 where an operand is broadcast.
+  std::vector<std::size_t> sa_str(nd, 0), sb_str(nd, 0);
+  for (std::size_t i = nd, st_a = 1, st_b = 1; i-- > 0;) {
+    if (pa[i] != 1) sa_str[i] = st_a;
+    if (pb[i] != 1) sb_str[i] = st_b;
+    st_a *= pa[i];
+    st_b *= pb[i];
+  }
+  p.batch = detail::numel(batch);
+  p.a_count = detail::numel(ba);
+  p.b_count = detail::numel(bb);
+  p.a_off.resize(p.batch);
+  p.b_off.resize(p.batch);
+  detail::for_each_index(batch, sa_str, sb_str, [&](std::size_t i, std::size_t oa, std::size_t ob) {
+    p.a_off[i] = oa;
+    p.b_off[i] = ob;
+  });
+  p.out_shape = batch;
+  if (sa.size() > 1) p.out_shape.push_back(p.m);
+  if (sb.size() > 1) p.out_shape.push_back(p.n);
+  return p;
+}
+
+// A zero-initialized array when several gemms accumulate into it (beta = 1), else uninitialized.
+template <class T>
+Array<T> grad_buffer(const Shape& shape, bool accumulate) {
+  if (accumulate) return Array<T>(xt::zeros<T>(shape));
+  return empty_array<T>(shape);
+}
+
+}  // namespace
+
+// ---- matmul --------------------------------------------------------------------------------
+
+// C_i = A_a(i) B_b(i) for each output matrix i (batch dims broadcast).
+// https://pytorch.org/docs/stable/generated/torch.matmul.html
+template <class T>
+Tensor<T> matmul(const Tensor<T>& a, const Tensor<T>& b) {
+  const Shape sa = a.shape(), sb = b.shape();
+  auto plan = std::make_shared<const MatmulPlan>(plan_matmul(sa, sb));
+  const bool bf16 = detail::autocast_gemm<T>();  // recorded for the backward (autocast.hpp)
+  const MatmulPlan& p = *plan;
+  const std::size_t mk = p.m * p.k, kn = p.k * p.n, mn = p.m * p.n;
+  Array<T> c = empty_array<T>(p.out_shape);
+  const T* pa = a.value().data();
+  const T* pb = b.value().data();
+  if (p.b_count == 1 && p.a_count == p.batch) {
+    // B is one matrix shared by every batch: the batch folds into rows, (batch m, k) @ (k, n).
+    gemm_autocast<T>(bf16, false, false, p.batch * p.m, p.n, p.k, T(1), pa, p.k, pb, p.n, T(0), c.data(), p.n);
+  } else {
+    for (std::size_t i = 0; i < p.batch; ++i)
+      gemm_autocast<T>(bf16, false, false, p.m, p.n, p.k, T(1), pa + p.a_off[i] * mk, p.k, pb + p.b_off[i] * kn,
+                       p.n, T(0), c.data() + i * mn, p.n);
+  }
+
+  return make_result<T>("matmul", std::move(c), {a, b}, [plan, bf16](Node<T>& out) {
+    const MatmulPlan& p = *plan;
+    const std::size_t mk = p.m * p.k, kn = p.k * p.n, mn = p.m * p.n;
+    const T* pa = out.input_needs_grad(1) ? out.input_value(0).data() : nullptr;  // dB reads A
+    const T* pb = out.input_needs_grad(0) ? out.input_value(1).data() : nullptr;  // dA reads B
+    const T* dc = out.grad.data();
+    const bool fold = p.b_count == 1 && p.a_count == p.batch;
+    // dA = dC B^T: (m, n) (n, k); summed over the batches that share one A matrix.
+    if (out.input_needs_grad(0)) {
+      const bool shared = p.a_count != p.batch;  // (or batch = 0: no gemm runs)
+      Array<T> da = grad_buffer<T>(out.input_shape(0), shared);
+      if (fold) {
+        gemm_autocast<T>(bf16, false, true, p.batch * p.m, p.k, p.n, T(1), dc, p.n, pb, p.n, T(0), da.data(), p.k);
+      } else {
+        for (std::size_t i = 0; i < p.batch; ++i)
+          gemm_autocast<T>(bf16, false, true, p.m, p.k, p.n, T(1), dc + i * mn, p.n, pb + p.b_off[i] * kn, p.n,
+                           shared ? T(1) : T(0), da.data() + p.a_off[i] * mk, p.k);
+      }
+      out.input(0).accumulate_grad(std::move(da));
+    }
+    // dB = A^T dC: (k, m) (m, n); summed over the batches that share one B matrix.
+    if (out.input_needs_grad(1)) {
+      const bool shared = p.b_count != p.batch;
+      Array<T> db = grad_buffer<T>(out.input_shape(1), shared);
+      if (fold) {
+        // sum_i A_i^T dC_i = [A_0; A_1; ...]^T [dC_0; dC_1; ...]: one gemm over the stacked rows.
+        gemm_autocast<T>(bf16, true, false, p.k, p.n, p.batch * p.m, T(1), pa, p.k, dc, p.n, T(0), db.data(), p.n);
+      } else {
+        for (std::size_t i = 0; i < p.batch; ++i)
+          gemm_autocast<T>(bf16, true, false, p.k, p.n, p.m, T(1), pa + p.a_off[i] * mk, p.k, dc + i * mn, p.n,
+                           shared ? T(1) : T(0), db.data() + p.b_off[i] * kn, p.n);
+      }
+      out.input(1).accumulate_grad(std::move(db));
+    }
+  });
+}
+
+// ---- linear --------------------------------------------------------------------------------
+
+namespace {
+
+// One of linear's three products, C = A B (+ beta C) with the flags given: on the bf16 operands
+// rounded once (ab, bb) when `packed`, else gemm_autocast on the float operands (a, b).
+template <class T>
+void linear_gemm(bool bf16, bool packed, bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t k,
+                 const T* a, std::size_t lda, const detail::Bf16Matrix& ab, const T* b, std::size_t ldb,
+                 const detail::Bf16Matrix& bb, T beta, T* c, std::size_t ldc) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (packed) return detail::gemm_bf16(trans_a, trans_b, m, n, k, 1.0f, ab, bb, beta, c, ldc);
+  }
+  gemm_autocast<T>(bf16, trans_a, trans_b, m, n, k, T(1), a, lda, b, ldb, beta, c, ldc);
+}
+
+}  // namespace
+
+// x: (*, in), W: (out, in), b: (out) -> y: (*, out);  y = x W^T + b over the rows of x.
+// https://pytorch.org/docs/stable/generated/torch.nn.functional.linear.html
+template <class T>
+Tensor<T> linear(const Tensor<T>& x, const Tensor<T>& weight, const Tensor<T>& bias) {
+  const Shape sx = x.shape(), sw = weight.shape();
+  XGRAD_CHECK(sw.size() == 2, "linear: expected a 2-D weight (out_features, in_features), got ", sw);
+  XGRAD_CHECK(!sx.empty(), "linear: expected an input with at least 1 dimension (*, in_features), got ", sx);
+  const std::size_t in = sw[1], outf = sw[0];
+  XGRAD_CHECK(sx.back() == in, "linear: input ", sx, " and weight ", sw, ": input features ", sx.back(),
+              " differ from in_features ", in);
+  const bool has_bias = bias.defined();
+  if (has_bias)
+    XGRAD_CHECK(bias.shape() == Shape{outf}, "linear: expected a bias of shape (", outf,
+                ") for weight ", sw, ", got ", bias.shape());
+  std::size_t rows_total = 1;
+  for (std::size_t i = 0; i + 1 < sx.size(); ++i) rows_total *= sx[i];
+
+  Shape sy = sx;
+  sy.back() = outf;
+  Array<T> y = empty_array<T>(sy);
+  T* py = y.data();
+  const bool bf16 = detail::autocast_gemm<T>();  // recorded for the backward (autocast.hpp)
+  // y starts as the bias broadcast over rows, then gemm adds x W^T (beta = 1).
+  if (has_bias && outf > 0) {  // out_features 0: no row to fill (and no buffer to copy from)
+    const T* pbias = bias.value().data();
+    for (std::size_t r = 0; r < rows_total; ++r) std::memcpy(py + r * outf, pbias, outf * sizeof(T));
+  }
+  // Under autocast, when the product takes packed operands (the three gemms here have the same
+  // size), x and W are rounded to bf16 once, here, and kept for the backward (x: (rows, in),
+  // W: (out, in)), which would otherwise round both again. Either way the same bits.
+  const bool packed = bf16 && detail::gemm_bf16_takes_packed(rows_total, outf, in);
+  detail::Bf16Matrix xb, wb;
+  if constexpr (std::is_same_v<T, float>) {
+    if (packed) {
+      xb = detail::to_bf16(x.value().data(), rows_total, in, in);
+      wb = detail::to_bf16(weight.value().data(), outf, in, in);
+    }
+  }
+  linear_gemm<T>(bf16, packed, false, true, rows_total, outf, in, x.value().data(), in, xb, weight.value().data(), in,
+                 wb, has_bias ? T(1) : T(0), py, outf);
+
+  std::vector<Tensor<T>> inputs{x, weight};
+  if (has_bias) inputs.push_back(bias);
+  return make_result<T>("linear", std::move(y), std::move(inputs), [rows_total, in, outf, bf16, packed, xb, wb](Node<T>& out) {
+    const T* dy = out.grad.data();
+    // Packed: dy is rounded to bf16 once for both products.
+    detail::Bf16Matrix dyb;
+    if constexpr (std::is_same_v<T, float>) {
+      if (packed && (out.input_needs_grad(0) || out.input_needs_grad(1))) dyb = detail::to_bf16(dy, rows_total, outf, outf);
+    }
+    // dx = dy W: (rows, out) (out, in)
+    if (out.input_needs_grad(0)) {
+      Array<T> dx = empty_array<T>(out.input_shape(0));
+      linear_gemm<T>(bf16, packed, false, false, rows_total, in, outf, dy, outf, dyb, out.input_value(1).data(), in,
+                     wb, T(0), dx.data(), in);
+      out.input(0).accumulate_grad(std::move(dx));
+    }
+    // dW = dy^T x: (out, rows) (rows, in)
+    if (out.input_needs_grad(1)) {
+      Array<T> dw = empty_array<T>(out.input_shape(1));
+      linear_gemm<T>(bf16, packed, true, false, outf, in, rows_total, dy, outf, dyb, out.input_value(0).data(), in,
+                     xb, T(0), dw.data(), in);
+      out.input(1).accumulate_grad(std::move(dw));
+    }
+    // db = sum over rows of dy
+    if (out.inputs.size() > 2 && out.input_needs_grad(2)) {
+      Array<T> db = empty_array<T>({outf});
+      T* pdb = db.data();
+      std::fill(pdb, pdb + outf, T(0));
+      for (std::size_t r = 0; r < rows_total; ++r) {
+        const T* row = dy + r * outf;
+        for (std::size_t j = 0; j < outf; ++j) pdb[j] += row[j];
+      }
+      out.input(2).accumulate_grad(std::move(db));
+    }
+  });
+}
+
+#define XGRAD_INSTANTIATE(T)                                                \
+  template Tensor<T> matmul<T>(const Tensor<T>&, const Tensor<T>&);         \
+  template Tensor<T> linear<T>(const Tensor<T>&, const Tensor<T>&, const Tensor<T>&);
+XGRAD_INSTANTIATE(float)
+XGRAD_INSTANTIATE(double)
+#undef XGRAD_INSTANTIATE
+
+}  // namespace xgrad

@@ -1,0 +1,221 @@
+// Every differentiable op, as free functions over Tensor<T> (T = float or double), with
+// PyTorch's names and argument order. Each op lives in the .cpp named in its section, with its
+// backward right below its forward.
+//
+// Binary ops broadcast NumPy-style; the gradient of each operand is summed back to its shape.
+// Dims may be negative (counting from the end). Bad shapes or arguments throw
+// std::invalid_argument naming the op, what was expected and what came.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <xgrad/core/tensor.hpp>
+
+namespace xgrad {
+
+namespace detail {
+// Keeps a scalar argument out of template deduction, so that `t * 2.0` works for Tensor<float>.
+template <class T>
+struct identity { using type = T; };
+}  // namespace detail
+template <class T>
+using Scalar = typename detail::identity<T>::type;
+
+// ---- elementwise.cpp: arithmetic and pointwise functions --------------------------------------
+
+template <class T> Tensor<T> add(const Tensor<T>& a, const Tensor<T>& b);
+template <class T> Tensor<T> sub(const Tensor<T>& a, const Tensor<T>& b);
+template <class T> Tensor<T> mul(const Tensor<T>& a, const Tensor<T>& b);
+template <class T> Tensor<T> div(const Tensor<T>& a, const Tensor<T>& b);
+template <class T> Tensor<T> add(const Tensor<T>& a, Scalar<T> b);
+template <class T> Tensor<T> mul(const Tensor<T>& a, Scalar<T> b);
+template <class T> Tensor<T> rsub(const Tensor<T>& a, Scalar<T> b);  // b - a
+template <class T> Tensor<T> rdiv(const Tensor<T>& a, Scalar<T> b);  // b / a
+template <class T> Tensor<T> neg(const Tensor<T>& a);
+template <class T> Tensor<T> pow(const Tensor<T>& a, Scalar<T> exponent);
+template <class T> Tensor<T> exp(const Tensor<T>& a);
+template <class T> Tensor<T> log(const Tensor<T>& a);
+template <class T> Tensor<T> sqrt(const Tensor<T>& a);
+template <class T> Tensor<T> abs(const Tensor<T>& a);  // gradient sign(a), 0 at 0
+template <class T> Tensor<T> tanh(const Tensor<T>& a);
+template <class T> Tensor<T> sigmoid(const Tensor<T>& a);
+template <class T> Tensor<T> relu(const Tensor<T>& a);  // gradient 0 at 0
+// approximate: "none" (erf form, default) or "tanh".
+template <class T> Tensor<T> gelu(const Tensor<T>& a, const std::string& approximate = "none");
+// torch.clamp: either bound may be absent; the gradient passes where min <= a <= max.
+template <class T>
+Tensor<T> clamp(const Tensor<T>& a, std::optional<Scalar<T>> min, std::optional<Scalar<T>> max);
+
+template <class T> Tensor<T> operator+(const Tensor<T>& a, const Tensor<T>& b) { return add(a, b); }
+template <class T> Tensor<T> operator-(const Tensor<T>& a, const Tensor<T>& b) { return sub(a, b); }
+template <class T> Tensor<T> operator*(const Tensor<T>& a, const Tensor<T>& b) { return mul(a, b); }
+template <class T> Tensor<T> operator/(const Tensor<T>& a, const Tensor<T>& b) { return div(a, b); }
+template <class T> Tensor<T> operator+(const Tensor<T>& a, Scalar<T> b) { return add(a, b); }
+template <class T> Tensor<T> operator+(Scalar<T> a, const Tensor<T>& b) { return add(b, a); }
+template <class T> Tensor<T> operator-(const Tensor<T>& a, Scalar<T> b) { return add(a, -b); }
+template <class T> Tensor<T> operator-(Scalar<T> a, const Tensor<T>& b) { return rsub(b, a); }
+template <class T> Tensor<T> operator*(const Tensor<T>& a, Scalar<T> b) { return mul(a, b); }
+template <class T> Tensor<T> operator*(Scalar<T> a, const Tensor<T>& b) { return mul(b, a); }
+template <class T> Tensor<T> operator/(const Tensor<T>& a, Scalar<T> b) { return mul(a, Scalar<T>(1) / b); }
+template <class T> Tensor<T> operator/(Scalar<T> a, const Tensor<T>& b) { return rdiv(b, a); }
+template <class T> Tensor<T> operator-(const Tensor<T>& a) { return neg(a); }
+
+// ---- reduction.cpp: sum, mean, var, max ---------------------------------------------------------
+
+// Over all elements: a 0-d (scalar) tensor.
+template <class T> Tensor<T> sum(const Tensor<T>& a);
+template <class T> Tensor<T> mean(const Tensor<T>& a);
+// Over the given dims (a non-empty list, each once; may be negative); keepdim keeps them with size 1.
+template <class T> Tensor<T> sum(const Tensor<T>& a, const std::vector<int>& dims, bool keepdim = false);
+template <class T> Tensor<T> mean(const Tensor<T>& a, const std::vector<int>& dims, bool keepdim = false);
+// unbiased=true divides by n - 1 (torch.var's default), else by n.
+template <class T> Tensor<T> var(const Tensor<T>& a, bool unbiased = true);
+template <class T>
+Tensor<T> var(const Tensor<T>& a, const std::vector<int>& dims, bool unbiased = true, bool keepdim = false);
+// Without this overload, var(a, {1}) would convert {1} to bool and mean var(a, unbiased=true).
+template <class T>
+Tensor<T> var(const Tensor<T>& a, std::initializer_list<int> dims, bool unbiased = true, bool keepdim = false) {
+  return var(a, std::vector<int>(dims), unbiased, keepdim);
+}
+// torch.amax: the maximum over dims; the gradient is shared evenly among tied maxima.
+template <class T> Tensor<T> amax(const Tensor<T>& a, const std::vector<int>& dims, bool keepdim = false);
+// torch.max(a): the maximum of all elements (gradient shared evenly among ties).
+template <class T> Tensor<T> max(const Tensor<T>& a);
+// torch.max(a, dim, keepdim): values and the index of the first maximum; the gradient goes to
+// that index.
+template <class T>
+std::pair<Tensor<T>, IndexArray> max(const Tensor<T>& a, int dim, bool keepdim = false);
+
+// ---- shape.cpp: views and copies ------------------------------------------------------------
+// Tensors are always stored contiguous, row-major; ops that are views in PyTorch copy here.
+
+template <class T> Tensor<T> transpose(const Tensor<T>& a, int dim0, int dim1);
+template <class T> Tensor<T> permute(const Tensor<T>& a, const std::vector<int>& dims);
+// One entry may be -1 (inferred).
+template <class T> Tensor<T> reshape(const Tensor<T>& a, const std::vector<std::int64_t>& shape);
+template <class T> Tensor<T> view(const Tensor<T>& a, const std::vector<std::int64_t>& shape) { return reshape(a, shape); }
+template <class T> Tensor<T> flatten(const Tensor<T>& a, int start_dim = 0, int end_dim = -1);
+template <class T> Tensor<T> unsqueeze(const Tensor<T>& a, int dim);
+template <class T> Tensor<T> squeeze(const Tensor<T>& a);           // every size-1 dim
+template <class T> Tensor<T> squeeze(const Tensor<T>& a, int dim);  // that dim if its size is 1
+// Broadcasts size-1 dims (and new leading dims) to `sizes`; -1 keeps a size.
+template <class T> Tensor<T> expand(const Tensor<T>& a, const std::vector<std::int64_t>& sizes);
+// Already contiguous: returns a itself (as torch does for a contiguous tensor).
+template <class T> Tensor<T> contiguous(const Tensor<T>& a) { return a; }
+template <class T> Tensor<T> cat(const std::vector<Tensor<T>>& tensors, int dim = 0);
+template <class T> Tensor<T> stack(const std::vector<Tensor<T>>& tensors, int dim = 0);
+template <class T> Tensor<T> narrow(const Tensor<T>& a, int dim, std::int64_t start, std::int64_t length);
+// a[..., start:end:step, ...] along dim; negative start/end count from the end, clamped as Python.
+template <class T>
+Tensor<T> slice(const Tensor<T>& a, int dim, std::int64_t start, std::int64_t end, std::int64_t step = 1);
+namespace detail {
+// reshape(permute(reshape(a, view), perm), out) as one copy and one node (MultiheadAttention's
+// head split and merge); view and out hold a's number of elements.
+template <class T>
+Tensor<T> permute_reshape(const Tensor<T>& a, const Shape& view, const std::vector<std::size_t>& perm,
+                          const Shape& out);
+}  // namespace detail
+
+// ---- indexing.cpp: index_select, embedding, masked_fill, where ---------------------------------
+
+// index: 1-D; gradient scatters and adds for repeated indices.
+template <class T> Tensor<T> index_select(const Tensor<T>& a, int dim, const IndexArray& index);
+// F.embedding: weight (num_embeddings, D), indices of any shape -> (*indices.shape, D). Rows
+// equal to padding_idx get no gradient. Gradients of repeated indices add up.
+template <class T>
+Tensor<T> embedding(const IndexArray& indices, const Tensor<T>& weight,
+                    std::optional<std::int64_t> padding_idx = std::nullopt);
+// mask broadcasts to a's shape; true positions are set to value (and get no gradient).
+template <class T> Tensor<T> masked_fill(const Tensor<T>& a, const BoolArray& mask, Scalar<T> value);
+// condition ? a : b, all three broadcast together. Call it as xgrad::where: with an xt::xarray
+// condition, an unqualified call also finds xt::where by ADL and fails to compile.
+template <class T> Tensor<T> where(const BoolArray& condition, const Tensor<T>& a, const Tensor<T>& b);
+
+// ---- matmul.cpp: BLAS gemm (the one file that includes xtensor-blas) -------------------------
+
+// torch.matmul for operands of at least 1 dim: 1-D vectors are promoted and the added dim
+// removed; N-D operands broadcast their batch dims and multiply their last two. Transposes are
+// passed to gemm as flags, never materialized.
+template <class T> Tensor<T> matmul(const Tensor<T>& a, const Tensor<T>& b);
+// F.linear: x (*, in), weight (out, in), bias (out) or undefined -> (*, out); one node.
+template <class T> Tensor<T> linear(const Tensor<T>& x, const Tensor<T>& weight, const Tensor<T>& bias = {});
+
+// ---- softmax.cpp ------------------------------------------------------------------------------
+
+// Max-subtracted; one node each.
+template <class T> Tensor<T> softmax(const Tensor<T>& a, int dim);
+template <class T> Tensor<T> log_softmax(const Tensor<T>& a, int dim);
+
+// ---- layer_norm.cpp ---------------------------------------------------------------------------
+
+// F.layer_norm over the trailing normalized_shape dims; weight and bias (of that shape) may be
+// undefined. Biased variance, eps inside the square root. One fused node whose statistics stay
+// accurate under a large common offset.
+template <class T>
+Tensor<T> layer_norm(const Tensor<T>& x, const Shape& normalized_shape, const Tensor<T>& weight = {},
+                     const Tensor<T>& bias = {}, double eps = 1e-5);
+
+// ---- dropout.cpp ------------------------------------------------------------------------------
+
+// F.dropout: in training zeroes each element with probability p and scales the rest by
+// 1/(1-p); otherwise (or p = 0) returns a unchanged. Randomness from `generator`, or the
+// default generator when null.
+template <class T>
+Tensor<T> dropout(const Tensor<T>& a, double p = 0.5, bool training = true, Generator* generator = nullptr);
+
+// ---- attention.cpp ----------------------------------------------------------------------------
+
+// An attention mask: none, bool (true = may NOT attend) or float (added to the logits).
+template <class T>
+class AttnMask {
+ public:
+  AttnMask() = default;
+  AttnMask(BoolArray mask) : mask_(std::move(mask)) {}   // NOLINT: implicit on purpose
+  AttnMask(Array<T> mask) : mask_(std::move(mask)) {}    // NOLINT
+  bool empty() const { return std::holds_alternative<std::monostate>(mask_); }
+  bool is_bool() const { return std::holds_alternative<BoolArray>(mask_); }
+  const BoolArray& bool_mask() const { return std::get<BoolArray>(mask_); }
+  const Array<T>& float_mask() const { return std::get<Array<T>>(mask_); }
+
+ private:
+  std::variant<std::monostate, BoolArray, Array<T>> mask_;
+};
+
+// F.scaled_dot_product_attention: q (..., L, E), k (..., S, E), v (..., S, Ev) -> (..., L, Ev),
+// leading dims equal. softmax(q k^T * scale + mask) v with scale = 1/sqrt(E) by default; the
+// mask broadcasts to (..., L, S); is_causal masks keys after each query (and may not be combined
+// with attn_mask). Dropout with dropout_p on the probabilities. One fused node; a query whose
+// keys are all masked gets a zero output and finite (zero) gradients. The op behind it, which
+// can also return the probabilities (MultiheadAttention's need_weights), is in attention.hpp.
+template <class T>
+Tensor<T> scaled_dot_product_attention(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v,
+                                       const AttnMask<T>& attn_mask = {}, double dropout_p = 0.0,
+                                       bool is_causal = false, std::optional<double> scale = std::nullopt,
+                                       Generator* generator = nullptr);
+namespace detail {
+// Self-attention on a packed qkv (3, ..., L, E): q, k and v are its three blocks, one node with
+// one gradient; otherwise scaled_dot_product_attention (attention.hpp's attention_packed).
+template <class T>
+Tensor<T> self_attention_packed(const Tensor<T>& qkv, const AttnMask<T>& attn_mask = {}, double dropout_p = 0.0,
+                                bool is_causal = false, Generator* generator = nullptr);
+}  // namespace detail
+
+// ---- loss.cpp ---------------------------------------------------------------------------------
+
+// reduction: "mean" (default), "sum" or "none".
+template <class T>
+Tensor<T> mse_loss(const Tensor<T>& input, const Tensor<T>& target, const std::string& reduction = "mean");
+// F.cross_entropy with class indices: logits (N, C) or (C) or (N, C, d1, ...), target (N) or ()
+// or (N, d1, ...). Targets equal to ignore_index contribute nothing; "mean" divides by the
+// number of the others. label_smoothing mixes in the uniform distribution. Computed through a
+// stable log-softmax, one node.
+template <class T>
+Tensor<T> cross_entropy(const Tensor<T>& logits, const IndexArray& target, std::int64_t ignore_index = -100,
+                        double label_smoothing = 0.0, const std::string& reduction = "mean");
+
+}  // namespace xgrad

@@ -1,0 +1,275 @@
+// Reductions: sum, mean, var, amax, max. Each one maps every input element i to the output
+// element o(i) it contributes to (a ReducePlan); the forward folds x_i into y_o(i) and the
+// backward, right below, spreads dy_o(i) back onto i times the local derivative.
+// Sums accumulate in double, also for float inputs.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include <xgrad/ops/ops.hpp>
+#include <xgrad/backend/strided.hpp>
+
+namespace xgrad {
+
+namespace {
+
+using Acc = double;
+
+// How an input of some shape reduces over a set of dims. The input's dims are merged where
+// possible (size-1 dims dropped, neighbours that are both reduced or both kept and contiguous
+// joined), so that reducing (B, T, C) over C is a loop over (B*T, C).
+struct ReducePlan {
+  Shape out_shape;                      // the result's shape (keepdim applied)
+  Shape shape;                          // the input's merged dims
+  std::vector<std::size_t> out_stride;  // per merged dim: its stride in the flat output, 0 if reduced
+  std::size_t out_size = 1;
+  std::size_t count = 1;                // input elements per output element
+};
+
+// dims -> one flag per dim of an ndim-D input. Non-empty, each dim once, negative from the end.
+// A 0-d input accepts dim 0 or -1 (as torch) and has nothing to reduce.
+std::vector<bool> reduced_dims(const char* op, std::size_t ndim, const std::vector<int>& dims) {
+  XGRAD_CHECK(!dims.empty(), op, ": expected a non-empty list of dims (use ", op,
+              "(a) to reduce over all elements)");
+  std::vector<bool> reduced(ndim, false);
+  std::vector<bool> seen(std::max<std::size_t>(ndim, 1), false);
+  for (int d : dims) {
+    const std::size_t k = normalize_dim(d, std::max<std::size_t>(ndim, 1), op);
+    XGRAD_CHECK(!seen[k], op, ": dim ", k, " appears more than once in the list of dims ", dims);
+    seen[k] = true;
+    if (ndim > 0) reduced[k] = true;
+  }
+  return reduced;
+}
+
+ReducePlan plan_reduction(const char* op, const Shape& in, const std::vector<bool>& reduced, bool keepdim) {
+  ReducePlan p;
+  const std::size_t nd = in.size();
+  std::vector<std::size_t> stride(nd, 0);
+  for (std::size_t d = nd; d-- > 0;) {
+    if (reduced[d]) {
+      p.count *= in[d];
+    } else {
+      stride[d] = p.out_size;
+      p.out_size *= in[d];
+    }
+  }
+  for (std::size_t d = 0; d < nd; ++d) {
+    if (!reduced[d]) p.out_shape.push_back(in[d]);
+    else if (keepdim) p.out_shape.push_back(1);
+    if (in[d] == 1) continue;
+    if (!p.shape.empty()) {
+      const std::size_t prev = p.out_stride.back();
+      if ((prev == 0 && stride[d] == 0) || (stride[d] != 0 && prev == stride[d] * in[d])) {
+        p.shape.back() *= in[d];
+        p.out_stride.back() = stride[d];
+        continue;
+      }
+    }
+    p.shape.push_back(in[d]);
+    p.out_stride.push_back(stride[d]);
+  }
+  // The output (and its accumulators) are allocated from this shape: a (2^62, 0) input reduced
+  // over its empty dim asks for 2^62 of them.
+  checked_numel(p.out_shape, sizeof(Acc), op);
+  return p;
+}
+
+ReducePlan plan_all(const Shape& in) {
+  return plan_reduction("a full reduction", in, std::vector<bool>(in.size(), true), /*keepdim=*/false);
+}
+
+// Calls f(i, o) for every input element in row-major order: i its flat index, o = o(i).
+template <class F>
+void visit(const ReducePlan& p, F f) {
+  detail::for_each_index(p.shape, p.out_stride, f);
+}
+
+// y_o = scale * sum_{i: o(i) = o} x_i;  dx_i = scale * dy_o(i)
+template <class T>
+Tensor<T> scaled_sum(const char* op, const Tensor<T>& a, ReducePlan plan, Acc scale) {
+  const T* px = a.value().data();
+  std::vector<Acc> acc(plan.out_size, Acc(0));
+  visit(plan, [&](std::size_t i, std::size_t o) { acc[o] += px[i]; });
+  Array<T> y = empty_array<T>(plan.out_shape);
+  for (std::size_t o = 0; o < plan.out_size; ++o) y.data()[o] = static_cast<T>(acc[o] * scale);
+  return make_result<T>(op, std::move(y), {a}, [plan = std::move(plan), scale](Node<T>& out) {
+    Array<T> gx = Array<T>::from_shape(out.input_shape(0));
+    const T* pg = out.grad.data();
+    T* pgx = gx.data();
+    const T s = static_cast<T>(scale);
+    visit(plan, [&](std::size_t i, std::size_t o) { pgx[i] = pg[o] * s; });
+    out.input(0).accumulate_grad(std::move(gx));
+  });
+}
+
+// Two passes for accuracy under a large common offset:
+//   mean_o = sum x_i / n;  y_o = sum (x_i - mean_o)^2 / (n - correction)
+//   dx_i = dy_o * 2 (x_i - mean_o) / (n - correction)
+// n - correction <= 0 gives NaN, as torch.
+template <class T>
+Tensor<T> variance(const Tensor<T>& a, ReducePlan plan, bool unbiased) {
+  const T* px = a.value().data();
+  std::vector<Acc> mean(plan.out_size, Acc(0)), ss(plan.out_size, Acc(0));
+  visit(plan, [&](std::size_t i, std::size_t o) { mean[o] += px[i]; });
+  for (Acc& m : mean) m /= static_cast<Acc>(plan.count);
+  visit(plan, [&](std::size_t i, std::size_t o) {
+    const Acc d = px[i] - mean[o];
+    ss[o] += d * d;
+  });
+  const std::size_t correction = unbiased ? 1 : 0;
+  const Acc divisor = plan.count > correction ? static_cast<Acc>(plan.count - correction) : Acc(0);
+  Array<T> y = empty_array<T>(plan.out_shape);
+  for (std::size_t o = 0; o < plan.out_size; ++o) y.data()[o] = static_cast<T>(ss[o] / divisor);
+  return make_result<T>("var", std::move(y), {a},
+                        [plan = std::move(plan), mean = std::move(mean), divisor](Node<T>& out) {
+    const Array<T>& x = out.input_value(0);
+    Array<T> gx = Array<T>::from_shape(x.shape());
+    const T* px = x.data();
+    const T* pg = out.grad.data();
+    T* pgx = gx.data();
+    const Acc k = Acc(2) / divisor;
+    visit(plan, [&](std::size_t i, std::size_t o) { pgx[i] = static_cast<T>(pg[o] * k * (px[i] - mean[o])); });
+    out.input(0).accumulate_grad(std::move(gx));
+  });
+}
+
+// NaN wins (torch.amax propagates NaN); a NaN ties with a NaN result.
+template <class T>
+bool greater(T x, T best) { return x > best || (std::isnan(x) && !std::isnan(best)); }
+template <class T>
+bool ties(T x, T y) { return x == y || (std::isnan(x) && std::isnan(y)); }
+
+// y_o = max_{i: o(i) = o} x_i;  dx_i = dy_o / (number of i with x_i = y_o) where x_i = y_o, else 0
+template <class T>
+Tensor<T> max_shared(const char* op, const Tensor<T>& a, ReducePlan plan) {
+  XGRAD_CHECK(plan.count > 0, op, ": cannot reduce over an empty dimension (input shape ", a.shape(), ")");
+  const T* px = a.value().data();
+  Array<T> y = empty_array<T>(plan.out_shape);
+  T* py = y.data();
+  std::fill(py, py + plan.out_size, -std::numeric_limits<T>::infinity());
+  visit(plan, [&](std::size_t i, std::size_t o) {
+    if (greater(px[i], py[o])) py[o] = px[i];
+  });
+  return make_result<T>(op, std::move(y), {a}, [plan = std::move(plan)](Node<T>& out) {
+    const Array<T>& x = out.input_value(0);
+    const T* px = x.data();
+    const T* py = out.output_value().data();
+    const T* pg = out.grad.data();
+    std::vector<std::size_t> n_ties(plan.out_size, 0);
+    visit(plan, [&](std::size_t i, std::size_t o) { n_ties[o] += ties(px[i], py[o]); });
+    Array<T> gx = Array<T>::from_shape(x.shape());
+    T* pgx = gx.data();
+    visit(plan, [&](std::size_t i, std::size_t o) {
+      pgx[i] = ties(px[i], py[o]) ? pg[o] / static_cast<T>(n_ties[o]) : T(0);
+    });
+    out.input(0).accumulate_grad(std::move(gx));
+  });
+}
+
+}  // namespace
+
+// ---- sum, mean ------------------------------------------------------------------------------
+
+template <class T>
+Tensor<T> sum(const Tensor<T>& a) {
+  return scaled_sum<T>("sum", a, plan_all(a.shape()), Acc(1));
+}
+
+template <class T>
+Tensor<T> sum(const Tensor<T>& a, const std::vector<int>& dims, bool keepdim) {
+  return scaled_sum<T>("sum", a, plan_reduction("sum", a.shape(), reduced_dims("sum", a.dim(), dims), keepdim), Acc(1));
+}
+
+// mean of n = 0 elements is 0/0 = NaN, as torch.
+template <class T>
+Tensor<T> mean(const Tensor<T>& a) {
+  ReducePlan plan = plan_all(a.shape());
+  const Acc scale = Acc(1) / static_cast<Acc>(plan.count);
+  return scaled_sum<T>("mean", a, std::move(plan), scale);
+}
+
+template <class T>
+Tensor<T> mean(const Tensor<T>& a, const std::vector<int>& dims, bool keepdim) {
+  ReducePlan plan = plan_reduction("mean", a.shape(), reduced_dims("mean", a.dim(), dims), keepdim);
+  const Acc scale = Acc(1) / static_cast<Acc>(plan.count);
+  return scaled_sum<T>("mean", a, std::move(plan), scale);
+}
+
+// ---- var --------------------------------------------------------------------------------------
+
+template <class T>
+Tensor<T> var(const Tensor<T>& a, bool unbiased) {
+  return variance<T>(a, plan_all(a.shape()), unbiased);
+}
+
+template <class T>
+Tensor<T> var(const Tensor<T>& a, const std::vector<int>& dims, bool unbiased, bool keepdim) {
+  return variance<T>(a, plan_reduction("var", a.shape(), reduced_dims("var", a.dim(), dims), keepdim), unbiased);
+}
+
+// ---- amax, max --------------------------------------------------------------------------------
+
+template <class T>
+Tensor<T> amax(const Tensor<T>& a, const std::vector<int>& dims, bool keepdim) {
+  return max_shared<T>("amax", a, plan_reduction("amax", a.shape(), reduced_dims("amax", a.dim(), dims), keepdim));
+}
+
+template <class T>
+Tensor<T> max(const Tensor<T>& a) {
+  return max_shared<T>("max", a, plan_all(a.shape()));
+}
+
+// values_o = x_{argmax_o}, the first maximum along dim (NaN counts as the maximum);
+// dx_{argmax_o} = dy_o, 0 elsewhere.
+template <class T>
+std::pair<Tensor<T>, IndexArray> max(const Tensor<T>& a, int dim, bool keepdim) {
+  const Shape in = a.shape();
+  ReducePlan plan = plan_reduction("max", in, reduced_dims("max", in.size(), {dim}), keepdim);
+  XGRAD_CHECK(plan.count > 0, "max: cannot reduce over an empty dimension (input shape ", in,
+              ", dim ", dim, ")");
+  // Position along dim of flat index i: (i / inner) % size.
+  std::size_t inner = 1, size = 1;
+  if (!in.empty()) {
+    const std::size_t k = normalize_dim(dim, in.size(), "max");
+    size = in[k];
+    inner = detail::numel(in, k + 1, in.size());
+  }
+  constexpr std::size_t none = std::numeric_limits<std::size_t>::max();
+  std::vector<std::size_t> arg(plan.out_size, none);  // flat input index of each maximum
+  const T* px = a.value().data();
+  // Row-major order visits each output's candidates in increasing position: ties keep the first.
+  visit(plan, [&](std::size_t i, std::size_t o) {
+    if (arg[o] == none || greater(px[i], px[arg[o]])) arg[o] = i;
+  });
+  Array<T> y = empty_array<T>(plan.out_shape);
+  IndexArray indices = IndexArray::from_shape(plan.out_shape);
+  for (std::size_t o = 0; o < plan.out_size; ++o) {
+    y.data()[o] = px[arg[o]];
+    indices.data()[o] = static_cast<std::int64_t>((arg[o] / inner) % size);
+  }
+  Tensor<T> values = make_result<T>("max", std::move(y), {a}, [arg = std::move(arg)](Node<T>& out) {
+    Array<T> gx = xt::zeros<T>(out.input_shape(0));
+    const T* pg = out.grad.data();
+    for (std::size_t o = 0; o < arg.size(); ++o) gx.data()[arg[o]] += pg[o];
+    out.input(0).accumulate_grad(std::move(gx));
+  });
+  return {std::move(values), std::move(indices)};
+}
+
+#define XGRAD_INSTANTIATE(T)                                                                  \
+  template Tensor<T> sum<T>(const Tensor<T>&);                                                \
+  template Tensor<T> mean<T>(const Tensor<T>&);                                               \
+  template Tensor<T> sum<T>(const Tensor<T>&, const std::vector<int>&, bool);                 \
+  template Tensor<T> mean<T>(const Tensor<T>&, const std::vector<int>&, bool);                \
+  template Tensor<T> var<T>(const Tensor<T>&, bool);                                          \
+  template Tensor<T> var<T>(const Tensor<T>&, const std::vector<int>&, bool, bool);           \
+  template Tensor<T> amax<T>(const Tensor<T>&, const std::vector<int>&, bool);                \
+  template Tensor<T> max<T>(const Tensor<T>&);                                                \
+  template std::pair<Tensor<T>, IndexArray> max<T>(const Tensor<T>&, int, bool);
+XGRAD_INSTANTIATE(float)
+XGRAD_INSTANTIATE(double)
+#undef XGRAD_INSTANTIATE
+
+}  // namespace xgrad

@@ -1,0 +1,403 @@
+// Shape ops. Every result is a fresh contiguous row-major array (ops that are views in PyTorch
+// copy here); each backward, right below its forward, moves the gradient back to the input's
+// layout: the inverse permutation, a reshape, a sum over expanded dims, or a scatter into zeros.
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include <xgrad/ops/broadcast.hpp>
+#include <xgrad/ops/ops.hpp>
+#include <xgrad/backend/parallel.hpp>
+#include <xgrad/backend/strided.hpp>
+
+namespace xgrad {
+
+namespace {
+
+using detail::numel;
+
+// dst (row-major, shape `shape`)[idx] = src[sum_d idx[d] * src_stride[d]]
+template <class T>
+void gather_strided(const T* src, const Shape& shape, const std::vector<std::size_t>& src_stride, T* dst) {
+  if (numel(shape) == 0) return;
+  // Rows along the last dim, split across threads; each chunk starts the walker at its first row.
+  const std::size_t nd = shape.size(), inner = nd == 0 ? 1 : shape[nd - 1];
+  const std::size_t inner_stride = nd == 0 ? 0 : src_stride[nd - 1], rows = detail::row_count(shape);
+  detail::parallel_for(rows, std::max<std::size_t>(1, 16384 / inner), [&](std::size_t r0, std::size_t r1) {
+    detail::for_each_row(shape, r0, r1, src_stride, [&](std::size_t r, std::size_t off) {
+      T* out = dst + r * inner;
+      if (inner_stride == 1) {  // a contiguous run (e.g. one head's d values): a plain copy
+        std::memcpy(out, src + off, inner * sizeof(T));
+        return;
+      }
+      for (std::size_t j = 0, s = off; j < inner; ++j, s += inner_stride) out[j] = src[s];
+    });
+  });
+}
+
+// y = x.permute(perm): y.shape[d] = x.shape[perm[d]]
+template <class T>
+Array<T> permute_array(const Array<T>& x, const std::vector<std::size_t>& perm) {
+  const std::size_t nd = perm.size();
+  const Shape in = shape_of(x);
+  std::vector<std::size_t> in_stride(nd, 1);
+  for (std::size_t d = nd; d-- > 1;) in_stride[d - 1] = in_stride[d] * in[d];
+  Shape out(nd);
+  std::vector<std::size_t> stride(nd);
+  for (std::size_t d = 0; d < nd; ++d) {
+    out[d] = in[perm[d]];
+    stride[d] = in_stride[perm[d]];
+  }
+  Array<T> y = empty_array<T>(out);
+  gather_strided(x.data(), out, stride, y.data());
+  return y;
+}
+
+// y = x.permute(perm);  dx = dy.permute(perm^-1)
+template <class T>
+Tensor<T> permuted(const char* op, const Tensor<T>& a, std::vector<std::size_t> perm) {
+  return make_result<T>(op, permute_array(a.value(), perm), {a}, [perm](Node<T>& out) {
+    std::vector<std::size_t> inverse(perm.size());
+    for (std::size_t d = 0; d < perm.size(); ++d) inverse[perm[d]] = d;
+    out.input(0).accumulate_grad(permute_array(out.grad, inverse));
+  });
+}
+
+// The same elements in the same order under a new shape;  dx = dy reshaped to x's shape.
+template <class T>
+Tensor<T> reshaped(const char* op, const Tensor<T>& a, const Shape& shape) {
+  Array<T> y = a.value();
+  y.reshape(shape);
+  return make_result<T>(op, std::move(y), {a}, [](Node<T>& out) {
+    Array<T> g = std::move(out.grad);
+    g.reshape(out.input_shape(0));
+    out.input(0).accumulate_grad(std::move(g));
+  });
+}
+
+// Joins tensors along one axis: tensor k is viewed as (outer, chunk[k]) and the result as
+// (outer, sum_k chunk[k]), tensor k filling its own column block.  dx_k = that block of dy.
+template <class T>
+Tensor<T> join(const char* op, const std::vector<Tensor<T>>& tensors, std::size_t outer,
+               std::vector<std::size_t> chunk, const Shape& out_shape) {
+  const std::size_t row = numel(out_shape) / std::max<std::size_t>(outer, 1);
+  Array<T> y = empty_array<T>(out_shape);
+  std::size_t col = 0;
+  for (std::size_t k = 0; k < tensors.size(); ++k) {
+    const T* src = tensors[k].value().data();
+    for (std::size_t o = 0; o < outer && chunk[k] > 0; ++o)
+      std::memcpy(y.data() + o * row + col, src + o * chunk[k], chunk[k] * sizeof(T));
+    col += chunk[k];
+  }
+  return make_result<T>(op, std::move(y), tensors, [outer, row, chunk = std::move(chunk)](Node<T>& out) {
+    std::size_t col = 0;
+    for (std::size_t k = 0; k < chunk.size(); ++k) {
+      if (out.input_needs_grad(k)) {
+        Array<T> g = Array<T>::from_shape(out.input_shape(k));
+        for (std::size_t o = 0; o < outer && chunk[k] > 0; ++o)
+          std::memcpy(g.data() + o * chunk[k], out.grad.data() + o * row + col, chunk[k] * sizeof(T));
+        out.input(k).accumulate_grad(std::move(g));
+      }
+      col += chunk[k];
+    }
+  });
+}
+
+// Python's slice clamping of one bound against a dim of the given size.
+std::int64_t clamp_bound(std::int64_t b, std::int64_t size) {
+  if (b < 0) b += size;
+  return std::min(std::max<std::int64_t>(b, 0), size);
+}
+
+// y = x[..., start : start + length*step : step, ...] along dim k; dx scatters dy into zeros.
+template <class T>
+Tensor<T> strided_slice(const char* op, const Tensor<T>& a, std::size_t k, std::size_t start, std::size_t length,
+                        std::size_t step) {
+  const Shape in = a.shape();
+  const std::size_t outer = numel(in, 0, k), size = in[k], inner = numel(in, k + 1, in.size());
+  Shape out_shape = in;
+  out_shape[k] = length;
+  Array<T> y = empty_array<T>(out_shape);
+  const T* src = a.value().data();
+  for (std::size_t o = 0; o < outer && inner > 0; ++o)
+    for (std::size_t j = 0; j < length; ++j)
+      std::memcpy(y.data() + (o * length + j) * inner, src + (o * size + start + j * step) * inner, inner * sizeof(T));
+  return make_result<T>(op, std::move(y), {a}, [outer, size, inner, start, length, step](Node<T>& out) {
+    Array<T> g = xt::zeros<T>(out.input_shape(0));
+    for (std::size_t o = 0; o < outer && inner > 0; ++o)
+      for (std::size_t j = 0; j < length; ++j)
+        std::memcpy(g.data() + (o * size + start + j * step) * inner, out.grad.data() + (o * length + j) * inner,
+                    inner * sizeof(T));
+    out.input(0).accumulate_grad(std::move(g));
+  });
+}
+
+}  // namespace
+
+// ---- permutations -----------------------------------------------------------------------------
+
+template <class T>
+Tensor<T> transpose(const Tensor<T>& a, int dim0, int dim1) {
+  const std::size_t nd = a.dim();
+  // A 0-d tensor accepts dims 0 and -1, as torch.
+  const std::size_t d0 = normalize_dim(dim0, std::max<std::size_t>(nd, 1), "transpose");
+  const std::size_t d1 = normalize_dim(dim1, std::max<std::size_t>(nd, 1), "transpose");
+  std::vector<std::size_t> perm(nd);
+  for (std::size_t d = 0; d < nd; ++d) perm[d] = d;
+  if (nd > 0) std::swap(perm[d0], perm[d1]);
+  return permuted<T>("transpose", a, std::move(perm));
+}
+
+template <class T>
+Tensor<T> permute(const Tensor<T>& a, const std::vector<int>& dims) {
+  const std::size_t nd = a.dim();
+  XGRAD_CHECK(dims.size() == nd, "permute: expected ", nd, " dims for an input of shape ", a.shape(), ", got ",
+              dims);
+  std::vector<std::size_t> perm(nd);
+  std::vector<bool> seen(nd, false);
+  for (std::size_t d = 0; d < nd; ++d) {
+    perm[d] = normalize_dim(dims[d], nd, "permute");
+    XGRAD_CHECK(!seen[perm[d]], "permute: dim ", perm[d], " appears more than once in ", dims);
+    seen[perm[d]] = true;
+  }
+  return permuted<T>("permute", a, std::move(perm));
+}
+
+// ---- reshapes -----------------------------------------------------------------------------------
+
+template <class T>
+Tensor<T> reshape(const Tensor<T>& a, const std::vector<std::int64_t>& shape) {
+  const std::size_t n = a.numel();
+  Shape out(shape.size());
+  std::size_t known = 1;
+  std::size_t infer = shape.size();  // the position of -1, if any
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == -1) {
+      XGRAD_CHECK(infer == shape.size(), "reshape: only one dimension can be inferred (-1), got shape ", shape);
+      infer = d;
+      continue;
+    }
+    XGRAD_CHECK(shape[d] >= 0, "reshape: invalid size ", shape[d], " at dimension ", d, " in shape ", shape);
+    out[d] = static_cast<std::size_t>(shape[d]);
+    known *= out[d];
+  }
+  Shape known_sizes = out;  // their product must not overflow: it is compared with numel below
+  if (infer < shape.size()) known_sizes[infer] = 1;
+  try {
+    checked_numel(known_sizes, 1, "reshape");
+  } catch (const std::invalid_argument&) {
+    XGRAD_CHECK(false, "reshape: the shape ", shape, " has too many elements (the product of its sizes overflows)");
+  }
+  if (infer < shape.size()) {
+    XGRAD_CHECK(known != 0, "reshape: cannot reshape a tensor of shape ", a.shape(), " into shape ", shape,
+                " because the size of the -1 dimension can be any value");
+    XGRAD_CHECK(n % known == 0, "reshape: cannot reshape a tensor of shape ", a.shape(), " (", n,
+                " elements) into shape ", shape);
+    out[infer] = n / known;
+    known *= out[infer];
+  }
+  XGRAD_CHECK(known == n, "reshape: cannot reshape a tensor of shape ", a.shape(), " (", n,
+              " elements) into shape ", shape, " (", known, " elements)");
+  return reshaped<T>("reshape", a, out);
+}
+
+template <class T>
+Tensor<T> flatten(const Tensor<T>& a, int start_dim, int end_dim) {
+  const Shape in = a.shape();
+  // A 0-d tensor flattens to shape (1), as torch.
+  const std::size_t nd = std::max<std::size_t>(in.size(), 1);
+  const std::size_t s = normalize_dim(start_dim, nd, "flatten");
+  const std::size_t e = normalize_dim(end_dim, nd, "flatten");
+  XGRAD_CHECK(s <= e, "flatten: start_dim (", start_dim, ") cannot come after end_dim (", end_dim,
+              ") for an input of shape ", in);
+  if (in.empty()) return reshaped<T>("flatten", a, Shape{1});
+  Shape out(in.begin(), in.begin() + s);
+  out.push_back(numel(in, s, e + 1));
+  out.insert(out.end(), in.begin() + e + 1, in.end());
+  return reshaped<T>("flatten", a, out);
+}
+
+template <class T>
+Tensor<T> unsqueeze(const Tensor<T>& a, int dim) {
+  Shape out = a.shape();
+  const std::size_t k = normalize_dim(dim, out.size() + 1, "unsqueeze");
+  out.insert(out.begin() + k, 1);
+  return reshaped<T>("unsqueeze", a, out);
+}
+
+template <class T>
+Tensor<T> squeeze(const Tensor<T>& a) {
+  Shape out;
+  for (std::size_t d : a.shape())
+    if (d != 1) out.push_back(d);
+  return reshaped<T>("squeeze", a, out);
+}
+
+template <class T>
+Tensor<T> squeeze(const Tensor<T>& a, int dim) {
+  Shape out = a.shape();
+  const std::size_t k = normalize_dim(dim, std::max<std::size_t>(out.size(), 1), "squeeze");
+  if (!out.empty() && out[k] == 1) out.erase(out.begin() + k);
+  return reshaped<T>("squeeze", a, out);
+}
+
+// ---- expand -------------------------------------------------------------------------------------
+
+// y = x broadcast to sizes;  dx = sum_to(dy, x.shape)
+template <class T>
+Tensor<T> expand(const Tensor<T>& a, const std::vector<std::int64_t>& sizes) {
+  const Shape in = a.shape();
+  XGRAD_CHECK(sizes.size() >= in.size(), "expand: the number of sizes provided (", sizes.size(),
+              ") must be at least the number of dimensions of the tensor (", in.size(), "); sizes ", sizes,
+              ", tensor shape ", in);
+  const std::size_t lead = sizes.size() - in.size();
+  Shape out(sizes.size());
+  for (std::size_t d = 0; d < sizes.size(); ++d) {
+    if (d < lead) {
+      XGRAD_CHECK(sizes[d] >= 0, "expand: size ", sizes[d], " is not allowed in a new leading dimension (",
+                  d, "); sizes ", sizes, ", tensor shape ", in);
+      out[d] = static_cast<std::size_t>(sizes[d]);
+      continue;
+    }
+    const std::size_t have = in[d - lead];
+    if (sizes[d] == -1) {
+      out[d] = have;
+      continue;
+    }
+    XGRAD_CHECK(sizes[d] >= 0 && (have == 1 || static_cast<std::size_t>(sizes[d]) == have),
+                "expand: the expanded size (", sizes[d], ") must match the existing size (", have,
+                ") at non-singleton dimension ", d, "; target sizes ", sizes, ", tensor shape ", in);
+    out[d] = static_cast<std::size_t>(sizes[d]);
+  }
+  Array<T> y = empty_array<T>(out, "expand");
+  gather_strided(a.value().data(), out, detail::broadcast_strides(in, out), y.data());
+  return make_result<T>("expand", std::move(y), {a}, [](Node<T>& node) {
+    node.input(0).accumulate_grad(sum_to(std::move(node.grad), node.input_shape(0)));
+  });
+}
+
+// ---- cat, stack ---------------------------------------------------------------------------------
+
+template <class T>
+Tensor<T> cat(const std::vector<Tensor<T>>& tensors, int dim) {
+  XGRAD_CHECK(!tensors.empty(), "cat: expected a non-empty list of tensors");
+  const Shape first = tensors[0].shape();
+  XGRAD_CHECK(!first.empty(), "cat: zero-dimensional tensor (at position 0) cannot be concatenated");
+  const std::size_t k = normalize_dim(dim, first.size(), "cat");
+  const std::size_t outer = numel(first, 0, k), inner = numel(first, k + 1, first.size());
+  Shape out = first;
+  out[k] = 0;
+  std::vector<std::size_t> chunk;
+  for (std::size_t t = 0; t < tensors.size(); ++t) {
+    const Shape s = tensors[t].shape();
+    bool same = s.size() == first.size();
+    for (std::size_t d = 0; same && d < s.size(); ++d) same = d == k || s[d] == first[d];
+    XGRAD_CHECK(same, "cat: tensors must have the same shape except in dimension ", k, "; tensor 0 has shape ",
+                first, " but tensor ", t, " has shape ", s);
+    out[k] += s[k];
+    chunk.push_back(s[k] * inner);
+  }
+  return join<T>("cat", tensors, outer, std::move(chunk), out);
+}
+
+template <class T>
+Tensor<T> stack(const std::vector<Tensor<T>>& tensors, int dim) {
+  XGRAD_CHECK(!tensors.empty(), "stack: expected a non-empty list of tensors");
+  const Shape first = tensors[0].shape();
+  const std::size_t k = normalize_dim(dim, first.size() + 1, "stack");
+  for (std::size_t t = 1; t < tensors.size(); ++t)
+    XGRAD_CHECK(tensors[t].shape() == first, "stack: expects each tensor to be equal size; tensor 0 has shape ",
+                first, " but tensor ", t, " has shape ", tensors[t].shape());
+  Shape out = first;
+  out.insert(out.begin() + k, tensors.size());
+  const std::size_t inner = numel(first, k, first.size());
+  return join<T>("stack", tensors, numel(first, 0, k), std::vector<std::size_t>(tensors.size(), inner), out);
+}
+
+// ---- narrow, slice ------------------------------------------------------------------------------
+
+template <class T>
+Tensor<T> narrow(const Tensor<T>& a, int dim, std::int64_t start, std::int64_t length) {
+  XGRAD_CHECK(a.dim() > 0, "narrow: cannot be applied to a 0-dim tensor");
+  const std::size_t k = normalize_dim(dim, a.dim(), "narrow");
+  const auto size = static_cast<std::int64_t>(a.shape()[k]);
+  XGRAD_CHECK(start >= -size && start <= size, "narrow: start (", start, ") out of range for dimension ", k,
+              " of size ", size, " (expected in [", -size, ", ", size, "])");
+  if (start < 0) start += size;
+  XGRAD_CHECK(length >= 0, "narrow: length must be non-negative, got ", length, " (dimension ", k, " of size ",
+              size, ")");
+  XGRAD_CHECK(length <= size - start, "narrow: start (", start, ") + length (", length, ") exceeds dimension ", k,
+              " of size ", size);  // length <= size - start: start + length could overflow
+  return strided_slice<T>("narrow", a, k, static_cast<std::size_t>(start), static_cast<std::size_t>(length), 1);
+}
+
+template <class T>
+Tensor<T> slice(const Tensor<T>& a, int dim, std::int64_t start, std::int64_t end, std::int64_t step) {
+  XGRAD_CHECK(a.dim() > 0, "slice: cannot be applied to a 0-dim tensor");
+  XGRAD_CHECK(step >= 1, "slice: step must be positive, got ", step);
+  const std::size_t k = normalize_dim(dim, a.dim(), "slice");
+  const auto size = static_cast<std::int64_t>(a.shape()[k]);
+  const std::int64_t b = clamp_bound(start, size), e = clamp_bound(end, size);
+  const std::int64_t length = e > b ? (e - b + step - 1) / step : 0;
+  return strided_slice<T>("slice", a, k, static_cast<std::size_t>(b), static_cast<std::size_t>(length),
+                          static_cast<std::size_t>(step));
+}
+
+// ---- fused permute-reshape ----------------------------------------------------------------------
+
+// y = reshape(permute(reshape(x, view), perm), out): one gather. With P = view permuted by perm,
+// y[p] = x[sum_d p[d] * vstride[perm[d]]]; dx[i] = dy[sum_j i[j] * pstride[perm^-1[j]]].
+template <class T>
+Tensor<T> detail::permute_reshape(const Tensor<T>& a, const Shape& view, const std::vector<std::size_t>& perm,
+                                  const Shape& out) {
+  const std::size_t nd = view.size();
+  XGRAD_CHECK(numel(view) == a.numel() && numel(out) == a.numel(), "permute_reshape: cannot view shape ",
+              a.shape(), " as ", view, " and store it as ", out);
+  XGRAD_CHECK(perm.size() == nd, "permute_reshape: expected ", nd, " dims in the permutation, got ", perm.size());
+  std::vector<std::size_t> inverse(nd, nd);
+  for (std::size_t d = 0; d < nd; ++d) {
+    XGRAD_CHECK(perm[d] < nd && inverse[perm[d]] == nd, "permute_reshape: invalid permutation of ", nd, " dims");
+    inverse[perm[d]] = d;
+  }
+  std::vector<std::size_t> vstride(nd, 1), pstride(nd, 1);
+  Shape permuted(nd);
+  for (std::size_t d = 0; d < nd; ++d) permuted[d] = view[perm[d]];
+  for (std::size_t d = nd; d-- > 1;) {
+    vstride[d - 1] = vstride[d] * view[d];
+    pstride[d - 1] = pstride[d] * permuted[d];
+  }
+  std::vector<std::size_t> forward(nd), backward(nd);
+  for (std::size_t d = 0; d < nd; ++d) {
+    forward[d] = vstride[perm[d]];
+    backward[d] = pstride[inverse[d]];
+  }
+  Array<T> y = empty_array<T>(out);
+  gather_strided(a.value().data(), permuted, forward, y.data());
+  return make_result<T>("permute_reshape", std::move(y), {a},
+                        [view, backward = std::move(backward)](Node<T>& node) {
+                          Array<T> g = empty_array<T>(node.input_shape(0));
+                          gather_strided(node.grad.data(), view, backward, g.data());
+                          node.input(0).accumulate_grad(std::move(g));
+                        });
+}
+
+#define XGRAD_INSTANTIATE(T)                                                                     \
+  template Tensor<T> transpose<T>(const Tensor<T>&, int, int);                                   \
+  template Tensor<T> permute<T>(const Tensor<T>&, const std::vector<int>&);                      \
+  template Tensor<T> reshape<T>(const Tensor<T>&, const std::vector<std::int64_t>&);             \
+  template Tensor<T> flatten<T>(const Tensor<T>&, int, int);                                     \
+  template Tensor<T> unsqueeze<T>(const Tensor<T>&, int);                                        \
+  template Tensor<T> squeeze<T>(const Tensor<T>&);                                               \
+  template Tensor<T> squeeze<T>(const Tensor<T>&, int);                                          \
+  template Tensor<T> expand<T>(const Tensor<T>&, const std::vector<std::int64_t>&);              \
+  template Tensor<T> cat<T>(const std::vector<Tensor<T>>&, int);                                 \
+  template Tensor<T> stack<T>(const std::vector<Tensor<T>>&, int);                               \
+  template Tensor<T> narrow<T>(const Tensor<T>&, int, std::int64_t, std::int64_t);               \
+  template Tensor<T> slice<T>(const Tensor<T>&, int, std::int64_t, std::int64_t, std::int64_t);   \
+  template Tensor<T> detail::permute_reshape<T>(const Tensor<T>&, const Shape&, const std::vector<std::size_t>&, \
+                                                const Shape&);
+XGRAD_INSTANTIATE(float)
+XGRAD_INSTANTIATE(double)
+#undef XGRAD_INSTANTIATE
+
+}  // namespace xgrad
