@@ -27,6 +27,7 @@
 #include <xtensor/xarray.hpp>
 
 #include <xgrad/core/tensor.hpp>
+#include <xgrad/core/factories.hpp>
 
 #ifndef XGRAD_FIXTURES_DIR
 #error "XGRAD_FIXTURES_DIR must name the tests/fixtures directory (set by tests/CMakeLists.txt)"

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <xgrad/backend/bf16.hpp>
+#include <xgrad/backend/gemm.hpp>
 #include <xgrad/xgrad.hpp>
 
 #include "test_util.hpp"

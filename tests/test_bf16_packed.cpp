@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <xgrad/backend/bf16.hpp>
+#include <xgrad/backend/gemm.hpp>
 #include <xgrad/backend/onednn.hpp>
 #include <xgrad/xgrad.hpp>
 
@@ -29,14 +30,6 @@ struct Backend {
   ~Backend() { set_gemm_backend(previous); }
   GemmBackend previous;
 };
-struct OwnThreadingMinMacs {
-  explicit OwnThreadingMinMacs(std::size_t macs) : previous(detail::onednn_own_threading_min_macs()) {
-    detail::set_onednn_own_threading_min_macs(macs);
-  }
-  ~OwnThreadingMinMacs() { detail::set_onednn_own_threading_min_macs(previous); }
-  std::size_t previous;
-};
-
 std::vector<float> random_floats(std::size_t n, std::uint64_t seed) {
   Generator g(seed);
   const Tensor<float> t = randn<float>({n}, g);
@@ -97,28 +90,6 @@ TEST(Bf16Packed, GemmOnPackedOperandsIsGemmBf16BitForBit) {
       }
     }
   }
-}
-
-TEST(Bf16Packed, OwnThreadingMatchesThePoolSplit) {
-  Backend b(GemmBackend::onednn);
-  Threads two(2);
-  const std::size_t m = 256, n = 192, k = 160;
-  const std::vector<float> a = random_floats(m * k, 3), bb = random_floats(k * n, 4);
-  const detail::Bf16Matrix pa = detail::to_bf16(a.data(), m, k, k), pb = detail::to_bf16(bb.data(), k, n, n);
-  std::vector<float> split(m * n), own(m * n);
-  {
-    OwnThreadingMinMacs never(std::numeric_limits<std::size_t>::max());
-    detail::gemm_bf16(false, false, m, n, k, 1.0f, pa, pb, 0.0f, split.data(), n);
-  }
-  {
-    OwnThreadingMinMacs always(0);
-    detail::gemm_bf16(false, false, m, n, k, 1.0f, pa, pb, 0.0f, own.data(), n);
-  }
-  std::vector<float> reference(m * n);
-  detail::gemm_bf16(false, false, m, n, k, 1.0f, a.data(), k, bb.data(), n, 0.0f, reference.data(), n);
-  EXPECT_TRUE(same_bits(split, reference));
-  // oneDNN splits no inner dimension, so the sums are the same.
-  EXPECT_TRUE(same_bits(own, reference));
 }
 
 TEST(Bf16Packed, ShapeMismatchNamesBothShapes) {

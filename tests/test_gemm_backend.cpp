@@ -167,41 +167,16 @@ TEST(GemmBackend, BothFloat32BackendsMatchADoubleReference) {
   }
 }
 
-TEST(GemmBackend, OneDnnOwnThreadingMatchesADoubleReference) {
-  Restore restore;
-  const std::size_t saved = xgrad::detail::onednn_own_threading_min_macs();
-  xgrad::set_gemm_backend(GemmBackend::onednn);
-  xgrad::set_num_threads(2);
-  xgrad::detail::set_onednn_own_threading_min_macs(0);
-  unsigned seed = 50;
-  for (const Case& t : kCases) {
-    Operands o = make_operands(t, seed += 3);
-    std::vector<float> c = o.c;
-    xgrad::detail::gemm<float>(t.ta, t.tb, t.m, t.n, t.k, t.alpha, o.a.data(), o.lda, o.b.data(), o.ldb, t.beta,
-                               c.data(), o.ldc);
-    expect_close(t, o, c, identity, 1e-6);
-  }
-  xgrad::detail::set_onednn_own_threading_min_macs(saved);
-}
-
-TEST(GemmBackend, SetNumThreadsSetsOpenMpThreads) {
-  Restore restore;
-  xgrad::set_num_threads(1);
-  EXPECT_EQ(omp_get_max_threads(), 1);
-  xgrad::set_num_threads(3);
-  EXPECT_EQ(omp_get_max_threads(), 3);
-  EXPECT_EQ(xgrad::get_num_threads(), 3);
-}
-
 TEST(GemmBackend, OneDnnCallInsideAPoolChunkLeavesTheOpenMpCountAlone) {
   Restore restore;
   xgrad::set_num_threads(2);
   xgrad::set_gemm_backend(GemmBackend::onednn);
   const Case t{false, false, 256, 256, 64, 0, 1.0f, 0.0f};  // split over the pool
   Operands o = make_operands(t, 7);
+  const int before = omp_get_max_threads();
   xgrad::detail::gemm<float>(t.ta, t.tb, t.m, t.n, t.k, 1.0f, o.a.data(), o.lda, o.b.data(), o.ldb, 0.0f,
                              o.c.data(), o.ldc);
-  EXPECT_EQ(omp_get_max_threads(), 2);  // each chunk's 1 thread was restored
+  EXPECT_EQ(omp_get_max_threads(), before);  // each call's 1 thread was restored
 }
 
 // Threads of this process, from /proc/self/status.
@@ -213,10 +188,9 @@ int process_threads() {
   return -1;
 }
 
-TEST(GemmBackend, DefaultRuleStartsNoOpenMpTeam) {
-  // With the default rule every oneDNN call runs on one OpenMP thread inside xgrad's pool, so
-  // no OpenMP worker exists to spin against the pool: the process has exactly the pool's threads.
-  ASSERT_EQ(xgrad::detail::onednn_own_threading_min_macs(), SIZE_MAX);
+TEST(GemmBackend, OneDnnStartsNoOpenMpTeam) {
+  // Every oneDNN call runs on one OpenMP thread inside xgrad's pool, so no OpenMP worker exists
+  // to spin against the pool: the process has exactly the pool's threads.
   Restore restore;
   xgrad::set_gemm_backend(GemmBackend::onednn);
   xgrad::set_num_threads(2);
@@ -233,11 +207,8 @@ TEST(GemmBackend, DefaultRuleStartsNoOpenMpTeam) {
 // A fixed thread count gives bit-identical products, call after call (exact resume relies on it).
 TEST(GemmBackend, BitIdenticalForAFixedThreadCount) {
   Restore restore;
-  const std::size_t saved = xgrad::detail::onednn_own_threading_min_macs();
-  for (std::size_t own : {saved, std::size_t(0)})
-    for (GemmBackend backend : {GemmBackend::onednn, GemmBackend::openblas})
+  for (GemmBackend backend : {GemmBackend::onednn, GemmBackend::openblas})
       for (int threads : {1, 2}) {
-        xgrad::detail::set_onednn_own_threading_min_macs(own);
         xgrad::set_gemm_backend(backend);
         xgrad::set_num_threads(threads);
         const Case t{false, true, 300, 200, 500, 0, 1.0f, 0.0f};
@@ -249,10 +220,9 @@ TEST(GemmBackend, BitIdenticalForAFixedThreadCount) {
                                      c.data(), o.ldc);
           if (rep == 0) first = c;
           else ASSERT_EQ(std::memcmp(first.data(), c.data(), c.size() * sizeof(float)), 0)
-              << xgrad::gemm_backend_name(backend) << ", threads " << threads << ", own threading from " << own;
+              << xgrad::gemm_backend_name(backend) << ", threads " << threads;
         }
       }
-  xgrad::detail::set_onednn_own_threading_min_macs(saved);
 }
 
 // ---- bf16 ----------------------------------------------------------------------------------

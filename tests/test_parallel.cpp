@@ -3,8 +3,7 @@
 // values and gradients agree (bitwise where the split cannot change the arithmetic: GELU,
 // LayerNorm's y and dx, attention, permute copies, Adam; to rounding where it can: gemm blocks,
 // LayerNorm's dw/db piece sums). Sizes are chosen above each kernel's grain so that the
-// parallel path runs. The fused helpers detail::permute_reshape and detail::self_attention_packed
-// are also checked against the ordinary ops they replace.
+// parallel path runs.
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -439,61 +438,6 @@ TEST(Parallel, AttentionBitwiseAcrossThreadCounts) {
       return value_and_grads(y, {q, k, v});
     });
   }
-}
-
-TEST(Parallel, SelfAttentionPackedEqualsAttentionOnItsSlices) {
-  BoolArray bool_mask = BoolArray::from_shape({4, 4});
-  for (std::size_t i = 0; i < 16; ++i) bool_mask.data()[i] = i % 5 == 1;
-  const std::vector<std::pair<AttnMask<double>, bool>> masks = {
-      {{}, false}, {AttnMask<double>(random_array<double>({4, 4}, 3)), false}, {AttnMask<double>(bool_mask), false},
-      {{}, true}};
-  for (double p : {0.0, 0.4}) {
-    for (const auto& [mask, causal] : masks) {
-      SCOPED_TRACE("dropout " + std::to_string(p) + (causal ? " causal" : " mask"));
-      auto qkv = leaf<double>({3, 2, 3, 4, 5}, 1), qkv2 = Tensor<double>(qkv.value(), true);
-      Generator g1(9), g2(9);
-      const Arrays<double> fused = value_and_grads(detail::self_attention_packed(qkv, mask, p, causal, &g1), {qkv});
-      auto part = [&](int i) { return squeeze(narrow(qkv2, 0, i, 1), 0); };
-      const Arrays<double> composed = value_and_grads(
-          scaled_dot_product_attention(part(0), part(1), part(2), mask, p, causal, std::nullopt, &g2), {qkv2});
-      expect_close(composed[0], fused[0], 0, "forward");
-      expect_close(composed[1], fused[1], 0, "backward");
-      if (p == 0)
-        expect_gradcheck([&, m = mask, c = causal](const Inputs& in) {
-          return detail::self_attention_packed(in[0], m, 0.0, c);
-        }, {input({3, 2, 2, 4, 3}, 4)});
-    }
-  }
-  expect_thread_invariant<float>([] {
-    auto qkv = leaf<float>({3, 8, 8, 32, 32}, 5);
-    Generator dropout(3);
-    return value_and_grads(detail::self_attention_packed(qkv, {}, 0.2, true, &dropout), {qkv});
-  });
-}
-
-TEST(Parallel, PermuteReshapeEqualsPermuteThenReshape) {
-  // MultiheadAttention's head split (N, L, H, d) -> (N * H, L, d) and its packed 5-D form.
-  struct Case { Shape in, view; std::vector<std::size_t> perm; Shape out; };
-  const std::vector<Case> cases = {{{2, 5, 12}, {2, 5, 3, 4}, {0, 2, 1, 3}, {6, 5, 4}},
-                                   {{4, 6, 30}, {4, 6, 3, 2, 5}, {2, 0, 3, 1, 4}, {3, 8, 6, 5}},
-                                   {{6, 5, 4}, {2, 3, 5, 4}, {0, 2, 1, 3}, {2, 5, 12}}};
-  for (const Case& c : cases) {
-    SCOPED_TRACE(shape_str(c.view));
-    auto to_i64 = [](const Shape& s) { return std::vector<std::int64_t>(s.begin(), s.end()); };
-    const std::vector<int> perm(c.perm.begin(), c.perm.end());
-    auto a = leaf<double>(c.in, 1), a2 = Tensor<double>(a.value(), true);
-    const Arrays<double> fused = value_and_grads(detail::permute_reshape(a, c.view, c.perm, c.out), {a});
-    const Arrays<double> composed = value_and_grads(
-        reshape(contiguous(permute(reshape(a2, to_i64(c.view)), perm)), to_i64(c.out)), {a2});
-    expect_close(composed[0], fused[0], 0, "forward");
-    expect_close(composed[1], fused[1], 0, "backward");
-    expect_gradcheck([&c](const Inputs& in) { return detail::permute_reshape(in[0], c.view, c.perm, c.out); },
-                     {input(c.in, 2)});
-  }
-  expect_thread_invariant<float>([] {  // 393K elements, rows of 32
-    auto a = leaf<float>({8, 64, 768}, 3);
-    return value_and_grads(detail::permute_reshape(a, {8, 64, 3, 8, 32}, {2, 0, 3, 1, 4}, {3, 64, 64, 32}), {a});
-  });
 }
 
 TEST(Parallel, PermuteAndTransposeCopiesAcrossThreadCounts) {

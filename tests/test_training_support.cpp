@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include <xgrad/backend/bf16.hpp>
+#include <xgrad/backend/gemm.hpp>
 
 #include "support/training.hpp"
 

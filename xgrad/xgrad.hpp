@@ -1,17 +1,20 @@
 // The umbrella header: everything a user of xgrad needs.
 #pragma once
 
+#include <xgrad/base/check.hpp>
+#include <xgrad/base/random.hpp>
+#include <xgrad/base/warning.hpp>
 #include <xgrad/backend/allocator.hpp>
 #include <xgrad/backend/autocast.hpp>
-#include <xgrad/base/check.hpp>
 #include <xgrad/backend/gemm_backend.hpp>
-#include <xgrad/core/gradcheck.hpp>
-#include <xgrad/ops/ops.hpp>
 #include <xgrad/backend/parallel.hpp>
-#include <xgrad/base/random.hpp>
+#include <xgrad/core/factories.hpp>
+#include <xgrad/core/grad_mode.hpp>
+#include <xgrad/core/gradcheck.hpp>
+#include <xgrad/core/graph.hpp>
 #include <xgrad/core/tensor.hpp>
-#include <xgrad/base/warning.hpp>
-#include <xgrad/data/data.hpp>
+#include <xgrad/ops/ops.hpp>
 #include <xgrad/nn/nn.hpp>
 #include <xgrad/optim/optim.hpp>
+#include <xgrad/data/data.hpp>
 #include <xgrad/serialize/serialize.hpp>

@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include <xgrad/backend/bf16.hpp>
+#include <xgrad/backend/gemm.hpp>
 #include <xgrad/serialize/safetensors.hpp>
 #ifdef XGRAD_WITH_MPI
 #include <xgrad/distributed/distributed.hpp>

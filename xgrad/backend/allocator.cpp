@@ -7,7 +7,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include <xgrad/core/tensor.hpp>
+#include <xgrad/backend/array.hpp>
 
 #if defined(__SANITIZE_ADDRESS__)
 #define XGRAD_ARRAY_CACHE_POSSIBLE 0  // keep ASan's use-after-free detection on tensor buffers

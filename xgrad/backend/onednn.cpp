@@ -1,4 +1,4 @@
-// oneDNN behind the float32 gemm and the bf16 gemm of autocast, and the gemm backend switch.
+// oneDNN behind the float32 gemm and the bf16 gemm of autocast (gemm.cpp chooses when).
 // The one translation unit that includes oneDNN and <omp.h> (Debian's oneDNN runs on OpenMP).
 //
 // fp32: dnnl_sgemm, which needs no setup per call (it dispatches straight to oneDNN's jit gemm),
@@ -33,62 +33,23 @@
 
 namespace xgrad {
 
-// ---- backend selection ---------------------------------------------------------------------
-
-namespace {
-
-constexpr int kUnset = -1;
-std::atomic<int> backend_override{kUnset};  // set_gemm_backend's choice, else XGRAD_GEMM_BACKEND
-
-GemmBackend backend_from_env() {
-  const char* env = std::getenv("XGRAD_GEMM_BACKEND");
-  if (env == nullptr || *env == '\0') return GemmBackend::onednn;
-  const std::string v = env;
-  if (v == "onednn") return GemmBackend::onednn;
-  if (v == "openblas") return GemmBackend::openblas;
-  XGRAD_CHECK(false, "XGRAD_GEMM_BACKEND: expected \"onednn\" or \"openblas\", got \"", v, "\"");
-  return GemmBackend::onednn;
-}
-
-}  // namespace
-
-void set_gemm_backend(GemmBackend backend) {
-  XGRAD_CHECK(backend == GemmBackend::onednn || backend == GemmBackend::openblas,
-              "set_gemm_backend: expected GemmBackend::onednn or GemmBackend::openblas, got ",
-              static_cast<int>(backend));
-  backend_override.store(static_cast<int>(backend), std::memory_order_relaxed);
-}
-
-GemmBackend get_gemm_backend() {
-  const int b = backend_override.load(std::memory_order_relaxed);
-  if (b != kUnset) return static_cast<GemmBackend>(b);
-  static const GemmBackend from_env = backend_from_env();  // read once; a bad value throws each time
-  return from_env;
-}
-
-const char* gemm_backend_name(GemmBackend backend) {
-  return backend == GemmBackend::openblas ? "openblas" : "onednn";
-}
-
 namespace detail {
 
-// ---- threads -------------------------------------------------------------------------------
+// ---- calls -------------------------------------------------------------------------------
 
 namespace {
 
-std::atomic<std::size_t> own_threading_min_macs{std::numeric_limits<std::size_t>::max()};
-
-// Runs f, a call into oneDNN, with the calling thread's OpenMP thread count at `threads` (then
-// restored) and its asynchronous signals blocked (signals.hpp: oneDNN's jit gemm kernels move the
+// Runs f, a call into oneDNN, on the calling thread alone (its OpenMP thread count at 1, then
+// restored; the pool splits large products into one call per thread) and its asynchronous signals blocked (signals.hpp: oneDNN's jit gemm kernels move the
 // stack pointer into the heap, where a signal handler's frame would land). Every oneDNN
 // computation goes through here; OpenMP threads it starts inherit the blocked mask.
 template <class F>
-void with_omp_threads(int threads, const F& f) {
+void on_this_thread(const F& f) {
   const AsyncSignalBlock no_signals;
   const int previous = omp_get_max_threads();
-  if (previous != threads) omp_set_num_threads(threads);
+  if (previous != 1) omp_set_num_threads(1);
   f();
-  if (previous != threads) omp_set_num_threads(previous);
+  if (previous != 1) omp_set_num_threads(previous);
 }
 
 void check_int_range(const char* what, std::size_t m, std::size_t n, std::size_t k, std::size_t lda,
@@ -100,25 +61,18 @@ void check_int_range(const char* what, std::size_t m, std::size_t n, std::size_t
 
 }  // namespace
 
-std::size_t onednn_own_threading_min_macs() { return own_threading_min_macs.load(std::memory_order_relaxed); }
-void set_onednn_own_threading_min_macs(std::size_t macs) {
-  own_threading_min_macs.store(macs, std::memory_order_relaxed);
-}
-
-void onednn_set_num_threads(int n) { omp_set_num_threads(n); }
-
 // ---- fp32 ----------------------------------------------------------------------------------
 
 void onednn_sgemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t k, float alpha,
                   const float* a, std::size_t lda, const float* b, std::size_t ldb, float beta, float* c,
-                  std::size_t ldc, int threads) {
+                  std::size_t ldc) {
   check_int_range("gemm (oneDNN)", m, n, k, lda, ldb, ldc);
   // oneDNN rejects a leading dimension below the stored row length even when it is never used.
   const auto ilda = static_cast<dnnl_dim_t>(std::max(lda, trans_a ? m : k));
   const auto ildb = static_cast<dnnl_dim_t>(std::max(ldb, trans_b ? k : n));
   const auto ildc = static_cast<dnnl_dim_t>(std::max(ldc, n));
   dnnl_status_t status = dnnl_success;
-  with_omp_threads(threads, [&] {
+  on_this_thread([&] {
     status = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', static_cast<dnnl_dim_t>(m),
                         static_cast<dnnl_dim_t>(n), static_cast<dnnl_dim_t>(k), alpha, a, ilda, b, ildb, beta, c,
                         ildc);
@@ -249,20 +203,14 @@ bool onednn_gemm_bf16_packed(bool trans_a, bool trans_b, std::size_t m, std::siz
   Bf16Cache& cache = bf16_cache();
   const Bf16Plan* whole = bf16_plan(cache, Bf16Key{trans_a, trans_b, m, m, n, k, ldc, alpha, beta});
   if (whole == nullptr) return false;  // no bf16 matmul on this CPU: C untouched
-  // Large products as one oneDNN call on its own OpenMP threads (onednn_own_threading_min_macs).
-  const int threads = get_num_threads();
-  if (m * n * k >= onednn_own_threading_min_macs() && threads > 1 && !in_parallel_region()) {
-    with_omp_threads(threads, [&] { run_bf16(*whole, pa, pb, c); });
-    return true;
-  }
   // Rows [r0, r1) of C, one single-threaded oneDNN call (its primitive cached by the thread that runs it).
   auto block = [&](std::size_t r0, std::size_t r1) {
     Bf16Cache& mine = bf16_cache();
     const Bf16Plan* plan = bf16_plan(mine, Bf16Key{trans_a, trans_b, r1 - r0, m, n, k, ldc, alpha, beta});
     XGRAD_CHECK(plan != nullptr, "gemm_bf16 (oneDNN): no bf16 matmul for a (", r1 - r0, ", ", k, ") block");
-    with_omp_threads(1, [&] { run_bf16(*plan, trans_a ? pa + r0 : pa + r0 * k, pb, c + r0 * ldc); });
+    on_this_thread([&] { run_bf16(*plan, trans_a ? pa + r0 : pa + r0 * k, pb, c + r0 * ldc); });
   };
-  // As the fp32 gemm (matmul.cpp): at least ~1M multiply-adds are cut into 16-row tiles, one
+  // As the fp32 gemm (gemm.cpp): at least ~1M multiply-adds are cut into 16-row tiles, one
   // block per thread.
   constexpr std::size_t kTile = 16, kMinBlockTiles = 2, kMinMacs = std::size_t(1) << 20;
   if (m * n * k < kMinMacs || in_parallel_region()) {

@@ -20,7 +20,6 @@
 #include <vector>
 
 #include <xgrad/base/check.hpp>
-#include <xgrad/backend/onednn.hpp>
 #include <xgrad/backend/signals.hpp>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -222,7 +221,6 @@ void set_num_threads(int n) {
   XGRAD_CHECK(n >= 1 && n <= 1024, "set_num_threads: expected a thread count in [1, 1024], got ", n);
   XGRAD_CHECK(!t_in_parallel_region, "set_num_threads: cannot be called from inside a parallel region");
   pool().resize(n);
-  detail::onednn_set_num_threads(n);  // oneDNN's OpenMP threads, for the gemms it threads itself
 }
 
 int get_num_threads() { return pool().size(); }

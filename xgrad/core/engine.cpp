@@ -9,6 +9,8 @@
 #include <xgrad/backend/strided.hpp>
 #include <xgrad/core/node_pool.hpp>
 #include <xgrad/core/tensor.hpp>
+#include <xgrad/core/grad_mode.hpp>
+#include <xgrad/core/graph.hpp>
 
 namespace xgrad {
 

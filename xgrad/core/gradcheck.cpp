@@ -1,4 +1,5 @@
 #include <xgrad/core/gradcheck.hpp>
+#include <xgrad/core/grad_mode.hpp>
 
 #include <cmath>
 #include <iomanip>

@@ -19,6 +19,8 @@
 #include <vector>
 
 #include <xgrad/core/tensor.hpp>
+#include <xgrad/base/random.hpp>
+#include <xgrad/core/factories.hpp>
 
 namespace xgrad {
 

@@ -5,6 +5,8 @@
 #include <cstdlib>
 
 #include <xgrad/core/node_pool.hpp>
+#include <xgrad/core/factories.hpp>
+#include <xgrad/core/graph.hpp>
 
 namespace xgrad {
 

@@ -16,56 +16,13 @@
 #include <utility>
 #include <vector>
 
-#include <xtensor/xarray.hpp>
-
+#include <xgrad/backend/array.hpp>
 #include <xgrad/base/check.hpp>
-#include <xgrad/base/random.hpp>
 
 namespace xgrad {
 
 template <class T>
-using Array = xt::xarray<T>;
-using BoolArray = xt::xarray<bool>;
-using IndexArray = xt::xarray<std::int64_t>;
-
-template <class T>
 class Tensor;
-
-namespace detail {
-// The calling thread's cache of freed Array buffers (allocator.hpp, set_array_cache): a cached
-// buffer of exactly numel elements (numel > 0) taken out of the cache, or an empty Array when
-// there is none. Use cached_array.
-template <class T>
-Array<T> take_cached(std::size_t numel);
-// Hands a's buffer to the calling thread's cache (or frees it when the cache is off or full) and
-// leaves `a` as no_array(); an `a` without elements is left as it is. For the places where the
-// engine drops an Array it no longer needs. reset = false (an `a` about to be destroyed): `a` is
-// left moved-from, or untouched when the cache did not take it.
-template <class T>
-void recycle(Array<T>& a, bool reset = true);
-// An Array with no elements and no buffer (shape {0}): what a Node holds where it has no value
-// or gradient. Unlike Array<T>() (a 0-d array of one element), it allocates nothing.
-template <class T>
-Array<T> no_array() {
-  static const Array<T> empty(typename Array<T>::shape_type{0});  // copied: cheaper than building one
-  return empty;
-}
-// An Array of `shape` (numel elements, uninitialized) whose buffer is a cached one when there is
-// one of that size, else a new one. S: Shape or an Array's shape.
-template <class T, class S>
-Array<T> cached_array(const S& shape, std::size_t numel) {
-  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-    if (numel != 0) {
-      Array<T> a = take_cached<T>(numel);
-      if (a.size() == numel) {
-        a.resize(shape);  // the same element count: keeps the buffer
-        return a;
-      }
-    }
-  }
-  return Array<T>::from_shape(shape);  // index and mask arrays are not cached
-}
-}  // namespace detail
 
 // What registering a hook returns: remove() unregisters the hook (torch.utils.hooks.RemovableHandle).
 // Dropping the handle keeps the hook; remove() on a handle whose tensor is gone does nothing.
@@ -208,123 +165,10 @@ class Tensor {
   std::shared_ptr<Node<T>> node_;
 };
 
-// ---- grad mode and anomaly mode ----------------------------------------------------------
-
-bool is_grad_enabled();
-void set_grad_enabled(bool enabled);
-
-// torch.no_grad(): no graph is built while one is alive.
-class NoGradGuard {
- public:
-  NoGradGuard() : previous_(is_grad_enabled()) { set_grad_enabled(false); }
-  ~NoGradGuard() { set_grad_enabled(previous_); }
-  NoGradGuard(const NoGradGuard&) = delete;
-  NoGradGuard& operator=(const NoGradGuard&) = delete;
-
- private:
-  bool previous_;
-};
-
-bool is_anomaly_enabled();
-void set_detect_anomaly(bool enabled);
-
-// torch.autograd.detect_anomaly(): a NaN or Inf produced in backward throws an error naming
-// the op whose backward produced it.
-class DetectAnomalyGuard {
- public:
-  DetectAnomalyGuard() : previous_(is_anomaly_enabled()) { set_detect_anomaly(true); }
-  ~DetectAnomalyGuard() { set_detect_anomaly(previous_); }
-  DetectAnomalyGuard(const DetectAnomalyGuard&) = delete;
-  DetectAnomalyGuard& operator=(const DetectAnomalyGuard&) = delete;
-
- private:
-  bool previous_;
-};
-
-// ---- building the graph ------------------------------------------------------------------
-
-// Wraps an op's result. When grad mode is on and any input requires grad, the result records
-// the inputs and the backward closure; otherwise it is a plain leaf without a graph.
-template <class T>
-Tensor<T> make_result(const char* op, Array<T>&& value, std::vector<Tensor<T>> inputs,
-                      std::function<void(Node<T>&)> backward_fn);
-// The same for a braced list of inputs, `make_result<T>(op, y, {a, b}, ...)` (no vector built).
-template <class T>
-Tensor<T> make_result(const char* op, Array<T>&& value, std::initializer_list<Tensor<T>> inputs,
-                      std::function<void(Node<T>&)> backward_fn);
-
-// Runs reverse-mode differentiation from root with the given seed gradient.
-template <class T>
-void run_backward(const Tensor<T>& root, Array<T> gradient, bool retain_graph);
-
-// torch's Variable._execution_engine.queue_callback: called from a hook during a backward, queues
-// `callback` to run when that backward has finished (after every gradient and hook), in queue
-// order. Throws when no backward is running on this thread. A backward that throws drops its
-// queued callbacks.
-void queue_backward_callback(std::function<void()> callback);
-
-// Sums a (broadcast) gradient back to `shape`: the reverse of NumPy broadcasting.
-template <class T>
-Array<T> sum_to(const Array<T>& grad, const Shape& shape);
-// The same, taking the gradient over (no copy) when it already has `shape`.
-template <class T>
-Array<T> sum_to(Array<T>&& grad, const Shape& shape);
-
-// ---- factories ---------------------------------------------------------------------------
-
-template <class T = float>
-Tensor<T> zeros(const Shape& shape, bool requires_grad = false);
-template <class T = float>
-Tensor<T> ones(const Shape& shape, bool requires_grad = false);
-template <class T = float>
-Tensor<T> full(const Shape& shape, T fill_value, bool requires_grad = false);
-// [start, end) in steps of step, like torch.arange.
-template <class T = float>
-Tensor<T> arange(T start, T end, T step = T(1), bool requires_grad = false);
-template <class T = float>
-Tensor<T> arange(T end) { return arange<T>(T(0), end); }
-// Uniform on [0, 1).
-template <class T = float>
-Tensor<T> rand(const Shape& shape, bool requires_grad = false);
-template <class T = float>
-Tensor<T> rand(const Shape& shape, Generator& generator, bool requires_grad = false);
-// Standard normal.
-template <class T = float>
-Tensor<T> randn(const Shape& shape, bool requires_grad = false);
-template <class T = float>
-Tensor<T> randn(const Shape& shape, Generator& generator, bool requires_grad = false);
-// Row-major data with its shape; the sizes must agree.
-template <class T = float>
-Tensor<T> from_vector(const std::vector<T>& data, const Shape& shape, bool requires_grad = false);
-
-// An Array<T> of the given shape (uninitialized), from_shape spelled for std::vector shapes,
-// reusing a buffer from the thread's array cache when one of that size is free (float, double).
-// The shape is checked first (checked_numel): an error names `who`.
-// When the memory cannot be had it throws OutOfMemoryError (a std::bad_alloc) naming `who`, the
-// shape and the bytes.
-template <class T>
-Array<T> empty_array(const Shape& shape, const char* who = "allocating a tensor") {
-  const std::size_t numel = checked_numel(shape, sizeof(T), who);
-  try {
-    return detail::cached_array<T>(shape, numel);
-  } catch (const std::bad_alloc&) {
-    throw OutOfMemoryError(who, shape, numel * sizeof(T));
-  }
-}
-
-template <class E>
-Shape shape_of(const E& array) {
-  return Shape(array.shape().begin(), array.shape().end());
-}
-
 // Normalizes a possibly negative dim against `ndim` dims (ndim + 1 for unsqueeze-like ops);
 // throws naming `op` when out of range.
 std::size_t normalize_dim(int dim, std::size_t ndim, const char* op);
 
-extern template Array<float> detail::take_cached<float>(std::size_t);
-extern template Array<double> detail::take_cached<double>(std::size_t);
-extern template void detail::recycle<float>(Array<float>&, bool);
-extern template void detail::recycle<double>(Array<double>&, bool);
 extern template struct Node<float>;
 extern template struct Node<double>;
 extern template class Tensor<float>;

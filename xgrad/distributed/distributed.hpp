@@ -18,6 +18,7 @@
 #include <vector>
 
 #include <xgrad/core/tensor.hpp>
+#include <xgrad/core/factories.hpp>
 
 namespace xgrad::distributed {
 

@@ -5,6 +5,7 @@
 
 #include <xgrad/arg.hpp>
 #include <xgrad/nn/module.hpp>
+#include <xgrad/base/random.hpp>
 
 namespace xgrad::nn {
 

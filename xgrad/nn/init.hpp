@@ -6,6 +6,7 @@
 #include <string>
 
 #include <xgrad/ops/ops.hpp>
+#include <xgrad/base/random.hpp>
 
 namespace xgrad::nn::init {
 

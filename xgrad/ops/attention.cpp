@@ -34,6 +34,7 @@
 
 #include <xgrad/backend/autocast.hpp>
 #include <xgrad/backend/bf16.hpp>
+#include <xgrad/backend/gemm.hpp>
 #include <xgrad/backend/parallel.hpp>
 #include <xgrad/backend/simd.hpp>
 #include <xgrad/backend/strided.hpp>
@@ -311,18 +312,17 @@ Shape logits_shape(const Layout& l) {
   return t;
 }
 
-// Contiguous q (lead..., L, E), k (lead..., S, E), v (lead..., S, Ev) as inputs 0, 1, 2, or one
-// packed qkv (3, lead..., L, E) holding them one after the other (S = L, Ev = E); the value
+// Contiguous q (lead..., L, E), k (lead..., S, E), v (lead..., S, Ev) as inputs 0, 1, 2; the value
 // (lead..., L, Ev [+ S]) holds [O | W] in each row.
-NodeLayout contiguous_layout(const Layout& layout, bool packed, bool weights) {
+NodeLayout contiguous_layout(const Layout& layout, bool weights) {
   const Dims& n = layout.n;
   const std::size_t R = n.Ev + (weights ? n.S : 0);
   NodeLayout l{n, layout.lead, {}, {}, {}, {}, {}};
   l.value.push_back(n.L);
   l.value.push_back(R);
   l.q = {0, 0, 1, n.L * n.E, 0, n.E};
-  l.k = {packed ? 0u : 1u, packed ? n.B * n.L * n.E : 0, 1, n.S * n.E, 0, n.E};
-  l.v = {packed ? 0u : 2u, packed ? n.B * (n.L + n.S) * n.E : 0, 1, n.S * n.Ev, 0, n.Ev};
+  l.k = {1, 0, 1, n.S * n.E, 0, n.E};
+  l.v = {2, 0, 1, n.S * n.Ev, 0, n.Ev};
   l.o = {0, 0, 1, n.L * R, 0, R};
   l.w = {0, n.Ev, 1, n.L * R, 0, R};
   return l;
@@ -364,14 +364,6 @@ Layout layout_of(const QkvShapes& got) {
   return {std::move(lead), Dims{B, sq[nd - 2], sk[nd - 2], sq[nd - 1], sv[nd - 1]}};
 }
 
-// A packed qkv (3, lead..., L, E), checked; `one` receives the shape of each of q, k and v.
-Layout packed_layout(const Shape& s, Shape& one) {
-  XGRAD_CHECK(s.size() >= 3 && s[0] == 3 && s.back() > 0, kOp, ": expected a packed qkv of shape (3, ..., L, E), got ",
-              s);
-  one.assign(s.begin() + 1, s.end());
-  return layout_of(QkvShapes{one, one, one});
-}
-
 void check_dropout(double dropout_p) {
   XGRAD_CHECK(dropout_p >= 0.0 && dropout_p <= 1.0, kOp, ": dropout_p has to be between 0 and 1, but got ",
               dropout_p);
@@ -407,16 +399,7 @@ std::pair<Tensor<T>, Tensor<T>> detail::attention(const Tensor<T>& q, const Tens
   const Shape sq = q.shape(), sk = k.shape(), sv = v.shape();
   const Layout layout = layout_of(QkvShapes{sq, sk, sv});
   check_dropout(args.dropout_p);
-  const Tensor<T> y = attention_node<T>({q, k, v}, contiguous_layout(layout, false, args.need_weights), args);
-  return split_value(y, layout.n.Ev, layout.n.S, args.need_weights);
-}
-
-template <class T>
-std::pair<Tensor<T>, Tensor<T>> detail::attention_packed(const Tensor<T>& qkv, const AttentionArgs<T>& args) {
-  Shape one;
-  const Layout layout = packed_layout(qkv.shape(), one);
-  check_dropout(args.dropout_p);
-  const Tensor<T> y = attention_node<T>({qkv}, contiguous_layout(layout, true, args.need_weights), args);
+  const Tensor<T> y = attention_node<T>({q, k, v}, contiguous_layout(layout, args.need_weights), args);
   return split_value(y, layout.n.Ev, layout.n.S, args.need_weights);
 }
 
@@ -463,10 +446,10 @@ std::pair<Tensor<T>, Tensor<T>> detail::attention_heads(const std::vector<Tensor
   if (!weights) return {y, Tensor<T>()};
   // W: (.., .., H, S) -> (N, H, L, S), one copy (the weights path only).
   const Tensor<T> w = narrow(y, -1, static_cast<std::int64_t>(E), static_cast<std::int64_t>(H * S));
+  const auto i64 = [](std::size_t x) { return static_cast<std::int64_t>(x); };
   return {narrow(y, -1, 0, static_cast<std::int64_t>(E)),
-          permute_reshape(w, batch_first ? Shape{N, L, H, S} : Shape{L, N, H, S},
-                          batch_first ? std::vector<std::size_t>{0, 2, 1, 3} : std::vector<std::size_t>{1, 2, 0, 3},
-                          Shape{N, H, L, S})};
+          batch_first ? permute(reshape(w, {i64(N), i64(L), i64(H), i64(S)}), {0, 2, 1, 3})
+                      : permute(reshape(w, {i64(L), i64(N), i64(H), i64(S)}), {1, 2, 0, 3})};
 }
 
 template <class T>
@@ -476,32 +459,18 @@ Tensor<T> scaled_dot_product_attention(const Tensor<T>& q, const Tensor<T>& k, c
   const Shape sq = q.shape(), sk = k.shape(), sv = v.shape();
   const QkvShapes got{sq, sk, sv};
   const Layout layout = layout_of(got);
-  return attention_node<T>({q, k, v}, contiguous_layout(layout, false, false),
+  return attention_node<T>({q, k, v}, contiguous_layout(layout, false),
                            sdpa_args(layout, attn_mask, dropout_p, is_causal, scale, generator, got));
-}
-
-template <class T>
-Tensor<T> detail::self_attention_packed(const Tensor<T>& qkv, const AttnMask<T>& attn_mask, double dropout_p,
-                                        bool is_causal, Generator* generator) {
-  Shape one;
-  const Layout layout = packed_layout(qkv.shape(), one);
-  return attention_node<T>({qkv}, contiguous_layout(layout, true, false),
-                           sdpa_args(layout, attn_mask, dropout_p, is_causal, std::nullopt, generator,
-                                     QkvShapes{one, one, one}));
 }
 
 #define XGRAD_INSTANTIATE(T)                                                                                   \
   template std::pair<Tensor<T>, Tensor<T>> detail::attention<T>(const Tensor<T>&, const Tensor<T>&,           \
                                                                 const Tensor<T>&, const AttentionArgs<T>&);    \
-  template std::pair<Tensor<T>, Tensor<T>> detail::attention_packed<T>(const Tensor<T>&,                      \
-                                                                       const AttentionArgs<T>&);               \
   template std::pair<Tensor<T>, Tensor<T>> detail::attention_heads<T>(const std::vector<Tensor<T>>&,          \
                                                                       std::size_t, bool, const AttentionArgs<T>&); \
   template Tensor<T> scaled_dot_product_attention<T>(const Tensor<T>&, const Tensor<T>&, const Tensor<T>&,      \
                                                      const AttnMask<T>&, double, bool, std::optional<double>,  \
-                                                     Generator*);                                              \
-  template Tensor<T> detail::self_attention_packed<T>(const Tensor<T>&, const AttnMask<T>&, double, bool,       \
-                                                      Generator*);
+                                                     Generator*);
 XGRAD_INSTANTIATE(float)
 XGRAD_INSTANTIATE(double)
 #undef XGRAD_INSTANTIATE

@@ -5,7 +5,7 @@
 //   1. normalize_attention_mask (attention_mask.cpp): every mask kind the API takes (bool or
 //      float, 2-D or 3-D attn_mask, key_padding_mask, is_causal) -> one AttentionMask, the layout
 //      the kernel reads;
-//   2. attention / attention_packed / attention_heads: one node computing softmax(scale q k^T + M) v
+//   2. attention / attention_heads: one node computing softmax(scale q k^T + M) v
 //      and, on request, the probabilities themselves, with gradients through both (attention.cpp
 //      holds the attention_forward / attention_backward kernel pair).
 #pragma once
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include <xgrad/ops/ops.hpp>
+#include <xgrad/base/random.hpp>
 
 namespace xgrad::detail {
 
@@ -68,10 +69,6 @@ struct AttentionArgs {
 template <class T>
 std::pair<Tensor<T>, Tensor<T>> attention(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v,
                                           const AttentionArgs<T>& args);
-// The same on a packed qkv (3, lead..., L, E): q, k and v are its three blocks (S = L, Ev = E),
-// read in place; one node over {qkv} with one gradient.
-template <class T>
-std::pair<Tensor<T>, Tensor<T>> attention_packed(const Tensor<T>& qkv, const AttentionArgs<T>& args);
 
 // nn.MultiheadAttention's form, reading each head in place (no head split or merge copies):
 // `projections` are the in-projection outputs, each (N, len, C) when batch_first, else (len, N, C);

@@ -1,104 +1,18 @@
-// BLAS gemm, matmul and linear: the one translation unit that includes xtensor-blas, whose
-// xblas.hpp declares ::cblas_sgemm / ::cblas_dgemm (OpenBLAS's <cblas.h> must not join it: the
-// CBLAS enums would be defined twice).
-//
-// Every product here is a gemm call on contiguous row-major buffers; transposes are passed as
+// matmul and linear. Every product here is a gemm call on contiguous row-major buffers; transposes are passed as
 // flags and batches are loops over matrix offsets, so nothing is copied into a transposed or
 // broadcast layout, forward or backward. matmul and linear built under an AutocastGuard run every
 // float product, forward and backward, through gemm_bf16 (autocast.hpp, bf16.hpp).
-#include <xtensor-blas/xblas.hpp>
-
 #include <algorithm>
 #include <climits>
 #include <cstring>
 
 #include <xgrad/backend/autocast.hpp>
-#include <xgrad/backend/bf16.hpp>
 #include <xgrad/backend/gemm.hpp>
-#include <xgrad/backend/gemm_backend.hpp>
-#include <xgrad/backend/onednn.hpp>
 #include <xgrad/ops/ops.hpp>
 #include <xgrad/backend/parallel.hpp>
 #include <xgrad/backend/strided.hpp>
 
 namespace xgrad {
-
-// ---- gemm ----------------------------------------------------------------------------------
-
-namespace detail {
-
-template <class T>
-void gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a,
-          std::size_t lda, const T* b, std::size_t ldb, T beta, T* c, std::size_t ldc) {
-  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "gemm: float or double");
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    // op(A) op(B) is an (m, n) matrix of zeros: C = beta C (beta = 0 overwrites, NaN included).
-    for (std::size_t i = 0; i < m; ++i) {
-      T* row = c + i * ldc;
-      if (beta == T(0)) std::fill(row, row + n, T(0));
-      else for (std::size_t j = 0; j < n; ++j) row[j] *= beta;
-    }
-    return;
-  }
-  // float32 on oneDNN (the default backend, see backend/gemm_backend.hpp) from kOneDnnMinMacs
-  // multiply-adds up: a product of at least onednn_own_threading_min_macs() runs on oneDNN's own
-  // OpenMP threads; the others take the row-block split below, one single-threaded oneDNN call
-  // per block.
-  bool onednn = false;
-  if constexpr (std::is_same_v<T, float>) {
-    onednn = m * n * k >= kOneDnnMinMacs && get_gemm_backend() == GemmBackend::onednn;
-    if (onednn && !in_parallel_region() && get_num_threads() > 1 && m * n * k >= onednn_own_threading_min_macs()) {
-      onednn_sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, get_num_threads());
-      return;
-    }
-  }
-  constexpr std::size_t kMax = INT_MAX;
-  XGRAD_CHECK(m <= kMax && n <= kMax && k <= kMax && lda <= kMax && ldb <= kMax && ldc <= kMax,
-              "gemm: sizes (m, n, k) = (", m, ", ", n, ", ", k, ") exceed the BLAS int range");
-  const auto ta = trans_a ? CblasTrans : CblasNoTrans;
-  const auto tb = trans_b ? CblasTrans : CblasNoTrans;
-  // BLAS rejects a leading dimension below the stored row length even when it is never used.
-  const std::size_t min_lda = trans_a ? m : k, min_ldb = trans_b ? k : n;
-  const int ilda = static_cast<int>(std::max(lda, min_lda));
-  const int ildb = static_cast<int>(std::max(ldb, min_ldb));
-  const int ildc = static_cast<int>(std::max(ldc, n));
-  const int ik = static_cast<int>(k);
-  // One single-threaded BLAS call on rows [r0, r1) and columns [c0, c1) of C.
-  auto block = [&](std::size_t r0, std::size_t r1, std::size_t c0, std::size_t c1) {
-    const T* ab = trans_a ? a + r0 : a + r0 * lda;  // op(A) rows r0.. (columns of a stored A^T)
-    const T* bb = trans_b ? b + c0 * ldb : b + c0;  // op(B) columns c0..
-    const int im = static_cast<int>(r1 - r0), in = static_cast<int>(c1 - c0);
-    T* cb = c + r0 * ldc + c0;
-    if constexpr (std::is_same_v<T, float>) {
-      if (onednn) onednn_sgemm(trans_a, trans_b, r1 - r0, c1 - c0, k, alpha, ab, lda, bb, ldb, beta, cb, ldc, 1);
-      else ::cblas_sgemm(CblasRowMajor, ta, tb, im, in, ik, alpha, ab, ilda, bb, ildb, beta, cb, ildc);
-    } else {
-      ::cblas_dgemm(CblasRowMajor, ta, tb, im, in, ik, alpha, ab, ilda, bb, ildb, beta, cb, ildc);
-    }
-  };
-  // A product of at least ~1M multiply-adds is cut into blocks of whole 16-row (or 16-column)
-  // tiles along the longer of m and n, one block per thread (see backend/parallel.hpp).
-  constexpr std::size_t kTile = 16, kMinBlockTiles = 2, kMinMacs = std::size_t(1) << 20;
-  if (m * n * k < kMinMacs) {
-    block(0, m, 0, n);
-    return;
-  }
-  const bool split_rows = m >= n;
-  const std::size_t tiles = ((split_rows ? m : n) + kTile - 1) / kTile;
-  parallel_for(tiles, kMinBlockTiles, [&](std::size_t t0, std::size_t t1) {
-    const std::size_t lo = t0 * kTile, hi = std::min(t1 * kTile, split_rows ? m : n);
-    if (split_rows) block(lo, hi, 0, n);
-    else block(0, m, lo, hi);
-  });
-}
-
-template void gemm<float>(bool, bool, std::size_t, std::size_t, std::size_t, float, const float*, std::size_t,
-                          const float*, std::size_t, float, float*, std::size_t);
-template void gemm<double>(bool, bool, std::size_t, std::size_t, std::size_t, double, const double*,
-                           std::size_t, const double*, std::size_t, double, double*, std::size_t);
-
-}  // namespace detail
 
 namespace {
 

@@ -15,6 +15,10 @@
 #include <vector>
 
 #include <xgrad/core/tensor.hpp>
+#include <xgrad/base/random.hpp>
+#include <xgrad/core/factories.hpp>
+#include <xgrad/core/grad_mode.hpp>
+#include <xgrad/core/graph.hpp>
 
 namespace xgrad {
 
@@ -113,13 +117,6 @@ template <class T> Tensor<T> narrow(const Tensor<T>& a, int dim, std::int64_t st
 // a[..., start:end:step, ...] along dim; negative start/end count from the end, clamped as Python.
 template <class T>
 Tensor<T> slice(const Tensor<T>& a, int dim, std::int64_t start, std::int64_t end, std::int64_t step = 1);
-namespace detail {
-// reshape(permute(reshape(a, view), perm), out) as one copy and one node (MultiheadAttention's
-// head split and merge); view and out hold a's number of elements.
-template <class T>
-Tensor<T> permute_reshape(const Tensor<T>& a, const Shape& view, const std::vector<std::size_t>& perm,
-                          const Shape& out);
-}  // namespace detail
 
 // ---- indexing.cpp: index_select, embedding, masked_fill, where ---------------------------------
 
@@ -136,7 +133,7 @@ template <class T> Tensor<T> masked_fill(const Tensor<T>& a, const BoolArray& ma
 // condition, an unqualified call also finds xt::where by ADL and fails to compile.
 template <class T> Tensor<T> where(const BoolArray& condition, const Tensor<T>& a, const Tensor<T>& b);
 
-// ---- matmul.cpp: BLAS gemm (the one file that includes xtensor-blas) -------------------------
+// ---- matmul.cpp: products (gemm.hpp) ---------------------------------------------------------
 
 // torch.matmul for operands of at least 1 dim: 1-D vectors are promoted and the added dim
 // removed; N-D operands broadcast their batch dims and multiply their last two. Transposes are
@@ -197,13 +194,6 @@ Tensor<T> scaled_dot_product_attention(const Tensor<T>& q, const Tensor<T>& k, c
                                        const AttnMask<T>& attn_mask = {}, double dropout_p = 0.0,
                                        bool is_causal = false, std::optional<double> scale = std::nullopt,
                                        Generator* generator = nullptr);
-namespace detail {
-// Self-attention on a packed qkv (3, ..., L, E): q, k and v are its three blocks, one node with
-// one gradient; otherwise scaled_dot_product_attention (attention.hpp's attention_packed).
-template <class T>
-Tensor<T> self_attention_packed(const Tensor<T>& qkv, const AttnMask<T>& attn_mask = {}, double dropout_p = 0.0,
-                                bool is_causal = false, Generator* generator = nullptr);
-}  // namespace detail
 
 // ---- loss.cpp ---------------------------------------------------------------------------------
 

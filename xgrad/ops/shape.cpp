@@ -343,44 +343,6 @@ Tensor<T> slice(const Tensor<T>& a, int dim, std::int64_t start, std::int64_t en
                           static_cast<std::size_t>(step));
 }
 
-// ---- fused permute-reshape ----------------------------------------------------------------------
-
-// y = reshape(permute(reshape(x, view), perm), out): one gather. With P = view permuted by perm,
-// y[p] = x[sum_d p[d] * vstride[perm[d]]]; dx[i] = dy[sum_j i[j] * pstride[perm^-1[j]]].
-template <class T>
-Tensor<T> detail::permute_reshape(const Tensor<T>& a, const Shape& view, const std::vector<std::size_t>& perm,
-                                  const Shape& out) {
-  const std::size_t nd = view.size();
-  XGRAD_CHECK(numel(view) == a.numel() && numel(out) == a.numel(), "permute_reshape: cannot view shape ",
-              a.shape(), " as ", view, " and store it as ", out);
-  XGRAD_CHECK(perm.size() == nd, "permute_reshape: expected ", nd, " dims in the permutation, got ", perm.size());
-  std::vector<std::size_t> inverse(nd, nd);
-  for (std::size_t d = 0; d < nd; ++d) {
-    XGRAD_CHECK(perm[d] < nd && inverse[perm[d]] == nd, "permute_reshape: invalid permutation of ", nd, " dims");
-    inverse[perm[d]] = d;
-  }
-  std::vector<std::size_t> vstride(nd, 1), pstride(nd, 1);
-  Shape permuted(nd);
-  for (std::size_t d = 0; d < nd; ++d) permuted[d] = view[perm[d]];
-  for (std::size_t d = nd; d-- > 1;) {
-    vstride[d - 1] = vstride[d] * view[d];
-    pstride[d - 1] = pstride[d] * permuted[d];
-  }
-  std::vector<std::size_t> forward(nd), backward(nd);
-  for (std::size_t d = 0; d < nd; ++d) {
-    forward[d] = vstride[perm[d]];
-    backward[d] = pstride[inverse[d]];
-  }
-  Array<T> y = empty_array<T>(out);
-  gather_strided(a.value().data(), permuted, forward, y.data());
-  return make_result<T>("permute_reshape", std::move(y), {a},
-                        [view, backward = std::move(backward)](Node<T>& node) {
-                          Array<T> g = empty_array<T>(node.input_shape(0));
-                          gather_strided(node.grad.data(), view, backward, g.data());
-                          node.input(0).accumulate_grad(std::move(g));
-                        });
-}
-
 #define XGRAD_INSTANTIATE(T)                                                                     \
   template Tensor<T> transpose<T>(const Tensor<T>&, int, int);                                   \
   template Tensor<T> permute<T>(const Tensor<T>&, const std::vector<int>&);                      \
@@ -393,9 +355,7 @@ Tensor<T> detail::permute_reshape(const Tensor<T>& a, const Shape& view, const s
   template Tensor<T> cat<T>(const std::vector<Tensor<T>>&, int);                                 \
   template Tensor<T> stack<T>(const std::vector<Tensor<T>>&, int);                               \
   template Tensor<T> narrow<T>(const Tensor<T>&, int, std::int64_t, std::int64_t);               \
-  template Tensor<T> slice<T>(const Tensor<T>&, int, std::int64_t, std::int64_t, std::int64_t);   \
-  template Tensor<T> detail::permute_reshape<T>(const Tensor<T>&, const Shape&, const std::vector<std::size_t>&, \
-                                                const Shape&);
+  template Tensor<T> slice<T>(const Tensor<T>&, int, std::int64_t, std::int64_t, std::int64_t);
 XGRAD_INSTANTIATE(float)
 XGRAD_INSTANTIATE(double)
 #undef XGRAD_INSTANTIATE

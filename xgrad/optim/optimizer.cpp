@@ -1,4 +1,5 @@
 #include <xgrad/optim/optimizer.hpp>
+#include <xgrad/core/grad_mode.hpp>
 
 #include <algorithm>
 #include <string>

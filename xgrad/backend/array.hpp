@@ -1,0 +1,84 @@
+// Array<T>, the dense row-major storage every tensor holds (an xtensor array), and how the
+// library allocates one: empty_array, which reuses a buffer from the calling thread's array cache
+// (allocator.hpp) when one of that size is free.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <new>
+#include <type_traits>
+
+#include <xtensor/xarray.hpp>
+
+#include <xgrad/base/check.hpp>
+
+namespace xgrad {
+
+template <class T>
+using Array = xt::xarray<T>;
+using BoolArray = xt::xarray<bool>;
+using IndexArray = xt::xarray<std::int64_t>;
+
+namespace detail {
+// The calling thread's cache of freed Array buffers (allocator.hpp, set_array_cache): a cached
+// buffer of exactly numel elements (numel > 0) taken out of the cache, or an empty Array when
+// there is none. Use cached_array.
+template <class T>
+Array<T> take_cached(std::size_t numel);
+// Hands a's buffer to the calling thread's cache (or frees it when the cache is off or full) and
+// leaves `a` as no_array(); an `a` without elements is left as it is. For the places where the
+// engine drops an Array it no longer needs. reset = false (an `a` about to be destroyed): `a` is
+// left moved-from, or untouched when the cache did not take it.
+template <class T>
+void recycle(Array<T>& a, bool reset = true);
+// An Array with no elements and no buffer (shape {0}): what a Node holds where it has no value
+// or gradient. Unlike Array<T>() (a 0-d array of one element), it allocates nothing.
+template <class T>
+Array<T> no_array() {
+  static const Array<T> empty(typename Array<T>::shape_type{0});  // copied: cheaper than building one
+  return empty;
+}
+// An Array of `shape` (numel elements, uninitialized) whose buffer is a cached one when there is
+// one of that size, else a new one. S: Shape or an Array's shape.
+template <class T, class S>
+Array<T> cached_array(const S& shape, std::size_t numel) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    if (numel != 0) {
+      Array<T> a = take_cached<T>(numel);
+      if (a.size() == numel) {
+        a.resize(shape);  // the same element count: keeps the buffer
+        return a;
+      }
+    }
+  }
+  return Array<T>::from_shape(shape);  // index and mask arrays are not cached
+}
+}  // namespace detail
+
+
+// An Array<T> of the given shape (uninitialized), from_shape spelled for std::vector shapes,
+// reusing a buffer from the thread's array cache when one of that size is free (float, double).
+// The shape is checked first (checked_numel): an error names `who`.
+// When the memory cannot be had it throws OutOfMemoryError (a std::bad_alloc) naming `who`, the
+// shape and the bytes.
+template <class T>
+Array<T> empty_array(const Shape& shape, const char* who = "allocating a tensor") {
+  const std::size_t numel = checked_numel(shape, sizeof(T), who);
+  try {
+    return detail::cached_array<T>(shape, numel);
+  } catch (const std::bad_alloc&) {
+    throw OutOfMemoryError(who, shape, numel * sizeof(T));
+  }
+}
+
+template <class E>
+Shape shape_of(const E& array) {
+  return Shape(array.shape().begin(), array.shape().end());
+}
+
+extern template Array<float> detail::take_cached<float>(std::size_t);
+extern template Array<double> detail::take_cached<double>(std::size_t);
+extern template void detail::recycle<float>(Array<float>&, bool);
+extern template void detail::recycle<double>(Array<double>&, bool);
+
+}  // namespace xgrad
