@@ -4,7 +4,7 @@
   /usr/bin/python3 scripts/safetensors_interchange.py write
       PyTorch -> xgrad: writes tests/fixtures/torch_encoder.safetensors, the state dict of a
       2-layer nn.TransformerEncoder, and tests/fixtures/torch_encoder_io.json, an input and the
-      encoder's output. tests/test_safetensors_torch.cpp loads the weights into xgrad's encoder
+      encoder's output. tests/serialize/test_safetensors_torch.cpp loads the weights into xgrad's encoder
       and reproduces that output.
   /usr/bin/python3 scripts/safetensors_interchange.py check FILE
       xgrad -> PyTorch: loads FILE (a state dict saved by xgrad::save_safetensors, e.g. by

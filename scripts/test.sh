@@ -7,10 +7,10 @@
 # The sanitizer trees keep line tables only (-g1: file:line in every report, objects ~45% smaller
 # than with -g, so cheaper links). ASan + UBSan stays at -O0: -O1 costs 25-60% more compile CPU
 # per file, more than it would save on a suite whose ASan run is mostly process starts; the TSan
-# tree, small (the library and the `threads` tests) and running the threaded kernels' loops,
-# uses -O1. Both register one ctest test per executable (XGRAD_CTEST_PER_EXECUTABLE): a process
-# start under a sanitizer costs ~0.18 s of CPU (measured under TSan), 552 of them ~100 s; the
-# Release tree keeps one ctest test per gtest.
+# tree, small (the library and xgrad_thread_tests) and running the threaded kernels' loops,
+# uses -O1. Both register one ctest test per executable (one per test folder,
+# XGRAD_CTEST_PER_EXECUTABLE): a process start under a sanitizer costs ~0.18 s of CPU (measured
+# under TSan); the Release tree keeps one ctest test per gtest.
 #   --configure-only     installs what is missing and configures the four trees, nothing more
 #                        (scripts/fresh_machine_check.sh: a package missing from any tree fails it)
 #   XGRAD_FUZZ_SECONDS   seconds per fuzzer (default 20)
@@ -47,7 +47,7 @@ configure_release() { configure build/release -DCMAKE_BUILD_TYPE=Release "${laun
 configure_sanitize() {
   configure build/sanitize "${sanitizer_tree[@]}" "-DCMAKE_CXX_FLAGS_DEBUG=-O0 -g1" -DXGRAD_SANITIZE=address
 }
-# ThreadSanitizer: the library and the test executables whose tests run several threads (the
+# ThreadSanitizer: the library and xgrad_thread_tests, the tests that run several threads (the
 # pool and the kernels it splits, the data loader, the generator, set_num_threads).
 configure_tsan() {
   configure build/tsan "${sanitizer_tree[@]}" "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1" -DXGRAD_SANITIZE=thread \

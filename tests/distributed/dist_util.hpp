@@ -9,24 +9,12 @@
 #include <xgrad/distributed/distributed.hpp>
 #include <xgrad/xgrad.hpp>
 
-#include "../test_util.hpp"
+#include "test_util.hpp"
 
 namespace xgrad::testing {
 
 inline int rank() { return distributed::get_rank(); }
 inline int world() { return distributed::get_world_size(); }
-
-// Whether `statement` threw std::invalid_argument containing `fragment`, on this rank; the
-// caller checks it on every rank (a collective that throws must throw everywhere).
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "";
-}
 
 // Whether every rank's bool is true (the assertion then holds for the whole job).
 inline bool all_ranks(bool ok) {

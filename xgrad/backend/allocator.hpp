@@ -1,27 +1,19 @@
 // How tensor memory comes back from malloc, for programs that train in a loop.
 //
-// Every Array is a malloc'd buffer. glibc's defaults hand large freed blocks back to the kernel
-// (blocks above the dynamic mmap threshold are unmapped when freed; the top of the heap is trimmed
-// past the trim threshold). A training step frees its whole graph at the end of backward, so the
-// next step faults all of its memory in again, each page zero-filled by the kernel: 2-10% of a
-// step in benchmarks/. set_allocator_tuning(true) pins the mmap threshold at glibc's maximum
-// (32 MiB) and turns off trimming, so freed blocks are kept for reuse, as PyTorch's caching
-// allocator does on GPUs; the process keeps its peak heap.
-//
-// It changes malloc for the whole process, so the library never calls it by itself: a program
-// opts in (the examples and the benchmark do, unless XGRAD_MALLOC_TUNING=0 is in the
-// environment; see allocator_tuning_from_env).
+// set_allocator_tuning(true) asks glibc to keep freed blocks for reuse (the mmap threshold pinned
+// at 32 MiB, no heap trimming), so a training step does not fault its memory in again, page by
+// zero-filled page, after the previous step freed it; the process keeps its peak heap. It changes
+// malloc for the whole process, so the library never calls it by itself: a program opts in (the
+// examples and the benchmark do, unless XGRAD_MALLOC_TUNING=0 is in the environment; see
+// allocator_tuning_from_env).
 //
 // The array cache is the library's own, and on by default: every thread keeps the buffers of the
-// Arrays the engine drops (a graph's values when it is freed, gradients once passed on or added
-// in, zero_grad(true)'s gradients) in lists by exact element count, and empty_array, which every
-// op's result comes from, takes one of the same count before asking malloc. A training step
-// allocates the same sizes every step, so after the first step most results reuse a buffer; no
-// memalign, no arena lock, no consolidation of glibc's bins (half of a tiny model's step).
-// It is bounded (kArrayCacheBytes per thread and per element type, kArrayCacheBlocksPerSize
-// buffers of one size, buffers up to kArrayCacheBlockBytes; beyond that they are freed as before), and off under AddressSanitizer
-// so that a use after free is still caught. XGRAD_ARRAY_CACHE=0 in the environment turns it off.
-// Buffers come back uninitialized, as from malloc; numerics do not change.
+// Arrays the engine drops, in lists by exact element count, and empty_array (array.hpp) takes one
+// of the same count before asking malloc. A training step allocates the same sizes every step, so
+// most results reuse a buffer. It is bounded (the constants below; larger buffers are freed as
+// before), off under AddressSanitizer so that a use after free is still caught, and off with
+// XGRAD_ARRAY_CACHE=0 in the environment. Buffers come back uninitialized, as from malloc; numerics
+// do not change. docs/performance.md has the measurements.
 #pragma once
 
 #include <cstddef>

@@ -13,25 +13,13 @@
 //   loss.backward();                                                // gradients averaged over ranks
 //   opt.step();
 //
-// How it works (as PyTorch's Reducer):
-// - Construction checks that every rank has the same parameter and buffer names, shapes and
-//   requires_grad (all_gather of a description; a difference throws the same message on every
-//   rank, naming the rank and the entry), then broadcasts every parameter and buffer from rank 0.
-// - The parameters that require grad are grouped in buckets, in reverse registration order (the
-//   order in which backward usually completes them), each at most bucket_cap_mb (a larger
-//   parameter gets a bucket of its own).
-// - forward() arms the next backward. A post-accumulate-grad hook on each parameter copies its
-//   finished gradient into its bucket's flat buffer; when a bucket is full its MPI_Iallreduce
-//   starts, while backward goes on with the earlier layers. Buckets start strictly in bucket
-//   order on every rank (MPI matches collectives by order), so a bucket that is ready early
-//   waits for the ones before it.
-// - At the end of that backward (an engine callback, queue_backward_callback) every bucket not
-//   yet started is started (a parameter that got no gradient on this rank contributes zeros, as
-//   torch's find_unused_parameters=True), all are waited for, and each parameter's grad becomes
-//   the bucket's sum divided by the world size. So gradients are final when backward() returns.
-// - no_sync() (RAII): forwards made while a guard is alive arm no synchronization; their
-//   backward only accumulates locally, and the next synchronized backward averages the sum.
-// - With broadcast_buffers (the default), each forward first broadcasts the buffers from rank 0.
+// As PyTorch's Reducer: construction checks that every rank has the same parameters and buffers,
+// then broadcasts them from rank 0; the parameters that require grad are grouped in buckets in
+// reverse registration order; during backward a post-accumulate-grad hook copies each finished
+// gradient into its bucket and a full bucket's MPI_Iallreduce starts at once (buckets in bucket
+// order on every rank); an engine callback at the end of backward starts the rest, waits, and
+// divides by the world size, so gradients are final when backward() returns. no_sync() skips the
+// synchronization of the forwards made under it. docs/distributed.md has the details.
 //
 // Every rank must call forward and backward the same number of times (as in PyTorch); a backward
 // that reaches none of the parameters synchronizes nothing.

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include <xgrad/xgrad.hpp>
@@ -34,6 +35,18 @@ inline T64 positive_input(const Shape& shape, std::uint64_t seed = 1) {
   for (auto& v : t.mutable_value()) v += 0.5;
   t.requires_grad_(true);
   return t;
+}
+
+// The message of the exception f throws; a test failure and "(no exception)" when it throws none.
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an exception";
+  return "(no exception)";
 }
 
 // Asserts that gradcheck passes, printing the report when it does not.

@@ -28,9 +28,11 @@ class TempDir {
     path_ = name;
   }
   ~TempDir() {
-    std::error_code ec;
+    std::error_code ec;  // a test may have taken the folder's write permission away
+    std::filesystem::permissions(path_, std::filesystem::perms::owner_all, std::filesystem::perm_options::add, ec);
     std::filesystem::remove_all(path_, ec);
   }
+  const std::string& path() const { return path_; }
   std::string file(const std::string& name) const { return path_ + "/" + name; }
   // The names in the folder, to show that no temporary file was left behind.
   std::set<std::string> entries() const {
@@ -161,6 +163,27 @@ inline std::string reseal(const std::string& original, std::string forged) {
   forged.resize(forged.size() - 4);
   io::append_binary_crc(forged);
   return forged;
+}
+
+// Whether a and b have the same bytes (NaNs and signed zeros compare as stored).
+template <class T>
+inline bool same_bits(T a, T b) {
+  return std::memcmp(&a, &b, sizeof(T)) == 0;
+}
+
+// Names, order, shapes and every value bit for bit.
+template <class T>
+void expect_same_arrays(const NamedArrays<T>& expected, const NamedArrays<T>& actual) {
+  ASSERT_EQ(expected.size(), actual.size());
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(expected[i].first, actual[i].first);
+    EXPECT_EQ(shape_of(expected[i].second), shape_of(actual[i].second)) << expected[i].first;
+    ASSERT_EQ(expected[i].second.size(), actual[i].second.size());
+    for (std::size_t k = 0; k < expected[i].second.size(); ++k)
+      EXPECT_TRUE(same_bits(expected[i].second.data()[k], actual[i].second.data()[k]))
+          << expected[i].first << "[" << k << "]: " << expected[i].second.data()[k] << " vs "
+          << actual[i].second.data()[k];
+  }
 }
 
 }  // namespace xgrad::testing

@@ -7,7 +7,7 @@
 #include <limits>
 #include <random>
 
-#include "test_serialize_util.hpp"
+#include "serialize_util.hpp"
 
 using namespace xgrad;
 using namespace xgrad::testing;

@@ -5,23 +5,15 @@
 #include <xtensor/xnpy.hpp>
 
 #include <xgrad/xgrad.hpp>
-#include "test_serialize_util.hpp"
+#include "serialize_util.hpp"
+#include "test_util.hpp"
 
 namespace xgrad::data {
 namespace {
 
 using testing::TempDir;
 using testing::write_bytes;
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no exception)";
-}
+using testing::error_of;
 
 TEST(DataReaders, NpyEveryDtypeAndOrder) {
   TempDir dir;

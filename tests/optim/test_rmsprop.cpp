@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include <xgrad/nn/nn.hpp>
-#include "test_serialize_util.hpp"
+#include "serialize_util.hpp"
 
 using namespace xgrad;
 using namespace xgrad::testing;

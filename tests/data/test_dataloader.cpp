@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <numeric>
 #include <set>
 #include <thread>
@@ -13,11 +15,13 @@
 
 #include <xgrad/serialize/checkpoint.hpp>
 #include <xgrad/xgrad.hpp>
-#include "test_serialize_util.hpp"
+#include "serialize_util.hpp"
+#include "test_util.hpp"
 
 namespace xgrad::data {
 namespace {
 
+using testing::error_of;
 using Indices = std::vector<std::size_t>;
 
 // Example i is the 1-D array {i}; get() sleeps a pseudo-random while (so that worker threads
@@ -28,7 +32,11 @@ class Numbers : public Dataset<IndexArray> {
   std::size_t size() const override { return n_; }
   IndexArray get(std::size_t i) const override {
     detail::check_index("Numbers.get", i, n_);
-    ++calls;
+    {
+      std::lock_guard<std::mutex> lock(calls_mutex_);
+      ++calls;
+    }
+    calls_changed_.notify_all();
     if (sleep_) std::this_thread::sleep_for(std::chrono::microseconds((i * 7919) % 13 * 150));
     if (i == bad_) throw std::runtime_error("example " + std::to_string(i) + " is bad");
     IndexArray a = IndexArray::from_shape({1});
@@ -36,8 +44,15 @@ class Numbers : public Dataset<IndexArray> {
     return a;
   }
   mutable std::atomic<int> calls{0};
+  // Whether calls reached n within a minute (a generous bound for a loaded machine).
+  bool wait_for_calls(int n) const {
+    std::unique_lock<std::mutex> lock(calls_mutex_);
+    return calls_changed_.wait_for(lock, std::chrono::minutes(1), [&] { return calls.load() >= n; });
+  }
 
  private:
+  mutable std::mutex calls_mutex_;
+  mutable std::condition_variable calls_changed_;
   std::size_t n_;
   bool sleep_;
   std::size_t bad_;
@@ -65,16 +80,6 @@ bool is_permutation_of_all(const std::vector<Indices>& batches, std::size_t n) {
   for (const auto& b : batches) all.insert(all.end(), b.begin(), b.end());
   std::sort(all.begin(), all.end());
   return all == iota(n);
-}
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no exception)";
 }
 
 // ---- datasets -----------------------------------------------------------------------------------
@@ -287,8 +292,9 @@ TEST(DataLoaderTest, WorkersGiveTheSameBatchesInTheSameOrder) {
   auto ahead = std::make_shared<Numbers>(100);
   auto loader = make_data_loader(ahead, DataLoaderOptions().batch_size(1).num_workers(2).prefetch_factor(2));
   EXPECT_EQ(ids(*loader.next()), Indices{0});
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  EXPECT_GE(ahead->calls.load(), 4);
+  // Waits (without a fixed sleep) until the workers have fetched the 4 batches they may hold
+  // beyond the one taken; they must stop there (or at 5 while one is being handed over).
+  ASSERT_TRUE(ahead->wait_for_calls(4)) << "the workers fetched only " << ahead->calls.load() << " batches";
   EXPECT_LE(ahead->calls.load(), 5);
 }
 

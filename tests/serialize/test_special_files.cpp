@@ -2,7 +2,7 @@
 // reading (an endless /dev/zero, a FIFO without a writer, a folder) and reads no more than the
 // file's size; a save refuses a target that is a device or a FIFO, and writes through a symbolic
 // link to the file it points to. safetensors shapes have at most 64 dims.
-#include "test_serialize_util.hpp"
+#include "serialize_util.hpp"
 
 #include <poll.h>
 #include <signal.h>

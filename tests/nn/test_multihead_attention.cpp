@@ -5,7 +5,7 @@
 
 #include <xtensor/xview.hpp>
 
-#include "test_nn_util.hpp"
+#include "nn_util.hpp"
 
 using namespace xgrad;
 using namespace xgrad::testing;

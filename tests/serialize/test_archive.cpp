@@ -6,7 +6,7 @@
 #include <random>
 
 #include <xgrad/nn/nn.hpp>
-#include "test_serialize_util.hpp"
+#include "serialize_util.hpp"
 
 using namespace xgrad;
 using namespace xgrad::testing;

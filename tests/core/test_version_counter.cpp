@@ -14,18 +14,6 @@ using namespace xgrad::testing;
 
 namespace {
 
-// Runs f, expects std::runtime_error and returns its message ("" when nothing was thrown).
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const std::runtime_error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a std::runtime_error";
-  return "";
-}
-
 }  // namespace
 
 TEST(VersionCounter, ChangingASavedInputThrowsNamingOpInputAndVersions) {

@@ -25,20 +25,9 @@ using namespace xgrad::testing;
 
 namespace {
 
-template <class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an exception";
-  return "";
-}
-
 #define EXPECT_MESSAGE(f, ...)                                               \
   do {                                                                       \
-    const std::string m_ = message_of([&] { f; });                           \
+    const std::string m_ = error_of([&] { f; });                           \
     for (const char* part : {__VA_ARGS__}) EXPECT_NE(m_.find(part), std::string::npos) << m_; \
   } while (0)
 
@@ -282,7 +271,7 @@ TEST(SetNumThreads, RealThreadCreationFailureUnderAnAddressSpaceLimit) {
   rlimit tight = old;
   tight.rlim_cur = static_cast<rlim_t>(pages) * static_cast<rlim_t>(::sysconf(_SC_PAGESIZE)) + (64u << 20);
   ASSERT_EQ(::setrlimit(RLIMIT_AS, &tight), 0);
-  const std::string m = message_of([] { set_num_threads(1000); });
+  const std::string m = error_of([] { set_num_threads(1000); });
   ASSERT_EQ(::setrlimit(RLIMIT_AS, &old), 0);
   EXPECT_NE(m.find("set_num_threads(1000)"), std::string::npos) << m;
   EXPECT_NE(m.find("kept the previous 2 threads"), std::string::npos) << m;

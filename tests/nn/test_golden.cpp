@@ -16,7 +16,7 @@
 #include <sstream>
 
 #include "fixture.hpp"
-#include "test_nn_util.hpp"
+#include "nn_util.hpp"
 
 using namespace xgrad;
 using namespace xgrad::testing;
