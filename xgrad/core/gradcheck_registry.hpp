@@ -32,7 +32,9 @@
 // gradcheck_entries() calls each of them, in the order of the one list of files in
 // core/gradcheck_registry.cpp. That call is the reference that links every registering file
 // into any program that asks for the entries, and the list fixes the order of the entries (ops in
-// the order of ops.hpp, then the modules) independently of the link order.
+// the order of ops.hpp, then the modules) independently of the link order. The builders the
+// blocks share (gradcheck_support below) live in core/gradcheck_support.cpp, not beside the list:
+// a program that only calls ops links them, not the list and every op and module with it.
 //
 // A new .cpp file with a block adds its name to that list (the link fails with an undefined
 // reference to xgrad::detail::register_gradchecks_<name> only for a listed name without a block;
