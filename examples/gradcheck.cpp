@@ -7,21 +7,23 @@
 //   gradcheck --list                   # the names
 //   gradcheck matmul 'nn.*' --batch 3 --seq 5 --dim 8 --verbose
 //
-// The checks themselves are the list in support/gradcheck_checks.cpp, which the test suite runs
-// too (tests/test_gradcheck_checks.cpp, one gtest per check).
+// The checks themselves are the library's registry (xgrad/core/gradcheck_registry.hpp: each op's
+// and module's entries sit in its own .cpp), which the test suite runs too
+// (tests/core/test_gradcheck_checks.cpp, one gtest per check). `gradcheck --list` shows them all.
+
 #include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <xgrad/core/gradcheck_registry.hpp>
 
 #include "support/flags.hpp"
-#include "support/gradcheck_checks.hpp"
 
 namespace {
 
-using gradcheck_checks::Check;
+using Check = xgrad::GradcheckEntry;
 
 // "name" matches itself; "prefix*" every name that starts with prefix.
 bool matches(const std::string& pattern, const std::string& name) {
@@ -33,7 +35,7 @@ bool matches(const std::string& pattern, const std::string& name) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  gradcheck_checks::Sizes sizes;
+  xgrad::GradcheckSizes sizes;
   xgrad::GradcheckOptions options;
   std::vector<std::string> names;
   bool list = false, verbose = false;
@@ -63,7 +65,7 @@ int main(int argc, char** argv) {
   app.add_option("--rtol", options.rtol, "relative tolerance")->check(flags::non_negative())->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
-  const std::vector<Check> checks = gradcheck_checks::all_checks();
+  const std::vector<Check> checks = xgrad::gradcheck_entries();
   if (list) {
     for (const auto& check : checks) std::printf("%-40s %s\n", check.name.c_str(), check.what.c_str());
     return 0;
@@ -95,7 +97,7 @@ int main(int argc, char** argv) {
   std::printf("%-40s %-44s %11s %11s\n", "name", "shapes", "max abs err", "max rel err");
   std::vector<std::string> failed;
   for (const Check* check : chosen) {
-    gradcheck_checks::Outcome outcome;
+    xgrad::GradcheckOutcome outcome;
     try {
       outcome = check->run(sizes, options);
     } catch (const std::exception& e) {
@@ -108,7 +110,7 @@ int main(int argc, char** argv) {
       abs_err = std::max(abs_err, r.max_abs_error);
       rel_err = std::max(rel_err, r.max_rel_error);
     }
-    const bool passed = gradcheck_checks::passed(outcome);
+    const bool passed = outcome.passed();
     std::printf("%-40s %-44s %11.2e %11.2e  %s\n", check->name.c_str(), outcome.shapes.c_str(), abs_err, rel_err,
                 passed ? "PASS" : "FAIL");
     if (verbose || !passed) {

@@ -1,22 +1,28 @@
-// Every entry of the gradcheck list (examples/support/gradcheck_checks.cpp, the list the gradcheck
-// tool runs) as a gtest of its own, at the default sizes: GradcheckList.Passes/matmul,
-// GradcheckList.Passes/nn_MultiheadAttention, ... The ctest example_gradcheck runs the same list
-// through the tool at other sizes.
+// Every entry of the gradcheck registry (xgrad/core/gradcheck_registry.hpp; each op's and module's
+// entries are defined in its own .cpp) as a gtest of its own, at the default sizes:
+// GradcheckList.Passes/matmul, GradcheckList.Passes/nn_MultiheadAttention, ... The ctest
+// example_gradcheck runs the same registry through the gradcheck tool at other sizes.
 #include <gtest/gtest.h>
 
 #include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "support/gradcheck_checks.hpp"
+#include <xgrad/core/gradcheck_registry.hpp>
+#include <xgrad/ops/ops.hpp>
 
 namespace {
 
-using gradcheck_checks::Check;
+using xgrad::GradcheckEntry;
 
-const std::vector<Check>& checks() {
-  static const std::vector<Check> list = gradcheck_checks::all_checks();
+const std::vector<GradcheckEntry>& checks() {
+  static const std::vector<GradcheckEntry> list = xgrad::gradcheck_entries();
   return list;
 }
 
@@ -31,8 +37,8 @@ std::string test_name(const std::string& check) {
 class GradcheckList : public ::testing::TestWithParam<std::size_t> {};
 
 TEST_P(GradcheckList, Passes) {
-  const Check& check = checks()[GetParam()];
-  const gradcheck_checks::Outcome outcome = check.run(gradcheck_checks::Sizes{}, xgrad::GradcheckOptions{});
+  const GradcheckEntry& check = checks()[GetParam()];
+  const xgrad::GradcheckOutcome outcome = check.run(xgrad::GradcheckSizes{}, xgrad::GradcheckOptions{});
   EXPECT_FALSE(outcome.result.inputs.empty()) << check.name << ": nothing was checked";
   EXPECT_TRUE(outcome.result.passed) << check.name << " (" << check.what << ") on " << outcome.shapes << "\n"
                                      << outcome.result.summary();
@@ -45,14 +51,92 @@ INSTANTIATE_TEST_SUITE_P(, GradcheckList, ::testing::Range<std::size_t>(0, check
 
 // The tool selects checks by name: names are unique (also once made gtest names) and described.
 TEST(GradcheckListNames, UniqueAndDescribed) {
+  ASSERT_FALSE(checks().empty());
   std::set<std::string> names, test_names;
-  for (const Check& check : checks()) {
+  for (const GradcheckEntry& check : checks()) {
     EXPECT_TRUE(names.insert(check.name).second) << "two checks named " << check.name;
     EXPECT_TRUE(test_names.insert(test_name(check.name)).second) << "two checks named like " << check.name;
     EXPECT_FALSE(check.what.empty()) << check.name << " has no description";
     EXPECT_TRUE(check.run) << check.name << " has no function";
+    EXPECT_FALSE(check.group.empty()) << check.name << " has no group (only run-time entries have none)";
   }
-  EXPECT_GE(checks().size(), 72u);  // every op and module: the list only grows
+}
+
+// The ops come first, then the modules ("nn.*"), each file's entries together.
+TEST(GradcheckListNames, OpsThenModulesFileByFile) {
+  bool in_modules = false;
+  std::set<std::string> finished_groups;
+  std::string group;
+  for (const GradcheckEntry& check : checks()) {
+    const bool module = check.name.rfind("nn.", 0) == 0;
+    EXPECT_TRUE(module || !in_modules) << "the op check " << check.name << " comes after a module's";
+    in_modules = in_modules || module;
+    EXPECT_EQ(module, check.group.rfind("nn_", 0) == 0) << check.name << " is registered by " << check.group;
+    if (check.group != group) {
+      EXPECT_TRUE(finished_groups.insert(group).second || group.empty()) << group << " appears twice";
+      EXPECT_EQ(finished_groups.count(check.group), 0u) << check.group << "'s entries are not together";
+      group = check.group;
+    }
+  }
+}
+
+// Every XGRAD_GRADCHECKS block in the library's sources is named after its file and listed in
+// core/gradcheck_registry.cpp (an unlisted block would never run: nothing calls it), and every
+// group of the registry comes from such a block.
+TEST(GradcheckListNames, EveryBlockInTheSourcesIsRegistered) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::path(XGRAD_SOURCE_DIR) / "xgrad";
+  ASSERT_TRUE(fs::is_directory(root)) << root;
+  std::map<std::string, std::size_t> entries_per_group;
+  for (const GradcheckEntry& check : checks()) ++entries_per_group[check.group];
+
+  const std::regex block(R"(^XGRAD_GRADCHECKS\((\w+)\))");
+  std::set<std::string> blocks;
+  for (const auto& file : fs::recursive_directory_iterator(root)) {
+    if (file.path().extension() != ".cpp") continue;
+    const std::string expected =
+        fs::relative(file.path(), root).parent_path().string() + "_" + file.path().stem().string();
+    std::ifstream in(file.path());
+    std::string line;
+    while (std::getline(in, line)) {
+      std::smatch m;
+      if (!std::regex_search(line, m, block)) continue;
+      EXPECT_EQ(m[1].str(), expected) << file.path() << ": XGRAD_GRADCHECKS takes the file's folder and stem";
+      EXPECT_TRUE(blocks.insert(m[1].str()).second) << file.path() << ": a second XGRAD_GRADCHECKS block";
+      EXPECT_EQ(entries_per_group.count(m[1].str()), 1u)
+          << file.path() << ": its XGRAD_GRADCHECKS(" << m[1].str()
+          << ") block is not run; add its name to XGRAD_GRADCHECK_FILES in xgrad/core/gradcheck_registry.cpp";
+    }
+  }
+  for (const auto& [group, count] : entries_per_group)
+    EXPECT_EQ(blocks.count(group), 1u) << "the registry has " << count << " entries of group \"" << group
+                                       << "\" but no source file has its block";
+}
+
+TEST(GradcheckRegistry, RegisterAtRunTime) {
+  const std::size_t before = xgrad::gradcheck_entries().size();
+  EXPECT_EQ(before, checks().size());
+  xgrad::register_gradcheck(
+      {"test.tanh_twice", "tanh(tanh(x)), x (B, L, D)",
+       [](const xgrad::GradcheckSizes& s, const xgrad::GradcheckOptions& o) {
+         xgrad::gradcheck_support::Maker make(s.seed);
+         return xgrad::gradcheck_support::op_check(
+             [](const xgrad::gradcheck_support::Inputs& in) { return xgrad::tanh(xgrad::tanh(in[0])); },
+             {make({s.B, s.L, s.D})}, o);
+       },
+       "ignored: run-time entries have no group"});
+  const std::vector<GradcheckEntry> after = xgrad::gradcheck_entries();
+  ASSERT_EQ(after.size(), before + 1);
+  EXPECT_EQ(after.back().name, "test.tanh_twice");
+  EXPECT_EQ(after.back().group, "");
+  EXPECT_TRUE(after.back().run({}, {}).passed());
+
+  // Taken names, no name and no function are refused, and nothing is added.
+  EXPECT_THROW(xgrad::register_gradcheck({"matmul", "again", after.back().run}), std::invalid_argument);
+  EXPECT_THROW(xgrad::register_gradcheck({"test.tanh_twice", "again", after.back().run}), std::invalid_argument);
+  EXPECT_THROW(xgrad::register_gradcheck({"", "nameless", after.back().run}), std::invalid_argument);
+  EXPECT_THROW(xgrad::register_gradcheck({"test.no_function", "no function", {}}), std::invalid_argument);
+  EXPECT_EQ(xgrad::gradcheck_entries().size(), before + 1);
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
 #include <xgrad/nn/transformer.hpp>
+#include <xgrad/core/gradcheck_registry.hpp>
 
 #include <xgrad/backend/signals.hpp>
 
@@ -97,3 +98,42 @@ template class TransformerEncoder<float>;
 template class TransformerEncoder<double>;
 
 }  // namespace xgrad::nn
+
+// Finite-difference checks of its modules (see xgrad/core/gradcheck_registry.hpp).
+XGRAD_GRADCHECKS(nn_transformer) {
+  using namespace xgrad::gradcheck_support;
+  using O = xgrad::GradcheckOptions;
+  using Sizes = xgrad::GradcheckSizes;
+  namespace nn = xgrad::nn;
+  const auto encoder_layer = [](const Sizes& s, bool norm_first) {
+    return std::make_shared<nn::TransformerEncoderLayer<double>>(nn::TransformerEncoderLayerOptions(s.D, s.H)
+                                                                     .dim_feedforward(s.F)
+                                                                     .dropout(0.2)
+                                                                     .activation(norm_first ? "gelu" : "relu")
+                                                                     .batch_first(true)
+                                                                     .norm_first(norm_first));
+  };
+  for (const bool norm_first : {false, true}) {
+    checks.add({norm_first ? "nn.TransformerEncoderLayer_pre_norm" : "nn.TransformerEncoderLayer",
+                 norm_first ? "pre-norm, gelu, dim_feedforward F, dropout 0.2, batch_first"
+                            : "post-norm, relu, dim_feedforward F, dropout 0.2, batch_first",
+                 [=](const Sizes& s, const O& o) {
+                   xgrad::manual_seed(s.seed);
+                   auto m = encoder_layer(s, norm_first);
+                   const T64 x = Maker(s.seed)({s.B, s.L, s.D});
+                   return module_check(*m, x, reseeded(s.seed, [=] { return m->forward(x); }), o);
+                 }});
+  }
+  checks.add({"nn.TransformerEncoder", "2 pre-norm gelu layers + final LayerNorm, causal, dropout 0.2",
+               [=](const Sizes& s, const O& o) {
+                 xgrad::manual_seed(s.seed);
+                 auto m = std::make_shared<nn::TransformerEncoder<double>>(
+                     encoder_layer(s, true), 2, std::make_shared<nn::LayerNorm<double>>(s.D));
+                 const T64 x = Maker(s.seed)({s.B, s.L, s.D});
+                 return module_check(*m, x, reseeded(s.seed, [=] {
+                                       return m->forward(x, xgrad::AttnMask<double>(), xgrad::AttnMask<double>(),
+                                                         /*is_causal=*/true);
+                                     }),
+                                     o);
+               }});
+}
