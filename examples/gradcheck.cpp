@@ -19,9 +19,12 @@
 #include <CLI/CLI.hpp>
 #include <xgrad/core/gradcheck_registry.hpp>
 
-#include "support/flags.hpp"
+#include <xgrad/train/cli.hpp>
+
 
 namespace {
+
+namespace cli = xgrad::train::cli;  // the flag checks with short messages
 
 using Check = xgrad::GradcheckEntry;
 
@@ -47,22 +50,22 @@ int main(int argc, char** argv) {
   app.add_option("names", names, "checks to run (default: all); 'prefix*' selects by prefix, e.g. 'nn.*'");
   app.add_flag("--list", list, "list the checks and exit");
   app.add_flag("-v,--verbose", verbose, "one row per checked tensor too");
-  app.add_option("--batch", sizes.B, "B, the batch size")->check(flags::integer_in(1, 64))->capture_default_str();
-  app.add_option("--seq", sizes.L, "L, the sequence length")->check(flags::integer_in(1, 64))->capture_default_str();
+  app.add_option("--batch", sizes.B, "B, the batch size")->check(cli::integer_in(1, 64))->capture_default_str();
+  app.add_option("--seq", sizes.L, "L, the sequence length")->check(cli::integer_in(1, 64))->capture_default_str();
   app.add_option("--dim", sizes.D, "D, the feature size (a multiple of --heads)")
-      ->check(flags::integer_in(1, 256))
+      ->check(cli::integer_in(1, 256))
       ->capture_default_str();
-  app.add_option("--heads", sizes.H, "H, attention heads")->check(flags::integer_in(1, 64))->capture_default_str();
+  app.add_option("--heads", sizes.H, "H, attention heads")->check(cli::integer_in(1, 64))->capture_default_str();
   app.add_option("--hidden", sizes.F, "F, a second feature size (linear outputs, feed-forward)")
-      ->check(flags::integer_in(1, 256))
+      ->check(cli::integer_in(1, 256))
       ->capture_default_str();
   app.add_option("--classes", sizes.C, "C, classes of cross_entropy and rows of embedding")
-      ->check(flags::integer_in(2, 256))
+      ->check(cli::integer_in(2, 256))
       ->capture_default_str();
   app.add_option("--seed", sizes.seed, "seed of the inputs and weights")->capture_default_str();
-  app.add_option("--eps", options.eps, "finite-difference step")->check(flags::positive())->capture_default_str();
-  app.add_option("--atol", options.atol, "absolute tolerance")->check(flags::non_negative())->capture_default_str();
-  app.add_option("--rtol", options.rtol, "relative tolerance")->check(flags::non_negative())->capture_default_str();
+  app.add_option("--eps", options.eps, "finite-difference step")->check(cli::positive())->capture_default_str();
+  app.add_option("--atol", options.atol, "absolute tolerance")->check(cli::non_negative())->capture_default_str();
+  app.add_option("--rtol", options.rtol, "relative tolerance")->check(cli::non_negative())->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   const std::vector<Check> checks = xgrad::gradcheck_entries();

@@ -13,7 +13,11 @@
 #include <fstream>
 #include <sstream>
 
-#include <support/training.hpp>
+#include <xgrad/train/cli.hpp>
+#include <xgrad/train/trainer.hpp>
+#include <xgrad/xgrad.hpp>
+
+#include "support/plot.hpp"
 
 namespace {
 
@@ -21,6 +25,8 @@ using xgrad::IndexArray;
 namespace nn = xgrad::nn;
 namespace optim = xgrad::optim;
 namespace data = xgrad::data;
+namespace train = xgrad::train;
+namespace cli = xgrad::train::cli;
 
 constexpr std::int64_t kPad = 0, kMask = 1, kVocab = 28, kIgnore = -100;  // 'a'..'z' are 2..27
 
@@ -109,13 +115,14 @@ double accuracy(MaskedCharModel& model, const std::vector<Masked>& held_out) {
 }
 
 // Fills the blanks ('_') of each word with the checkpoint's model: the top 3 letters and their probabilities.
-int predict(const std::string& text, training::RunOptions& run, training::Settings& settings, const CLI::App& app,
+int predict(const std::string& text, train::RunOptions& run, train::Settings& settings, const CLI::App& app,
             const Config& c) {
   if (!std::ifstream(run.checkpoint_path))
-    throw training::Refused("--predict: no checkpoint " + run.checkpoint_path +
+    throw train::Refused("--predict: no checkpoint " + run.checkpoint_path +
                             ": train first, or pass --checkpoint FILE");
   run.resume_path = run.checkpoint_path;  // the model's settings come from the checkpoint
-  const training::Resumed saved = training::prepare("train_masked_chars", run, settings, app);  // sets c
+  const train::Resumed saved = train::prepare_run("train_masked_chars", run, settings, train::single_process_world(),
+                                                  cli::given(app));  // sets c
   MaskedCharModel model(c);
   model.load_state_dict(saved.checkpoint->model);
   xgrad::NoGradGuard no_grad;
@@ -123,7 +130,7 @@ int predict(const std::string& text, training::RunOptions& run, training::Settin
   for (std::string word; words >> word;) {
     const IndexArray tokens = encode(word, c.max_len, /*blanks=*/true);
     if (tokens.size() == 0)
-      throw training::Refused("--predict: '" + word + "' is not 1 to 16 lower-case letters or _ (a blank)");
+      throw train::Refused("--predict: '" + word + "' is not 1 to 16 lower-case letters or _ (a blank)");
     const IndexArray one = xt::reshape_view(tokens, {std::size_t(1), tokens.size()});  // a batch of 1 word
     const xgrad::Array<float> p = xgrad::softmax(model.forward(one, xt::zeros<bool>(one.shape())), -1).value();
     for (std::size_t t = 0; t < word.size(); ++t) {
@@ -140,14 +147,16 @@ int predict(const std::string& text, training::RunOptions& run, training::Settin
   return 0;
 }
 
-int train(Config& c, training::RunOptions& run, training::Settings& settings, const CLI::App& app) {
-  training::Resumed resumed = training::prepare("train_masked_chars", run, settings, app);
+int train_model(Config& c, train::RunOptions& run, const std::string& plot_path, train::Settings& settings,
+                const CLI::App& app) {
+  train::Resumed resumed =
+      train::prepare_run("train_masked_chars", run, settings, train::single_process_world(), cli::given(app));
   const int planned = resumed.checkpoint ? std::stoi(resumed.checkpoint->metadata.at("steps")) : c.steps;
   if (!app.count("--steps")) c.steps = planned;  // a larger --steps extends the run
   if (c.steps < resumed.state.step)
-    throw training::Refused("--steps " + std::to_string(c.steps) + " is below the checkpoint's step");
+    throw train::Refused("--steps " + std::to_string(c.steps) + " is below the checkpoint's step");
   if (!std::ifstream(c.words))
-    throw training::Refused("no word list " + c.words + ": apt-get install wamerican, or pass --words FILE");
+    throw train::Refused("no word list " + c.words + ": apt-get install wamerican, or pass --words FILE");
   // Lower-case a-z words of at most max_len letters, split by the hash of the word.
   const auto lines = std::make_shared<data::TextLineDataset>(c.words);
   std::vector<std::size_t> train_lines, held_lines, letter_counts(kVocab);
@@ -160,7 +169,7 @@ int train(Config& c, training::RunOptions& run, training::Settings& settings, co
   std::printf("words: %zu training, %zu held out, %zu lines skipped (not lower-case a-z or longer than %d)\n",
               train_lines.size(), held_lines.size(), lines->size() - train_lines.size() - held_lines.size(), c.max_len);
   if (train_lines.size() < std::size_t(c.batch_size) || held_lines.empty())
-    throw training::Refused(c.words + " has too few usable words: use a longer list or a smaller --batch-size");
+    throw train::Refused(c.words + " has too few usable words: use a longer list or a smaller --batch-size");
   const auto collate = [max_len = c.max_len](const std::vector<std::string>& words) {  // on the worker threads
     std::vector<IndexArray> tokens;
     for (const std::string& w : words) tokens.push_back(encode(w, max_len));
@@ -191,15 +200,17 @@ int train(Config& c, training::RunOptions& run, training::Settings& settings, co
                                        collate);
   if (resumed.checkpoint)
     loader.load_state_dict(data::DataLoaderState::from_string(resumed.checkpoint->metadata.at("data_loader")));
-  training::Trainer trainer("train_masked_chars", run, settings, std::move(resumed), model, optimizer, &schedule,
-                            {c.steps, c.eval_interval, c.clip});
+  train::Trainer trainer("train_masked_chars", run, settings, std::move(resumed), model, optimizer, &schedule,
+                         {c.steps, c.eval_interval, c.clip});
   if (const int done = trainer.first_step(); c.steps != planned && done > warmup)  // extended: the lr follows the
     optimizer.param_groups()[0].options().set_lr(  // cosine of a run planned for c.steps from the start
         c.lr * (1 + std::cos(M_PI * (done - warmup) / (c.steps - warmup))) / 2);
-  trainer.extra_metadata = [&] {  // the loader's position, and the steps (not a setting: they may grow)
-    return std::map<std::string, std::string>{{"data_loader", loader.state_dict().to_string()},
-                                              {"steps", std::to_string(c.steps)}};
+  const auto save_state = std::make_shared<train::LambdaCallback>();
+  save_state->save_checkpoint = [&](train::Trainer&, std::map<std::string, std::string>& metadata) {
+    metadata["data_loader"] = loader.state_dict().to_string();  // the loader's position
+    metadata["steps"] = std::to_string(c.steps);                // not a setting: they may grow
   };
+  trainer.add_callback(save_state);
   const auto loss = [&](int) {
     auto batch = loader.next();
     if (!batch) batch = loader.next();  // the next epoch
@@ -207,12 +218,13 @@ int train(Config& c, training::RunOptions& run, training::Settings& settings, co
     return xgrad::cross_entropy(xgrad::reshape(model.forward(m.inputs, m.padding), {-1, kVocab}),
                                 IndexArray(xt::reshape_view(m.targets, {m.targets.size()})), kIgnore);
   };
-  if (const auto stopped = trainer.train(loss, [&] { return accuracy(model, held_out); })) return *stopped;
+  if (const auto stopped = trainer.fit(loss, [&] { return accuracy(model, held_out); })) return *stopped;
   const double acc = accuracy(model, held_out), baseline = double(baseline_right) / double(chosen);
   std::printf("\nheld-out masked-letter accuracy: %.2f%% of %zu masked letters in %zu words never trained on\n"
               "baseline, always '%c' (the most frequent training letter): %.2f%%; the model: %.1fx the baseline\n",
               100 * acc, chosen, held_lines.size(), char('a' + common - 2), 100 * baseline, acc / baseline);
   trainer.finish();
+  plot::render(run.csv_path, plot_path);
   return 0;
 }
 
@@ -222,27 +234,32 @@ int main(int argc, char** argv) {
   xgrad::allocator_tuning_from_env();
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // line by line into a file or pipe too
   Config c;
-  training::Settings settings;
-  training::RunOptions run("masked_chars.ckpt", "masked_chars.csv", "masked_chars.png");
+  train::Settings settings;
+  train::RunOptions run("masked_chars.ckpt", "masked_chars.csv");
+  std::string plot_path = "masked_chars.png";
   std::string predict_text;
   CLI::App app{"Trains a BERT-style masked-character model on an English word list."};
-  settings.add(app, "--words", c.words, "one word per line (apt-get install wamerican for the default)");
-  settings.add(app, "--d-model", c.d_model, "model width")->check(flags::integer_in(1, 4096));
-  settings.add(app, "--layers", c.layers, "encoder layers")->check(flags::integer_in(1, 64));
-  settings.add(app, "--heads", c.heads, "attention heads (dividing --d-model)")->check(flags::integer_in(1, 256));
-  settings.add(app, "--dim-feedforward", c.dim_feedforward, "feed-forward width")->check(flags::integer_in(1, 65536));
+  const auto setting = [&](const std::string& flag, auto& value, const std::string& help) {  // saved in checkpoints
+    return cli::add_setting(app, settings, flag, value, help);
+  };
+  setting("--words", c.words, "one word per line (apt-get install wamerican for the default)");
+  setting("--d-model", c.d_model, "model width")->check(cli::integer_in(1, 4096));
+  setting("--layers", c.layers, "encoder layers")->check(cli::integer_in(1, 64));
+  setting("--heads", c.heads, "attention heads (dividing --d-model)")->check(cli::integer_in(1, 256));
+  setting("--dim-feedforward", c.dim_feedforward, "feed-forward width")->check(cli::integer_in(1, 65536));
   app.add_option("--steps", c.steps, "training steps (with --resume: more extends the run)")->capture_default_str();
-  settings.add(app, "--batch-size", c.batch_size, "words per step")->check(flags::integer_in(1, 1000000));
-  settings.add(app, "--lr", c.lr, "peak learning rate (AdamW)")->check(flags::positive());
-  settings.add(app, "--warmup", c.warmup, "linear warmup steps, then cosine decay")->check(flags::integer_from(0));
-  settings.add(app, "--seed", c.seed, "seed of the weights, split, order and masks");
+  setting("--batch-size", c.batch_size, "words per step")->check(cli::integer_in(1, 1000000));
+  setting("--lr", c.lr, "peak learning rate (AdamW)")->check(cli::positive());
+  setting("--warmup", c.warmup, "linear warmup steps, then cosine decay")->check(cli::integer_from(0));
+  setting("--seed", c.seed, "seed of the weights, split, order and masks");
   app.add_option("--workers", c.workers, "DataLoader threads preparing batches")->capture_default_str();
-  app.add_option("--eval-interval", c.eval_interval, "steps between evaluations")->check(flags::integer_from(1));
-  training::add_run_flags(app, run);
+  app.add_option("--eval-interval", c.eval_interval, "steps between evaluations")->check(cli::integer_from(1));
+  cli::add_run_flags(app, run);
+  plot::add_flag(app, plot_path);
   app.add_option("--predict", predict_text, "fill the blanks of words like \"h_llo w_rld\" with --checkpoint's model");
   CLI11_PARSE(app, argc, argv);
-  return training::guarded("train_masked_chars", [&] {
-    return predict_text.empty() ? train(c, run, settings, app)
+  return train::guarded("train_masked_chars", [&] {
+    return predict_text.empty() ? train_model(c, run, plot_path, settings, app)
                                 : predict(predict_text, run, settings, app, c);
   });
 }

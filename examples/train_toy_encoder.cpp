@@ -9,7 +9,7 @@
 // AdamW with a linear warmup then cosine decay (SequentialLR), gradient clipping. Accuracy is
 // measured on held-out sequences that the training batches never contain. The loop, the live
 // progress line, the CSV metrics, the checkpoints (every --checkpoint-interval steps, at the end
-// and on Ctrl-C) and --resume (bit for bit) are examples/support/training.hpp's. --bf16 runs the
+// and on Ctrl-C) and --resume (bit for bit) are xgrad::train::Trainer's. --bf16 runs the
 // forward passes under xgrad::AutocastGuard (bf16 gemms, fp32 everything else).
 //
 // Under `mpirun -np N` (a build with XGRAD_WITH_MPI), data-parallel: every rank draws the same
@@ -30,9 +30,14 @@
 
 #include <xtensor/xview.hpp>
 
-#include "support/training.hpp"
+#include <xgrad/train/cli.hpp>
+#include <xgrad/train/trainer.hpp>
+#include <xgrad/xgrad.hpp>
+
+#include "support/plot.hpp"
 #ifdef XGRAD_WITH_MPI
 #include <xgrad/distributed/ddp.hpp>
+#include <xgrad/distributed/world.hpp>
 #endif
 
 namespace {
@@ -41,8 +46,10 @@ using xgrad::IndexArray;
 using xgrad::Tensor;
 namespace nn = xgrad::nn;
 namespace optim = xgrad::optim;
+namespace train = xgrad::train;
+namespace cli = xgrad::train::cli;
 
-// Everything that defines a run's results (the flags of training::Settings, saved in the
+// Everything that defines a run's results (the flags of train::Settings, saved in the
 // checkpoint so that --resume rebuilds the same run).
 struct Config {
   std::string task = "sort";
@@ -83,12 +90,12 @@ Batch make_batch(const Config& c, xgrad::Generator& gen, std::size_t n,
 // The batch of step `step` depends on (seed, step) alone, so a resumed run draws the same ones.
 // Of the global batch, rank r of N takes rows [r B/N, (r+1) B/N).
 Batch training_batch(const Config& c, int step, const std::unordered_set<std::string>& held_out,
-                     const training::World& world) {
+                     const train::World& world) {
   xgrad::Generator gen(c.seed * 0x9E3779B97F4A7C15ULL + static_cast<std::uint64_t>(step) + 1);
   const Batch global = make_batch(c, gen, static_cast<std::size_t>(c.batch_size), &held_out);
-  if (world.size == 1) return global;
-  const std::size_t rows = static_cast<std::size_t>(c.batch_size / world.size);
-  const std::size_t first = rows * static_cast<std::size_t>(world.rank);
+  if (world.size() == 1) return global;
+  const std::size_t rows = static_cast<std::size_t>(c.batch_size / world.size());
+  const std::size_t first = rows * static_cast<std::size_t>(world.rank());
   Batch mine{IndexArray(xt::view(global.tokens, xt::range(first, first + rows), xt::all())),
              IndexArray(xt::view(global.targets, xt::range(first, first + rows), xt::all()))};
   return mine;
@@ -149,11 +156,10 @@ IndexArray predict(ToyEncoder& model, const IndexArray& tokens, bool bf16) {
 
 // The fractions of digits and of whole sequences predicted right. In a distributed run each rank
 // predicts its share of the rows and the counts are summed over the ranks.
-std::pair<double, double> accuracy(ToyEncoder& model, const Batch& data, bool bf16) {
-  const training::World& world = training::world();
+std::pair<double, double> accuracy(ToyEncoder& model, const Batch& data, bool bf16, train::World& world) {
   const std::size_t n = data.tokens.shape(0), L = data.tokens.shape(1);
-  const std::size_t begin = n * std::size_t(world.rank) / std::size_t(world.size);
-  const std::size_t end = n * std::size_t(world.rank + 1) / std::size_t(world.size);
+  const std::size_t begin = n * std::size_t(world.rank()) / std::size_t(world.size());
+  const std::size_t end = n * std::size_t(world.rank() + 1) / std::size_t(world.size());
   double counts[2] = {0, 0};  // digits right, sequences right
   if (end > begin) {
     const IndexArray mine(xt::view(data.tokens, xt::range(begin, end), xt::all()));
@@ -165,38 +171,38 @@ std::pair<double, double> accuracy(ToyEncoder& model, const Batch& data, bool bf
       counts[1] += r == L;
     }
   }
-  training::sum_over_ranks(counts, 2);
+  world.all_reduce_sum(counts, 2);
   return {counts[0] / double(n * L), counts[1] / double(n)};
 }
 
-int train(Config& c, const training::RunOptions& run, training::Settings& settings, const CLI::App& app,
-          double min_accuracy) {
-  training::Resumed resumed = training::prepare("train_toy_encoder", run, settings, app);  // c: the checkpoint's
+int train_model(Config& c, const train::RunOptions& run, const std::string& plot_path, train::Settings& settings,
+                const CLI::App& app, double min_accuracy, train::World& world) {
+  train::Resumed resumed =
+      train::prepare_run("train_toy_encoder", run, settings, world, cli::given(app));  // c: the checkpoint's
   // --steps is not a setting: with --resume a larger value extends the run. The steps the checkpoint's
   // run planned are in its metadata ("steps"; "config.steps" in checkpoints written before extension).
   int planned = c.steps;
   if (resumed.checkpoint) {
     const auto& m = resumed.checkpoint->metadata;
     const auto it = m.count("steps") ? m.find("steps") : m.find("config.steps");
-    if (it == m.end()) throw training::Refused("cannot resume: " + run.resume_path + " does not record its --steps");
+    if (it == m.end()) throw train::Refused("cannot resume: " + run.resume_path + " does not record its --steps");
     planned = std::stoi(it->second);
   }
   if (!app.count("--steps")) c.steps = planned;
   if (c.steps < resumed.state.step)
-    throw training::Refused("--steps " + std::to_string(c.steps) + " is below the checkpoint's step " +
+    throw train::Refused("--steps " + std::to_string(c.steps) + " is below the checkpoint's step " +
                             std::to_string(resumed.state.step));
   // The training batches draw from the sequences outside the held-out set: leave them most.
   const double distinct = std::pow(double(c.vocab), double(c.seq_len));
   if (distinct < 2.0 * c.eval_size)
-    throw training::Refused("--eval-size " + std::to_string(c.eval_size) + " must be at most half of the " +
+    throw train::Refused("--eval-size " + std::to_string(c.eval_size) + " must be at most half of the " +
                             std::to_string(std::llround(distinct)) + " distinct sequences");
   if (c.d_model % c.heads != 0)
-    throw training::Refused("--heads " + std::to_string(c.heads) + " must divide --d-model " +
+    throw train::Refused("--heads " + std::to_string(c.heads) + " must divide --d-model " +
                             std::to_string(c.d_model));
-  const training::World& world = training::world();
-  if (c.batch_size % world.size != 0)
-    throw training::Refused("--batch-size " + std::to_string(c.batch_size) + " must be divisible by the " +
-                            std::to_string(world.size) + " ranks (each trains on an equal part of the batch)");
+  if (c.batch_size % world.size() != 0)
+    throw train::Refused("--batch-size " + std::to_string(c.batch_size) + " must be divisible by the " +
+                            std::to_string(world.size()) + " ranks (each trains on an equal part of the batch)");
 
   // Held-out sequences, drawn from their own stream; training batches never contain them.
   xgrad::Generator eval_gen(c.seed ^ 0xE7A1D5EEDULL);
@@ -213,13 +219,13 @@ int train(Config& c, const training::RunOptions& run, training::Settings& settin
   std::function<Tensor<float>(const IndexArray&)> forward = [&model](const IndexArray& t) { return model.forward(t); };
 #ifdef XGRAD_WITH_MPI
   std::shared_ptr<xgrad::distributed::DistributedDataParallel<ToyEncoder>> ddp;
-  if (world.size > 1) {
+  if (world.size() > 1) {
     ddp = std::make_shared<xgrad::distributed::DistributedDataParallel<ToyEncoder>>(model_ptr);
     forward = [ddp](const IndexArray& t) { return ddp->forward(t); };
   }
 #endif
   // Dropout: rank 0 goes on with the stream the weights came from, the others with their own.
-  if (world.rank > 0) xgrad::manual_seed(c.seed + 0xD1B54A32D192ED03ULL * static_cast<std::uint64_t>(world.rank));
+  if (world.rank() > 0) xgrad::manual_seed(c.seed + 0xD1B54A32D192ED03ULL * static_cast<std::uint64_t>(world.rank()));
   optim::AdamW<float> optimizer(model.parameters(), optim::AdamWOptions(c.lr).weight_decay(c.weight_decay));
   // Warmup from lr/100 to lr over `warmup` steps, then cosine down to 0 at the last step (of the
   // extended run, when --resume gets a larger --steps; the warmup stays the planned run's).
@@ -233,12 +239,16 @@ int train(Config& c, const training::RunOptions& run, training::Settings& settin
   phases.push_back(std::make_shared<optim::CosineAnnealingLR<float>>(optimizer, std::max(1, c.steps - warmup)));
   optim::SequentialLR<float> schedule(optimizer, phases, milestones);
 
-  training::Trainer trainer("train_toy_encoder", run, settings, std::move(resumed), model, optimizer, &schedule,
-                            {c.steps, c.eval_interval, c.clip});
+  train::Trainer trainer("train_toy_encoder", run, settings, std::move(resumed), model, optimizer, &schedule,
+                         {c.steps, c.eval_interval, c.clip}, world);
   if (const int done = trainer.first_step(); c.steps != planned && done > warmup)  // extended: the lr follows the
     optimizer.param_groups()[0].options().set_lr(  // cosine of a run planned for c.steps from the start
         c.lr * (1 + std::cos(M_PI * (done - warmup) / (c.steps - warmup))) / 2);
-  trainer.extra_metadata = [&] { return std::map<std::string, std::string>{{"steps", std::to_string(c.steps)}}; };
+  const auto save_steps = std::make_shared<train::LambdaCallback>();
+  save_steps->save_checkpoint = [&](train::Trainer&, std::map<std::string, std::string>& metadata) {
+    metadata["steps"] = std::to_string(c.steps);
+  };
+  trainer.add_callback(save_steps);
   std::size_t count = 0;
   for (const auto& p : model.parameters()) count += p.numel();
   if (world.is_main()) {
@@ -247,9 +257,9 @@ int train(Config& c, const training::RunOptions& run, training::Settings& settin
         "training: %d steps of %d sequences, AdamW lr %g (warmup %d, cosine), clip %g; held-out: %d sequences\n"
         "precision: %s\n",
         c.task.c_str(), c.seq_len, c.vocab - 1, c.d_model, c.layers, c.heads, c.dim_feedforward, count, c.steps,
-        c.batch_size, c.lr, warmup, c.clip, c.eval_size, training::precision_description(c.bf16).c_str());
-    if (world.size > 1)
-      std::printf("data parallel: %d ranks, %d sequences each per step\n", world.size, c.batch_size / world.size);
+        c.batch_size, c.lr, warmup, c.clip, c.eval_size, train::precision_description(c.bf16).c_str());
+    if (world.size() > 1)
+      std::printf("data parallel: %d ranks, %d sequences each per step\n", world.size(), c.batch_size / world.size());
   }
 
   // logits (B, L, V) -> (B L, V) against targets (B L); with --bf16 the forward and the loss under
@@ -260,9 +270,10 @@ int train(Config& c, const training::RunOptions& run, training::Settings& settin
     return xgrad::cross_entropy(xgrad::reshape(forward(batch.tokens), {-1, c.vocab}),
                                 IndexArray(xt::reshape_view(batch.targets, {batch.targets.size()})));
   };
-  if (const auto stopped = trainer.train(loss, [&] { return accuracy(model, held_out, c.bf16).first; })) return *stopped;
+  if (const auto stopped = trainer.fit(loss, [&] { return accuracy(model, held_out, c.bf16, world).first; }))
+    return *stopped;
 
-  const auto [tokens, sequences] = accuracy(model, held_out, c.bf16);
+  const auto [tokens, sequences] = accuracy(model, held_out, c.bf16, world);
   if (!world.is_main()) return tokens < min_accuracy ? 1 : 0;
   std::printf("\nheld-out accuracy: %.2f%% of digits, %.2f%% of whole sequences (%d sequences never trained on)\n",
               100 * tokens, 100 * sequences, c.eval_size);
@@ -279,6 +290,7 @@ int train(Config& c, const training::RunOptions& run, training::Settings& settin
     std::printf("%s  %s\n", line.c_str(), right ? "(right)" : "(wrong)");
   }
   trainer.finish();
+  plot::render(run.csv_path, plot_path);
   if (tokens < min_accuracy) {
     std::printf("accuracy %.4f is below --min-accuracy %.4f\n", tokens, min_accuracy);
     return 1;
@@ -291,39 +303,51 @@ int train(Config& c, const training::RunOptions& run, training::Settings& settin
 int main(int argc, char** argv) {
   xgrad::allocator_tuning_from_env();  // keep freed tensor memory for the next step
   Config c;
-  training::Settings settings;
-  training::RunOptions run("toy_encoder.ckpt", "toy_encoder.csv", "toy_encoder.png");
+  train::Settings settings;
+  train::RunOptions run("toy_encoder.ckpt", "toy_encoder.csv");
+  std::string plot_path = "toy_encoder.png";
   double min_accuracy = 0;
 
   CLI::App app{
       "Trains a small transformer encoder from scratch to sort (or reverse) sequences of digits.\n"
       "With the defaults it reaches >= 99% token accuracy on held-out sequences in under a minute on 2 cores."};
   app.get_formatter()->column_width(44);
-  settings.add(app, "--task", c.task, "sort or reverse")->check(CLI::IsMember({"sort", "reverse"}));
-  settings.add(app, "--seq-len", c.seq_len, "digits per sequence")->check(flags::integer_in(2, 64));
-  settings.add(app, "--vocab", c.vocab, "distinct digits")->check(flags::integer_in(2, 256));
-  settings.add(app, "--d-model", c.d_model, "model width")->check(flags::integer_in(1, 4096));
-  settings.add(app, "--layers", c.layers, "encoder layers")->check(flags::integer_in(1, 64));
-  settings.add(app, "--heads", c.heads, "attention heads (must divide --d-model)")->check(flags::integer_in(1, 256));
-  settings.add(app, "--dim-feedforward", c.dim_feedforward, "feed-forward width")->check(flags::integer_in(1, 65536));
-  settings.add(app, "--dropout", c.dropout, "dropout probability")->check(flags::number_in(0.0, 0.9));
+  const auto setting = [&](const std::string& flag, auto& value, const std::string& help) {  // saved in checkpoints
+    return cli::add_setting(app, settings, flag, value, help);
+  };
+  setting("--task", c.task, "sort or reverse")->check(CLI::IsMember({"sort", "reverse"}));
+  setting("--seq-len", c.seq_len, "digits per sequence")->check(cli::integer_in(2, 64));
+  setting("--vocab", c.vocab, "distinct digits")->check(cli::integer_in(2, 256));
+  setting("--d-model", c.d_model, "model width")->check(cli::integer_in(1, 4096));
+  setting("--layers", c.layers, "encoder layers")->check(cli::integer_in(1, 64));
+  setting("--heads", c.heads, "attention heads (must divide --d-model)")->check(cli::integer_in(1, 256));
+  setting("--dim-feedforward", c.dim_feedforward, "feed-forward width")->check(cli::integer_in(1, 65536));
+  setting("--dropout", c.dropout, "dropout probability")->check(cli::number_in(0.0, 0.9));
   app.add_option("--steps", c.steps, "training steps (with --resume: more extends the run)")
-      ->check(flags::integer_in(1, 100000000))
+      ->check(cli::integer_in(1, 100000000))
       ->capture_default_str();
-  settings.add(app, "--batch-size", c.batch_size, "sequences per step")->check(flags::integer_in(1, 1000000));
-  settings.add(app, "--lr", c.lr, "peak learning rate (AdamW)")->check(flags::positive());
-  settings.add(app, "--weight-decay", c.weight_decay, "AdamW weight decay")->check(flags::non_negative());
-  settings.add(app, "--warmup", c.warmup, "linear warmup steps, then cosine decay")->check(flags::integer_from(0));
-  settings.add(app, "--clip", c.clip, "max gradient norm")->check(flags::positive());
-  settings.add(app, "--seed", c.seed, "seed of the weights, data and dropout");
-  settings.add(app, "--eval-interval", c.eval_interval, "steps between evaluations (and CSV rows)")
-      ->check(flags::integer_in(1, 100000000));
-  settings.add(app, "--eval-size", c.eval_size, "held-out sequences")->check(flags::integer_in(1, 1000000));
-  training::add_bf16_flag(app, settings, c.bf16);
-  training::add_run_flags(app, run);
+  setting("--batch-size", c.batch_size, "sequences per step")->check(cli::integer_in(1, 1000000));
+  setting("--lr", c.lr, "peak learning rate (AdamW)")->check(cli::positive());
+  setting("--weight-decay", c.weight_decay, "AdamW weight decay")->check(cli::non_negative());
+  setting("--warmup", c.warmup, "linear warmup steps, then cosine decay")->check(cli::integer_from(0));
+  setting("--clip", c.clip, "max gradient norm")->check(cli::positive());
+  setting("--seed", c.seed, "seed of the weights, data and dropout");
+  setting("--eval-interval", c.eval_interval, "steps between evaluations (and CSV rows)")
+      ->check(cli::integer_in(1, 100000000));
+  setting("--eval-size", c.eval_size, "held-out sequences")->check(cli::integer_in(1, 1000000));
+  cli::add_bf16_flag(app, settings, c.bf16);
+  cli::add_run_flags(app, run);
+  plot::add_flag(app, plot_path);
   app.add_option("--min-accuracy", min_accuracy, "exit with 1 if the final held-out token accuracy is lower")
-      ->check(flags::number_in(0.0, 1.0));
+      ->check(cli::number_in(0.0, 1.0));
   CLI11_PARSE(app, argc, argv);
-  training::ProcessGroup group;  // under mpirun -np N > 1: the ranks' process group, until main returns
-  return training::guarded("train_toy_encoder", [&] { return train(c, run, settings, app, min_accuracy); });
+  // Under mpirun -np N > 1 (a build with MPI): the ranks' process group, until main returns.
+#ifdef XGRAD_WITH_MPI
+  const std::unique_ptr<train::World> world = xgrad::distributed::make_world();
+#else
+  const std::unique_ptr<train::World> world = std::make_unique<train::World>();
+#endif
+  return train::guarded(
+      "train_toy_encoder", [&] { return train_model(c, run, plot_path, settings, app, min_accuracy, *world); },
+      *world);
 }

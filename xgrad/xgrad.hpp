@@ -18,3 +18,4 @@
 #include <xgrad/optim/optim.hpp>
 #include <xgrad/data/data.hpp>
 #include <xgrad/serialize/serialize.hpp>
+#include <xgrad/train/trainer.hpp>

@@ -1,0 +1,175 @@
+// Command-line flags for a training program with CLI11 (libcli11-dev), header-only: only programs
+// that include this header need CLI11; the rest of xgrad::train does not depend on it.
+//
+//   CLI::App app{"..."};
+//   xgrad::train::Settings settings;
+//   xgrad::train::cli::add_setting(app, settings, "--d-model", c.d_model, "model width")
+//       ->check(xgrad::train::cli::integer_in(1, 4096));
+//   xgrad::train::RunOptions run("my.ckpt", "my.csv");
+//   xgrad::train::cli::add_run_flags(app, run);
+//   CLI11_PARSE(app, argc, argv);
+//   ... xgrad::train::prepare_run("my_program", run, settings, world, xgrad::train::cli::given(app));
+//
+// The checks print one short line naming the flag, what was expected and what came, where CLI11's
+// own CLI::PositiveNumber and CLI::Range print the whole double range (some 300 digits):
+//   --lr: expected a positive number, got 'abc'
+//   --heads: expected an integer in [1, 256], got '0'
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <limits>
+#include <sstream>
+#include <string>
+
+#include <xgrad/train/settings.hpp>
+#include <xgrad/train/trainer.hpp>
+
+namespace xgrad::train::cli {
+
+namespace detail {
+
+// The whole of `text` as a finite double, or false.
+inline bool to_double(const std::string& text, double& v) {
+  if (text.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  v = std::strtod(text.c_str(), &end);
+  return end == text.c_str() + text.size() && errno != ERANGE && std::isfinite(v);
+}
+
+// The whole of `text` as an integer, or false (no fraction, no exponent, no overflow).
+inline bool to_integer(const std::string& text, long long& v) {
+  if (text.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  v = std::strtoll(text.c_str(), &end, 10);
+  return end == text.c_str() + text.size() && errno != ERANGE;
+}
+
+template <class T>
+std::string str(T v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
+inline std::string got(const std::string& text) { return ", got '" + text + "'"; }
+
+}  // namespace detail
+
+// ---- checks ----------------------------------------------------------------------------------
+
+// A finite number > 0.
+inline CLI::Validator positive() {
+  return CLI::Validator(
+      [](std::string& text) {
+        double v;
+        return detail::to_double(text, v) && v > 0 ? std::string() : "expected a positive number" + detail::got(text);
+      },
+      "POSITIVE");
+}
+
+// A finite number >= 0.
+inline CLI::Validator non_negative() {
+  return CLI::Validator(
+      [](std::string& text) {
+        double v;
+        return detail::to_double(text, v) && v >= 0 ? std::string()
+                                                    : "expected a number >= 0" + detail::got(text);
+      },
+      "NONNEGATIVE");
+}
+
+// An integer in [lo, hi].
+inline CLI::Validator integer_in(long long lo, long long hi) {
+  const std::string range = "[" + detail::str(lo) + ", " + detail::str(hi) + "]";
+  return CLI::Validator(
+      [lo, hi, range](std::string& text) {
+        long long v;
+        return detail::to_integer(text, v) && v >= lo && v <= hi ? std::string()
+                                                                 : "expected an integer in " + range + detail::got(text);
+      },
+      range);
+}
+
+// An int >= lo (and at most INT_MAX, so that it fits the flag's variable).
+inline CLI::Validator integer_from(int lo) {
+  return CLI::Validator(
+      [lo](std::string& text) {
+        long long v;
+        return detail::to_integer(text, v) && v >= lo && v <= std::numeric_limits<int>::max()
+                   ? std::string()
+                   : "expected an integer >= " + detail::str(lo) + detail::got(text);
+      },
+      ">= " + detail::str(lo));
+}
+
+// A finite number in [lo, hi].
+inline CLI::Validator number_in(double lo, double hi) {
+  const std::string range = "[" + detail::str(lo) + ", " + detail::str(hi) + "]";
+  return CLI::Validator(
+      [lo, hi, range](std::string& text) {
+        double v;
+        return detail::to_double(text, v) && v >= lo && v <= hi ? std::string()
+                                                                : "expected a number in " + range + detail::got(text);
+      },
+      range);
+}
+
+// ---- settings and run options as flags --------------------------------------------------------
+
+// The setting `flag` ("--d-model", saved under "d-model") bound to `value`, its default shown in
+// --help; returns the option for ->check().
+template <class T>
+CLI::Option* add_setting(CLI::App& app, Settings& settings, const std::string& flag, T& value,
+                         const std::string& help) {
+  settings.add(flag.substr(2), value);
+  return app.add_option(flag, value, help)->capture_default_str();
+}
+
+// A setting given as a flag without a value (given: true; default and older checkpoints: false).
+inline CLI::Option* add_setting_flag(CLI::App& app, Settings& settings, const std::string& flag, bool& value,
+                                     const std::string& help) {
+  settings.add_flag(flag.substr(2), value);
+  return app.add_flag(flag, value, help);
+}
+
+// --bf16: train under xgrad::AutocastGuard (bf16 gemms in linear, matmul and attention, fp32
+// everywhere else), saved with the settings.
+inline CLI::Option* add_bf16_flag(CLI::App& app, Settings& settings, bool& bf16) {
+  return add_setting_flag(app, settings, "--bf16", bf16,
+                          "bfloat16 autocast (torch.autocast on CPU): bf16 gemms with fp32 accumulation in linear, "
+                          "matmul and attention; everything else, the gradients and the optimizer in fp32");
+}
+
+// --checkpoint, --checkpoint-interval, --resume, --csv, --save-weights, --stop-at, --threads.
+inline void add_run_flags(CLI::App& app, RunOptions& run) {
+  app.add_option("--checkpoint", run.checkpoint_path, "checkpoint file (written atomically); empty: none")
+      ->capture_default_str();
+  app.add_option("--checkpoint-interval", run.checkpoint_interval, "steps between checkpoints; 0: only at the end")
+      ->check(integer_from(0))
+      ->capture_default_str();
+  app.add_option("--resume", run.resume_path, "continue the run saved in this checkpoint")->check(CLI::ExistingFile);
+  app.add_option("--csv", run.csv_path, "metrics file (step,loss,accuracy,lr,elapsed); empty: none")
+      ->capture_default_str();
+  app.add_option("--save-weights", run.weights_path, "write the final weights as safetensors (loads in PyTorch)");
+  app.add_option("--stop-at", run.stop_at, "stop at this step with a checkpoint, as Ctrl-C does")
+      ->check(integer_from(0));
+  app.add_option("--threads", run.threads,
+                 "xgrad::set_num_threads (>= 1, as torch.set_num_threads: no 0 for 'every core', pass "
+                 "$(nproc)); a resumed run should use the same count to continue bit for bit")
+      ->check(integer_in(1, 256))
+      ->capture_default_str();
+}
+
+// For prepare_run(): whether the setting `key` was given on the command line (as "--" + key).
+inline std::function<bool(const std::string&)> given(const CLI::App& app) {
+  return [&app](const std::string& key) { return app.count("--" + key) != 0; };
+}
+
+}  // namespace xgrad::train::cli

@@ -1,0 +1,383 @@
+#include "trainer.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+
+#include <xgrad/backend/bf16.hpp>
+#include <xgrad/backend/gemm.hpp>
+#include <xgrad/serialize/safetensors.hpp>
+#include <xgrad/xgrad.hpp>
+
+namespace xgrad::train {
+
+namespace optim = xgrad::optim;
+
+namespace {
+
+// Metadata key of the number of processes that wrote a checkpoint (absent: 1).
+constexpr const char* kWorldSizeKey = "world_size";
+
+// Prints `message` and returns `status`; in a world of several ranks, ends the whole job first.
+int fail(World& world, const std::string& message, int status) {
+  std::fflush(stdout);
+  if (world.size() > 1) world.abort(message, status);
+  std::fprintf(stderr, "%s\n", message.c_str());
+  return status;
+}
+
+}  // namespace
+
+int guarded(const std::string& program, const std::function<int()>& body, World& world) {
+  try {
+    return body();
+  } catch (const Refused& e) {
+    return fail(world, e.what(), 2);
+  } catch (const std::exception& e) {
+    return fail(world, (world.size() > 1 ? "" : "\n") + program + ": " + e.what(), 1);
+  }
+}
+
+std::string precision_description(bool bf16) {
+  return bf16 ? std::string("bfloat16 autocast, gemm: ") + xgrad::detail::bf16_gemm_path() : "float32";
+}
+
+// ---- resuming --------------------------------------------------------------------------------
+
+namespace {
+
+// Checkpoint metadata: the settings ("config.<key>") and the LoopState. Doubles are written in
+// hexadecimal (%a) so that they read back to the same bits.
+std::map<std::string, std::string> metadata_of(const Settings& settings, const LoopState& state) {
+  std::map<std::string, std::string> m;
+  for (const auto& [key, value] : settings.values()) m["config." + key] = value;
+  const auto hex = [](double v) {
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "%a", v);
+    return std::string(buf);
+  };
+  m["loss_sum"] = hex(state.loss_sum);
+  m["loss_count"] = std::to_string(state.loss_count);
+  m["accuracy"] = hex(state.accuracy);
+  m["elapsed"] = hex(state.elapsed);
+  return m;
+}
+
+}  // namespace
+
+Resumed prepare_run(const std::string& program, const RunOptions& run, Settings& settings, World& world,
+                    const std::function<bool(const std::string& key)>& given_on_command_line) {
+  if (launched_world_size() != world.size())
+    throw Refused(program + " was started by mpirun with " + std::to_string(launched_world_size()) +
+                  " processes but trains in a world of " + std::to_string(world.size()) +
+                  " (data parallelism needs a build with MPI, -DXGRAD_WITH_MPI=ON with Open MPI installed, and a "
+                  "program that trains data-parallel): start it without mpirun, or with mpirun -np 1");
+  xgrad::set_num_threads(run.threads);
+  Resumed r;
+  if (run.resume_path.empty()) return r;
+  try {
+    r.checkpoint = xgrad::load_checkpoint<float>(run.resume_path);
+  } catch (const std::exception& e) {
+    throw Refused(std::string("cannot resume: ") + e.what());
+  }
+  const std::map<std::string, std::string>& m = r.checkpoint->metadata;
+  std::map<std::string, std::string> saved;
+  for (const auto& [key, value] : m)
+    if (key.rfind("config.", 0) == 0) saved[key.substr(7)] = value;
+  settings.complete(saved);
+  const auto given = settings.values();
+  try {
+    settings.assign(saved);  // checks that every setting is there before comparing
+    r.state.step = static_cast<int>(r.checkpoint->step);
+    r.state.loss_sum = std::stod(m.at("loss_sum"));
+    r.state.loss_count = std::stoi(m.at("loss_count"));
+    r.state.accuracy = std::stod(m.at("accuracy"));
+    r.state.elapsed = std::stod(m.at("elapsed"));
+  } catch (const std::logic_error&) {  // std::out_of_range, std::invalid_argument
+    throw Refused("cannot resume: " + run.resume_path + " is not a checkpoint of " + program +
+                  " (its metadata lacks the run's settings)");
+  }
+  const auto world_size = m.find(kWorldSizeKey);
+  const std::string saved_world = world_size == m.end() ? "1" : world_size->second;
+  if (saved_world != std::to_string(world.size()))
+    throw Refused("cannot resume: " + run.resume_path + " was written by a run of " + saved_world +
+                  " process(es), this one has " + std::to_string(world.size()) + " (start it with mpirun -np " +
+                  saved_world + ")");
+  if (given_on_command_line)
+    for (const auto& [key, value] : given) {
+      const std::string& theirs = saved.at(key);
+      if (given_on_command_line(key) && value != theirs)
+        throw Refused("--" + key + " " + value + " differs from the checkpoint's " + theirs + " (" +
+                      run.resume_path + ")");
+    }
+  return r;
+}
+
+// ---- progress, CSV ---------------------------------------------------------------------------
+
+namespace {
+
+// Ctrl-C sets the flag, which the loop checks after each step; a second Ctrl-C ends the program
+// at once (a checkpoint being written is then left as it was before: saves are atomic).
+volatile std::sig_atomic_t g_interrupted = 0;
+extern "C" void on_sigint(int) {
+  g_interrupted = 1;
+  std::signal(SIGINT, SIG_DFL);
+}
+
+std::string format_duration(double seconds) {
+  const long s = std::lround(std::max(0.0, seconds));
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%ld:%02ld", s / 60, s % 60);
+  return buf;
+}
+
+// step,loss,accuracy,lr,elapsed: one row per evaluation. A resumed run keeps the rows up to its
+// step (a run stopped after its last checkpoint may have written more) and appends.
+class CsvLog {
+ public:
+  CsvLog(const std::string& path, int resumed_step) {
+    if (path.empty()) return;
+    std::vector<std::string> kept;
+    if (resumed_step > 0) {
+      std::ifstream in(path);
+      std::string line;
+      while (std::getline(in, line))
+        if (!line.empty() && std::isdigit(static_cast<unsigned char>(line[0])) && std::stoi(line) <= resumed_step)
+          kept.push_back(line);
+    }
+    out_.open(path, std::ios::trunc);
+    if (!out_) throw std::runtime_error("cannot write the CSV log " + path + ": expected a writable path");
+    out_ << "step,loss,accuracy,lr,elapsed\n";
+    for (const auto& line : kept) out_ << line << '\n';
+    out_.flush();
+  }
+  void row(const Metrics& m) {
+    if (!out_.is_open()) return;
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "%d,%.9g,%.9g,%.9g,%.3f\n", m.step, m.loss, m.accuracy, m.lr, m.elapsed);
+    out_ << buf;
+    out_.flush();
+  }
+
+ private:
+  std::ofstream out_;
+};
+
+}  // namespace
+
+// Under mpirun, a rank's stdout is a pseudo-terminal of Open MPI's even when mpirun's own output
+// goes to a file: plain lines there.
+Progress::Progress() : tty_(isatty(STDOUT_FILENO) != 0 && std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr) {}
+
+void Progress::update(int step, int steps, double loss, double accuracy, int steps_run, double seconds, bool row) {
+  const double rate = seconds > 0 ? steps_run / seconds : 0;
+  const double left = rate > 0 ? (steps - step) / rate : 0;
+  char line[200];
+  char acc[16] = "     -";
+  if (accuracy >= 0) std::snprintf(acc, sizeof acc, "%6.2f%%", 100 * accuracy);
+  std::snprintf(line, sizeof line, "step %*d/%d | loss %.4f | held-out accuracy %s | %5.1f steps/s | %s left",
+                int(std::to_string(steps).size()), step, steps, loss, acc, rate, format_duration(left).c_str());
+  if (tty_) {
+    const auto now = std::chrono::steady_clock::now();
+    if (!row && step != steps && now - last_draw_ < std::chrono::milliseconds(100)) return;
+    last_draw_ = now;
+    std::printf("\r%s\033[K", line);
+  } else if (row) {
+    std::printf("%s\n", line);
+  }
+  std::fflush(stdout);
+  drawn_ = tty_;
+}
+
+void Progress::note(const std::string& message) {
+  finish();
+  std::printf("%s\n", message.c_str());
+  std::fflush(stdout);
+}
+
+void Progress::finish() {
+  if (drawn_) std::printf("\n");
+  drawn_ = false;
+}
+
+// ---- callbacks -------------------------------------------------------------------------------
+
+void Callback::on_train_batch_end(Trainer&, int, double) {}
+void Callback::on_validation_end(Trainer&, const Metrics&) {}
+void Callback::on_save_checkpoint(Trainer&, std::map<std::string, std::string>&) {}
+void Callback::on_fit_end(Trainer&) {}
+
+void LambdaCallback::on_train_batch_end(Trainer& trainer, int step, double loss) {
+  if (train_batch_end) train_batch_end(trainer, step, loss);
+}
+void LambdaCallback::on_validation_end(Trainer& trainer, const Metrics& metrics) {
+  if (validation_end) validation_end(trainer, metrics);
+}
+void LambdaCallback::on_save_checkpoint(Trainer& trainer, std::map<std::string, std::string>& metadata) {
+  if (save_checkpoint) save_checkpoint(trainer, metadata);
+}
+void LambdaCallback::on_fit_end(Trainer& trainer) {
+  if (fit_end) fit_end(trainer);
+}
+
+// ---- the loop --------------------------------------------------------------------------------
+
+Trainer::Trainer(std::string program, const RunOptions& run, const Settings& settings, Resumed resumed,
+                 xgrad::nn::Module<float>& model, optim::Optimizer<float>& optimizer,
+                 optim::LRScheduler<float>* schedule, TrainerOptions options, World& world)
+    : program_(std::move(program)),
+      run_(run),
+      settings_(settings),
+      model_(model),
+      optimizer_(optimizer),
+      schedule_(schedule),
+      options_(options),
+      world_(world),
+      state_(resumed.state),
+      first_step_(resumed.state.step),
+      elapsed_before_(resumed.state.elapsed),
+      start_(std::chrono::steady_clock::now()) {
+  if (options_.max_steps < 0)
+    throw std::invalid_argument("Trainer: expected max_steps >= 0, got " + std::to_string(options_.max_steps));
+  if (options_.val_check_interval < 1)
+    throw std::invalid_argument("Trainer: expected val_check_interval >= 1, got " +
+                                std::to_string(options_.val_check_interval));
+  if (resumed.checkpoint) {
+    try {
+      resumed.checkpoint->restore(model, optimizer, schedule, xgrad::default_generator());
+    } catch (const std::exception& e) {
+      throw Refused("cannot resume from " + run.resume_path + ": " + e.what());
+    }
+    if (world_.size() > 1) {
+      // This rank's generator, from the states of every rank.
+      try {
+        const auto states =
+            xgrad::rank_generators_from_string(resumed.checkpoint->metadata.at(xgrad::kRankGeneratorsKey));
+        xgrad::default_generator().set_state(states.at(static_cast<std::size_t>(world_.rank())));
+      } catch (const std::exception& e) {
+        throw Refused("cannot resume from " + run.resume_path + ": its generator states: " + e.what());
+      }
+    }
+    if (world_.is_main())
+      std::printf("resumed from %s at step %d of %d\n", run.resume_path.c_str(), state_.step, options_.max_steps);
+  }
+}
+
+void Trainer::add_callback(std::shared_ptr<Callback> callback) {
+  if (!callback) throw std::invalid_argument("Trainer::add_callback: expected a callback, got a null pointer");
+  callbacks_.push_back(std::move(callback));
+}
+
+double Trainer::elapsed() const {
+  return elapsed_before_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
+
+void Trainer::save(const char* why) {
+  if (run_.checkpoint_path.empty()) return;
+  std::map<std::string, std::string> metadata = metadata_of(settings_, state_);
+  for (const auto& callback : callbacks_) callback->on_save_checkpoint(*this, metadata);
+  if (world_.size() > 1) {
+    // Every rank's generator, gathered to every rank; rank 0 alone writes, the others wait for the
+    // file (a failed write ends the job through guarded()).
+    metadata[kWorldSizeKey] = std::to_string(world_.size());
+    std::vector<xgrad::GeneratorState> states;
+    const std::string mine = xgrad::rank_generators_to_string({xgrad::default_generator().get_state()});
+    for (const std::string& text : world_.all_gather_string(mine))
+      states.push_back(xgrad::rank_generators_from_string(text).at(0));
+    metadata[xgrad::kRankGeneratorsKey] = xgrad::rank_generators_to_string(states);
+  }
+  if (world_.is_main())
+    xgrad::save_checkpoint(run_.checkpoint_path, model_, optimizer_, schedule_, xgrad::default_generator(),
+                           state_.step, std::move(metadata));
+  world_.barrier();
+  if (world_.is_main())
+    progress_.note("checkpoint " + run_.checkpoint_path + " (step " + std::to_string(state_.step) + ", " + why + ")");
+}
+
+std::optional<int> Trainer::fit(const std::function<xgrad::Tensor<float>(int step)>& training_step,
+                                const std::function<double()>& validation_step) {
+  const bool main = world_.is_main();
+  const int ranks = world_.size();
+  CsvLog csv(main ? run_.csv_path : std::string(), state_.step);
+  const std::string how_to_continue = run_.checkpoint_path.empty()
+                                          ? "no checkpoint written (--checkpoint is empty)"
+                                          : "continue with --resume " + run_.checkpoint_path;
+  g_interrupted = 0;
+  std::signal(SIGINT, on_sigint);
+  const std::vector<xgrad::Tensor<float>> params = model_.parameters();
+  start_ = std::chrono::steady_clock::now();
+  const int steps = options_.max_steps;
+  model_.train();
+  while (state_.step < steps) {
+    const xgrad::Tensor<float> loss = training_step(state_.step);
+    optimizer_.zero_grad();
+    loss.backward();
+    if (options_.gradient_clip_val > 0) optim::clip_grad_norm_(params, options_.gradient_clip_val);
+    const double lr = optimizer_.param_groups()[0].options().get_lr();
+    optimizer_.step();
+    if (schedule_ != nullptr) schedule_->step();
+    ++state_.step;
+    // The mean loss over ranks, and whether any rank was interrupted (so that all stop together).
+    double reduced[2] = {loss.item(), g_interrupted ? 1.0 : 0.0};
+    world_.all_reduce_sum(reduced, 2);
+    const bool interrupted = reduced[1] > 0;
+    const double step_loss = ranks > 1 ? reduced[0] / ranks : reduced[0];
+    state_.loss_sum += step_loss;
+    ++state_.loss_count;
+    for (const auto& callback : callbacks_) callback->on_train_batch_end(*this, state_.step, step_loss);
+
+    const int run_steps = state_.step - first_step_;
+    if (state_.step % options_.val_check_interval == 0 || state_.step == steps) {
+      state_.accuracy = validation_step();
+      const Metrics metrics{state_.step, state_.loss_sum / state_.loss_count, state_.accuracy, lr, elapsed()};
+      csv.row(metrics);
+      if (main)
+        progress_.update(state_.step, steps, metrics.loss, state_.accuracy, run_steps, elapsed() - elapsed_before_,
+                         /*row=*/true);
+      state_.loss_sum = 0;
+      state_.loss_count = 0;
+      for (const auto& callback : callbacks_) callback->on_validation_end(*this, metrics);
+    } else if (main) {
+      progress_.update(state_.step, steps, state_.loss_sum / state_.loss_count, state_.accuracy, run_steps,
+                       elapsed() - elapsed_before_, /*row=*/false);
+    }
+    state_.elapsed = elapsed();
+    if (interrupted) {
+      save("interrupted");
+      progress_.finish();
+      if (main) std::printf("stopped by Ctrl-C at step %d; %s\n", state_.step, how_to_continue.c_str());
+      return 130;
+    }
+    if (state_.step == run_.stop_at && state_.step < steps) {
+      save("--stop-at");
+      progress_.finish();
+      if (main) std::printf("stopped at step %d (--stop-at); %s\n", state_.step, how_to_continue.c_str());
+      return 0;
+    }
+    if (run_.checkpoint_interval > 0 && state_.step % run_.checkpoint_interval == 0 && state_.step < steps)
+      save("periodic");
+  }
+  save("final");
+  progress_.finish();
+  for (const auto& callback : callbacks_) callback->on_fit_end(*this);
+  return std::nullopt;
+}
+
+void Trainer::finish() {
+  if (!world_.is_main()) return;
+  std::printf("wall time: %.1f s for %d steps in this run (%.1f s in total)\n", elapsed() - elapsed_before_,
+              state_.step - first_step_, elapsed());
+  if (!run_.weights_path.empty()) {
+    xgrad::save_safetensors(model_, run_.weights_path);
+    std::printf("weights: %s\n", run_.weights_path.c_str());
+  }
+}
+
+}  // namespace xgrad::train
