@@ -38,7 +38,7 @@
 //
 // A new .cpp file with a block adds its name to that list (the link fails with an undefined
 // reference to xgrad::detail::register_gradchecks_<name> only for a listed name without a block;
-// tests/test_gradcheck_checks.cpp fails for a block whose name is not listed, or whose name is not
+// tests/core/test_gradcheck_checks.cpp fails for a block whose name is not listed, or whose name is not
 // <folder>_<file stem>). Checks of code outside the library are added at run time with
 // register_gradcheck().
 #pragma once

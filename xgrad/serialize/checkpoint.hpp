@@ -21,7 +21,7 @@
 //
 // A distributed run (one process per rank, each with its own generator) keeps every rank's
 // generator state in the metadata, under kRankGeneratorsKey, as one line of text; rank 0 writes
-// the file and every rank resumes from it, taking its own state (examples/support/training.cpp):
+// the file and every rank resumes from it, taking its own state (xgrad/train/trainer.cpp):
 //
 //   std::vector<GeneratorState> states = ...;                 // gathered from every rank, by rank
 //   metadata[kRankGeneratorsKey] = rank_generators_to_string(states);
