@@ -19,7 +19,7 @@ struct TrainingRun {
   float eval_before = 0, eval_after = 0;  // the same loss in eval mode (no dropout)
 };
 
-TrainingRun train(std::uint64_t seed, int steps, double lr) {
+TrainingRun run_training(std::uint64_t seed, int steps, double lr) {
   manual_seed(seed);  // initial values, the input and every dropout mask
   auto layer = std::make_shared<nn::TransformerEncoderLayer<float>>(nn::TransformerEncoderLayerOptions(4, 2)
                                                                         .dim_feedforward(64)
@@ -59,7 +59,7 @@ float mean(const std::vector<float>& v, std::size_t begin, std::size_t end) {
 }  // namespace
 
 TEST(OptimTraining, TwoHundredAdamStepsLowerTheEncoderLossFiveFold) {
-  const TrainingRun run = train(/*seed=*/1234, 200, /*lr=*/1e-2);
+  const TrainingRun run = run_training(/*seed=*/1234, 200, /*lr=*/1e-2);
   const float first = run.losses.front();
   const float last10 = mean(run.losses, 190, 200);  // dropout makes single losses noisy
   std::printf("[training] loss (dropout 0.2): first %.4g, mean of the last 10 %.4g (%.1fx); "
@@ -71,7 +71,7 @@ TEST(OptimTraining, TwoHundredAdamStepsLowerTheEncoderLossFiveFold) {
 }
 
 TEST(OptimTraining, ReproducibleForAFixedSeed) {
-  const TrainingRun a = train(7, 30, 1e-2), b = train(7, 30, 1e-2), c = train(8, 30, 1e-2);
+  const TrainingRun a = run_training(7, 30, 1e-2), b = run_training(7, 30, 1e-2), c = run_training(8, 30, 1e-2);
   EXPECT_EQ(a.losses, b.losses);  // bit for bit
   EXPECT_EQ(a.eval_after, b.eval_after);
   EXPECT_NE(a.losses, c.losses);  // and the seed matters
