@@ -178,3 +178,26 @@ TEST(AutogradGrad, Errors) {
   m = message_of([&] { autograd::grad(sum(y), {}); });
   EXPECT_TRUE(contains(m, "non-empty inputs")) << m;
 }
+
+namespace {
+// y = k x with its own backward.
+struct Times : autograd::Function<Times> {
+  static T64 forward(autograd::AutogradContext<double>* ctx, const T64& x, double k) {
+    ctx->saved_data["k"] = k;
+    return T64(Array<double>(x.value() * k));
+  }
+  static std::vector<T64> backward(autograd::AutogradContext<double>* ctx, std::vector<T64> g) {
+    return {T64(Array<double>(g[0].value() * std::any_cast<double>(ctx->saved_data.at("k"))))};
+  }
+};
+}  // namespace
+
+// Through an autograd::Function, with a hook on its output: d sum(4 * hooked(3x)) / dx = 4 * 2 * 3.
+TEST(AutogradGrad, ThroughAFunctionWithAHookOnItsOutput) {
+  auto x = vec({1, 2});
+  auto y = Times::apply(x, 3.0);
+  y.register_hook([](const Array<double>& g) { return Array<double>(g * 2.0); });
+  auto g = autograd::grad(sum(y * 4.0), {x});
+  EXPECT_EQ(g[0].value(), arr({24, 24}));
+  EXPECT_FALSE(x.has_grad());
+}
