@@ -31,6 +31,41 @@ void run_backward(const Tensor<T>& root, Array<T> gradient, bool retain_graph);
 // queued callbacks.
 void queue_backward_callback(std::function<void()> callback);
 
+}  // namespace xgrad
+
+namespace xgrad::autograd {
+
+// torch.autograd.grad without create_graph: the gradients of `outputs` with respect to `inputs`,
+// one per input, in order, as new tensors that do not require grad. Nothing else changes: no
+// tensor's grad() is written and no post-accumulate-grad hook runs, while register_hook hooks on
+// the tensors the gradient flows through (inputs included) do run. Only the part of the graph
+// between the outputs and the inputs runs its backward.
+//   grad_outputs: one gradient per output, of its shape ("vector-Jacobian product"); may be
+//     omitted ({}) when every output has one element (each is seeded with 1).
+//   retain_graph: as in backward(); without it, the part of the graph that ran is freed.
+//   allow_unused: an input the outputs do not depend on gets an undefined Tensor; without it,
+//     that throws.
+// The gradients are not differentiable again (there is no create_graph): they are plain values.
+//   auto g = xgrad::autograd::grad({loss}, {w, b});   // g[0] == dloss/dw, w.grad() untouched
+std::vector<Tensor<float>> grad(const std::vector<Tensor<float>>& outputs, const std::vector<Tensor<float>>& inputs,
+                                const std::vector<Array<float>>& grad_outputs = {}, bool retain_graph = false,
+                                bool allow_unused = false);
+std::vector<Tensor<double>> grad(const std::vector<Tensor<double>>& outputs,
+                                 const std::vector<Tensor<double>>& inputs,
+                                 const std::vector<Array<double>>& grad_outputs = {}, bool retain_graph = false,
+                                 bool allow_unused = false);
+// One output: autograd::grad(loss, {w, b}).
+std::vector<Tensor<float>> grad(const Tensor<float>& output, const std::vector<Tensor<float>>& inputs,
+                                const std::vector<Array<float>>& grad_outputs = {}, bool retain_graph = false,
+                                bool allow_unused = false);
+std::vector<Tensor<double>> grad(const Tensor<double>& output, const std::vector<Tensor<double>>& inputs,
+                                 const std::vector<Array<double>>& grad_outputs = {}, bool retain_graph = false,
+                                 bool allow_unused = false);
+
+}  // namespace xgrad::autograd
+
+namespace xgrad {
+
 // Sums a (broadcast) gradient back to `shape`: the reverse of NumPy broadcasting.
 template <class T>
 Array<T> sum_to(const Array<T>& grad, const Shape& shape);

@@ -11,6 +11,7 @@
 #include <functional>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -73,6 +74,10 @@ struct Node {
   // Leaves only: called by run_backward once this leaf's gradient holds every contribution of the
   // current backward (Tensor::register_post_accumulate_grad_hook), in registration order.
   std::vector<std::pair<std::uint64_t, std::function<void(Tensor<T>&)>>> post_accumulate_grad_hooks;
+  // Tensor::register_hook's hooks, in registration order: each gets the gradient flowing into
+  // this node (its total for the current backward) and may return a replacement. Empty for almost
+  // every node: the engine only checks emptiness on its fast path.
+  std::vector<std::pair<std::uint64_t, std::function<std::optional<Array<T>>(const Array<T>&)>>> grad_hooks;
 
   Node<T>& input(std::size_t i) { return *inputs[i]; }
   // For backward closures. input_value and output_value read a value saved for the backward:
@@ -153,6 +158,40 @@ class Tensor {
   // use the argument.
   RemovableHandle register_post_accumulate_grad_hook(std::function<void(Tensor<T>&)> hook);
 
+  // torch's Tensor.register_hook: on any tensor that requires grad (leaf or not), `hook` runs each
+  // time a gradient for this tensor is computed, with that gradient, and may replace it:
+  //   x.register_hook([](const Array<T>& g) { return Array<T>(g * 2.0); });  // doubles it
+  //   x.register_hook([](const Array<T>& g) { std::cout << g; });            // only looks
+  // The hook takes `const Array<T>&` and returns void (keep the gradient), an Array<T> (or an
+  // expression convertible to one) that replaces it, or a std::optional<Array<T>> (std::nullopt
+  // keeps it). A replacement must have the tensor's shape. On a non-leaf, the gradient is this
+  // tensor's total gradient of the backward, before it flows on to its inputs; on a leaf, the sum
+  // of this backward's contributions, before it is added to grad() (and before the
+  // post-accumulate-grad hooks). Several hooks run in registration order, each one seeing the
+  // previous one's result. autograd::grad runs them too. The same cycle rule as above applies:
+  // capture no Tensor handle of this tensor in the hook.
+  using GradHook = std::function<std::optional<Array<T>>(const Array<T>&)>;
+  template <class F>
+  RemovableHandle register_hook(F&& hook) {
+    using R = std::invoke_result_t<F&, const Array<T>&>;
+    using D = std::decay_t<F>;
+    if constexpr (std::is_void_v<R>) {
+      return add_grad_hook([h = D(std::forward<F>(hook))](const Array<T>& g) mutable -> std::optional<Array<T>> {
+        h(g);
+        return std::nullopt;
+      });
+    } else if constexpr (std::is_same_v<std::decay_t<R>, std::optional<Array<T>>>) {
+      return add_grad_hook(GradHook(std::forward<F>(hook)));
+    } else {
+      static_assert(std::is_constructible_v<Array<T>, R>,
+                    "register_hook: the hook must take const Array<T>& and return void, an Array<T> or a "
+                    "std::optional<Array<T>>");
+      return add_grad_hook([h = D(std::forward<F>(hook))](const Array<T>& g) mutable -> std::optional<Array<T>> {
+        return Array<T>(h(g));
+      });
+    }
+  }
+
   // backward() on a scalar seeds its gradient with 1; a non-scalar needs the gradient.
   void backward(bool retain_graph = false) const;
   void backward(const Array<T>& gradient, bool retain_graph = false) const;
@@ -162,6 +201,7 @@ class Tensor {
 
  private:
   Node<T>& checked() const;
+  RemovableHandle add_grad_hook(GradHook hook);
   std::shared_ptr<Node<T>> node_;
 };
 

@@ -1,0 +1,126 @@
+// autograd::Function (core/function.hpp): user ops with their own backward; gradcheck on one and several outputs,
+// non-differentiable outputs, saved tensors' version check, needs_input_grad, saved_data.
+#include "test_util.hpp"
+
+#include <string>
+#include <vector>
+
+using namespace xgrad;
+using namespace xgrad::testing;
+using xgrad::autograd::AutogradContext;
+
+namespace {
+
+// y = x * sigmoid(x) * scale; dy/dx = scale * s (1 + x (1 - s)).
+struct ScaledSiLU : autograd::Function<ScaledSiLU> {
+  static T64 forward(AutogradContext<double>* ctx, T64 x, double scale) {
+    ctx->save_for_backward({x});
+    ctx->saved_data["scale"] = scale;
+    Array<double> s = 1.0 / (1.0 + xt::exp(-x.value()));
+    return T64(Array<double>(x.value() * s * scale));
+  }
+  static std::vector<T64> backward(AutogradContext<double>* ctx, std::vector<T64> g) {
+    const Array<double> x = ctx->get_saved_variables()[0].value();
+    double scale = std::any_cast<double>(ctx->saved_data.at("scale"));
+    Array<double> s = 1.0 / (1.0 + xt::exp(-x));
+    return {T64(Array<double>(g[0].value() * scale * s * (1.0 + x * (1.0 - s))))};
+  }
+};
+
+// (a*b, a+b, sign(a)): two differentiable outputs and one that is not.
+struct MulAdd : autograd::Function<MulAdd> {
+  static std::vector<T64> forward(AutogradContext<double>* ctx, T64 a, T64 b) {
+    ctx->save_for_backward({a, b});
+    T64 sign(Array<double>(xt::sign(a.value())));
+    ctx->mark_non_differentiable({sign});
+    return {T64(Array<double>(a.value() * b.value())), T64(Array<double>(a.value() + b.value())), sign};
+  }
+  static std::vector<T64> backward(AutogradContext<double>* ctx, std::vector<T64> g) {
+    auto saved = ctx->get_saved_variables();
+    T64 ga, gb;
+    if (ctx->needs_input_grad(0)) ga = T64(Array<double>(g[0].value() * saved[1].value() + g[1].value()));
+    if (ctx->needs_input_grad(1)) gb = T64(Array<double>(g[0].value() * saved[0].value() + g[1].value()));
+    return {ga, gb};
+  }
+};
+
+std::vector<bool> seen_needs;
+struct Record : autograd::Function<Record> {
+  static T64 forward(AutogradContext<double>* ctx, T64 a, T64 b) {
+    seen_needs = {ctx->needs_input_grad(0), ctx->needs_input_grad(1)};
+    return T64(Array<double>(a.value() + b.value()));
+  }
+  static std::vector<T64> backward(AutogradContext<double>*, std::vector<T64> g) { return {g[0], g[0]}; }
+};
+
+}  // namespace
+
+TEST(AutogradFunction, GradcheckSingleOutputWithSavedData) {
+  expect_gradcheck([](const Inputs& in) { return ScaledSiLU::apply(in[0], 1.5); }, {input({3, 4})});
+}
+
+TEST(AutogradFunction, GradcheckSeveralOutputs) {
+  expect_gradcheck([](const Inputs& in) {
+    auto o = MulAdd::apply(in[0], in[1]);
+    return o[0] * 2.0 + o[1] * o[1];
+  }, {input({2, 3}, 1), input({2, 3}, 2)});
+  // Only one output reached: the other's gradient is zeros.
+  expect_gradcheck([](const Inputs& in) { return MulAdd::apply(in[0], in[1])[1]; }, {input({2, 3}, 3), input({2, 3}, 4)});
+}
+
+TEST(AutogradFunction, NonDifferentiableOutput) {
+  auto o = MulAdd::apply(input({2}, 1), input({2}, 2));
+  EXPECT_TRUE(o[0].requires_grad());
+  EXPECT_FALSE(o[2].requires_grad());
+}
+
+TEST(AutogradFunction, InPlaceChangeOfSavedTensorThrows) {
+  auto x = input({3});
+  auto y = ScaledSiLU::apply(x, 1.0);
+  x.mutable_value()(0) += 1.0;
+  EXPECT_THROW(sum(y).backward(), std::invalid_argument);
+}
+
+TEST(AutogradFunction, NeedsInputGrad) {
+  auto a = input({2});
+  auto b = from_vector<double>({1.0, 2.0}, {2}, false);
+  Record::apply(a, b);
+  EXPECT_EQ(seen_needs, (std::vector<bool>{true, false}));
+  Record::apply(b, a);
+  EXPECT_EQ(seen_needs, (std::vector<bool>{false, true}));
+  auto o = MulAdd::apply(a, b);
+  sum(o[0]).backward();
+  EXPECT_TRUE(a.has_grad());
+  EXPECT_FALSE(b.has_grad());
+}
+
+TEST(AutogradFunction, NoGraphWithoutGradInputs) {
+  auto b = from_vector<double>({1.0, 2.0}, {2}, false);
+  EXPECT_FALSE(ScaledSiLU::apply(b, 1.0).requires_grad());
+}
+
+// The README's example, verbatim.
+namespace {
+using xgrad::autograd::AutogradContext;
+struct Scale : xgrad::autograd::Function<Scale> {
+  static Tensor<double> forward(AutogradContext<double>* ctx, const Tensor<double>& x, double k) {
+    ctx->save_for_backward({x});          // version-checked: an in-place change of x then throws
+    ctx->saved_data["k"] = k;             // std::map<std::string, std::any>
+    return Tensor<double>(Array<double>(x.value() * k));
+  }
+  static std::vector<Tensor<double>> backward(AutogradContext<double>* ctx,
+                                              std::vector<Tensor<double>> grad_outputs) {
+    double k = std::any_cast<double>(ctx->saved_data.at("k"));
+    if (!ctx->needs_input_grad(0)) return {Tensor<double>()};
+    return {Tensor<double>(Array<double>(grad_outputs[0].value() * k))};
+  }
+};
+}  // namespace
+
+TEST(AutogradFunction, ReadmeExample) {
+  auto x = input({2, 3});
+  auto y = Scale::apply(x, 3.0);
+  sum(y).backward();
+  EXPECT_EQ(x.grad(), Array<double>(xt::ones<double>({2, 3}) * 3.0));
+  expect_gradcheck([](const Inputs& in) { return Scale::apply(in[0], 3.0); }, {input({2, 3})});
+}

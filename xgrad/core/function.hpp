@@ -1,0 +1,186 @@
+// User-defined differentiable ops, as LibTorch's torch::autograd::Function<T>:
+//
+//   struct SiLU : xgrad::autograd::Function<SiLU> {
+//     static Tensor<double> forward(AutogradContext<double>* ctx, Tensor<double> x) {
+//       ctx->save_for_backward({x});
+//       Array<double> y = x.value() / (1.0 + xt::exp(-x.value()));
+//       return Tensor<double>(std::move(y));
+//     }
+//     static std::vector<Tensor<double>> backward(AutogradContext<double>* ctx,
+//                                                 std::vector<Tensor<double>> grad_outputs) {
+//       const Array<double>& x = ctx->get_saved_variables()[0].value();
+//       Array<double> s = 1.0 / (1.0 + xt::exp(-x));
+//       return {Tensor<double>(Array<double>(grad_outputs[0].value() * s * (1.0 + x * (1.0 - s))))};
+//     }
+//   };
+//   auto y = SiLU::apply(x);
+//
+// forward runs without building a graph (its result values become the outputs); backward gets one
+// gradient per output (zeros for an output the loss does not reach) and returns one per Tensor
+// argument of forward, in order (an undefined Tensor for "no gradient"). Non-Tensor arguments
+// are passed through to forward. No create_graph: backward's result is not differentiated again.
+#pragma once
+
+#include <xgrad/base/check.hpp>
+#include <xgrad/core/grad_mode.hpp>
+#include <xgrad/core/graph.hpp>
+#include <xgrad/core/tensor.hpp>
+
+#include <any>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <typeinfo>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+namespace xgrad::autograd {
+
+// What forward and backward share (torch::autograd::AutogradContext).
+template <class T>
+class AutogradContext {
+ public:
+  // Tensors backward needs. Each one's version is recorded: get_saved_variables throws if one
+  // was changed in place since, as a built-in op's backward does.
+  void save_for_backward(std::vector<Tensor<T>> tensors) {
+    saved_ = std::move(tensors);
+    saved_versions_.clear();
+    for (const auto& t : saved_) saved_versions_.push_back(t.defined() ? t.version() : 0);
+  }
+  std::vector<Tensor<T>> get_saved_variables() const {
+    for (std::size_t i = 0; i < saved_.size(); ++i)
+      XGRAD_CHECK(!saved_[i].defined() || saved_[i].version() == saved_versions_[i],
+                  "autograd::Function: saved tensor ", i,
+                  " was modified by an inplace operation: expected version ", saved_versions_[i],
+                  ", got version ", saved_[i].version());
+    return saved_;
+  }
+  // Outputs that get no gradient (an index, a mask): their requires_grad is false.
+  void mark_non_differentiable(std::vector<Tensor<T>> outputs) {
+    for (const auto& t : outputs) non_differentiable_.insert(t.node().get());
+  }
+  // needs_input_grad(i): whether the i-th Tensor argument of forward requires grad.
+  bool needs_input_grad(std::size_t i) const {
+    XGRAD_CHECK(i < needs_input_grad_.size(), "autograd::Function: needs_input_grad(", i,
+                ") with ", needs_input_grad_.size(), " Tensor inputs");
+    return needs_input_grad_[i];
+  }
+  // Anything else forward wants to hand to backward (torch's ctx->saved_data).
+  std::map<std::string, std::any> saved_data;
+
+  // Internal to Function::apply.
+  std::vector<bool> needs_input_grad_;
+  std::unordered_set<const Node<T>*> non_differentiable_;
+
+ private:
+  std::vector<Tensor<T>> saved_;
+  std::vector<std::uint64_t> saved_versions_;
+};
+
+namespace detail {
+template <class A> struct tensor_type { using type = void; };
+template <class U> struct tensor_type<Tensor<U>> { using type = U; };
+template <class... A> struct first_tensor { using type = void; };
+template <class A, class... R> struct first_tensor<A, R...> {
+  using head = typename tensor_type<std::decay_t<A>>::type;
+  using type = std::conditional_t<std::is_void_v<head>, typename first_tensor<R...>::type, head>;
+};
+template <class T, class A> void collect(std::vector<Tensor<T>>& out, const A& a) {
+  if constexpr (std::is_same_v<std::decay_t<A>, Tensor<T>>) out.push_back(a);
+}
+}  // namespace detail
+
+// Derive X from Function<X> and give it static forward(ctx, args...) and backward(ctx,
+// grad_outputs); call X::apply(args...). forward returns a Tensor<T> or a std::vector<Tensor<T>>.
+template <class X>
+struct Function {
+  template <class... Args>
+  static auto apply(Args&&... args) {
+    using T = typename detail::first_tensor<Args...>::type;
+    static_assert(!std::is_void_v<T>, "autograd::Function::apply: forward needs a Tensor argument");
+    std::vector<Tensor<T>> inputs;
+    (detail::collect<T>(inputs, args), ...);
+    auto ctx = std::make_shared<AutogradContext<T>>();
+    bool any_grad = false;
+    for (const auto& in : inputs) {
+      bool needs = is_grad_enabled() && in.defined() && in.requires_grad();
+      ctx->needs_input_grad_.push_back(needs);
+      any_grad = any_grad || needs;
+    }
+    using Out = decltype(X::forward(ctx.get(), std::forward<Args>(args)...));
+    Out out = [&] {
+      NoGradGuard no_grad;
+      return X::forward(ctx.get(), std::forward<Args>(args)...);
+    }();
+    if constexpr (std::is_same_v<Out, Tensor<T>>) {
+      if (!any_grad || ctx->non_differentiable_.count(out.node().get())) return out;
+      return make_result<T>(typeid(X).name(), take_value(out), inputs, [ctx](Node<T>& node) {
+        run_user_backward<T>(*ctx, node, {Tensor<T>(std::move(node.grad))});
+      });
+    } else {
+      return wrap_outputs<T>(ctx, inputs, std::move(out), any_grad);
+    }
+  }
+
+ private:
+  // Calls X::backward and accumulates its results into the inputs' gradients.
+  template <class T>
+  static void run_user_backward(AutogradContext<T>& ctx, Node<T>& node, std::vector<Tensor<T>> grads) {
+    std::vector<Tensor<T>> gi = X::backward(&ctx, std::move(grads));
+    XGRAD_CHECK(gi.size() == node.inputs.size(), "autograd::Function: backward should return ",
+                node.inputs.size(), " gradients (one per Tensor input), got ", gi.size());
+    for (std::size_t i = 0; i < gi.size(); ++i)
+      if (gi[i].defined() && node.input_needs_grad(i)) node.input(i).accumulate_grad(take_value(gi[i]));
+  }
+
+  // A tensor's value, moved out when no other handle can see it (a fresh result of forward or
+  // backward), copied otherwise (an input returned as is).
+  template <class T>
+  static Array<T> take_value(Tensor<T>& t) {
+    if (t.node().use_count() == 1 && t.node()->is_leaf && !t.node()->requires_grad)
+      return std::move(t.node()->value);
+    return Array<T>(t.value());
+  }
+
+  // Several outputs: one hidden node (a scalar placeholder value) runs X::backward once; each
+  // differentiable output is a node over it that parks its gradient in a shared slot.
+  template <class T>
+  static std::vector<Tensor<T>> wrap_outputs(std::shared_ptr<AutogradContext<T>> ctx,
+                                             const std::vector<Tensor<T>>& inputs,
+                                             std::vector<Tensor<T>> outs, bool any_grad) {
+    if (!any_grad) return outs;
+    struct Slots { std::vector<Array<T>> grads; std::vector<bool> has; std::vector<Shape> shapes; };
+    auto slots = std::make_shared<Slots>();
+    slots->grads.resize(outs.size());
+    slots->has.assign(outs.size(), false);
+    for (const auto& o : outs) slots->shapes.push_back(o.shape());
+    Tensor<T> fn = make_result<T>(typeid(X).name(), Array<T>(T(0)), inputs, [ctx, slots](Node<T>& node) {
+      std::vector<Tensor<T>> grads;
+      for (std::size_t k = 0; k < slots->grads.size(); ++k) {
+        if (!slots->has[k]) slots->grads[k] = Array<T>(xt::zeros<T>(slots->shapes[k]));
+        grads.emplace_back(std::move(slots->grads[k]));
+        slots->has[k] = false;
+      }
+      run_user_backward<T>(*ctx, node, std::move(grads));
+    });
+    std::vector<Tensor<T>> result;
+    for (std::size_t k = 0; k < outs.size(); ++k) {
+      if (ctx->non_differentiable_.count(outs[k].node().get())) {
+        result.push_back(outs[k]);
+        continue;
+      }
+      result.push_back(make_result<T>(typeid(X).name(), take_value(outs[k]), {fn}, [slots, k](Node<T>& node) {
+        slots->grads[k] = std::move(node.grad);
+        slots->has[k] = true;
+        node.input(0).accumulate_grad(Array<T>(T(0)));
+      }));
+    }
+    return result;
+  }
+};
+
+}  // namespace xgrad::autograd
