@@ -301,14 +301,14 @@ std::vector<Check> all_checks() {
                  Maker make(s.seed);
                  IndexArray target = make.indices({s.B * s.L}, s.C);
                  target(0) = -100;  // ignored
-                 return op_check([=](const Inputs& in) { return xgrad::cross_entropy(in[0], target, -100, 0.1); },
+                 return op_check([=](const Inputs& in) { return xgrad::cross_entropy(in[0], target, -100, "mean", 0.1); },
                                  {make({s.B * s.L, s.C})}, o, "target (" + std::to_string(s.B * s.L) + ")");
                }});
   c.push_back(
       {"cross_entropy_nd", "cross_entropy(logits (B, C, L), target (B, L)), sum", [](const Sizes& s, const O& o) {
          Maker make(s.seed);
          const IndexArray target = make.indices({s.B, s.L}, s.C);
-         return op_check([=](const Inputs& in) { return xgrad::cross_entropy(in[0], target, -100, 0.0, "sum"); },
+         return op_check([=](const Inputs& in) { return xgrad::cross_entropy(in[0], target, -100, "sum"); },
                          {make({s.B, s.C, s.L})}, o, "target (B, L)");
        }});
 

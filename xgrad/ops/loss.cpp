@@ -120,7 +120,7 @@ struct CrossEntropySaved {
 // https://pytorch.org/docs/stable/generated/torch.nn.functional.cross_entropy.html
 template <class T>
 Tensor<T> cross_entropy(const Tensor<T>& logits, const IndexArray& target, std::int64_t ignore_index,
-                        double label_smoothing, const std::string& reduction) {
+                        const std::string& reduction, double label_smoothing) {
   const Reduction red = parse_reduction(reduction, "cross_entropy");
   XGRAD_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0,
               "cross_entropy: label_smoothing must be between 0.0 and 1.0, got ", label_smoothing);
@@ -233,8 +233,8 @@ Tensor<T> cross_entropy(const Tensor<T>& logits, const IndexArray& target, std::
 
 #define XGRAD_INSTANTIATE(T)                                                                             \
   template Tensor<T> mse_loss<T>(const Tensor<T>&, const Tensor<T>&, const std::string&);                \
-  template Tensor<T> cross_entropy<T>(const Tensor<T>&, const IndexArray&, std::int64_t, double,         \
-                                      const std::string&);
+  template Tensor<T> cross_entropy<T>(const Tensor<T>&, const IndexArray&, std::int64_t,                 \
+                                      const std::string&, double);
 XGRAD_INSTANTIATE(float)
 XGRAD_INSTANTIATE(double)
 #undef XGRAD_INSTANTIATE

@@ -206,6 +206,6 @@ Tensor<T> mse_loss(const Tensor<T>& input, const Tensor<T>& target, const std::s
 // stable log-softmax, one node.
 template <class T>
 Tensor<T> cross_entropy(const Tensor<T>& logits, const IndexArray& target, std::int64_t ignore_index = -100,
-                        double label_smoothing = 0.0, const std::string& reduction = "mean");
+                        const std::string& reduction = "mean", double label_smoothing = 0.0);
 
 }  // namespace xgrad
