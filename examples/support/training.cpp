@@ -173,7 +173,7 @@ CLI::Option* add_bf16_flag(CLI::App& app, Settings& settings, bool& bf16) {
 }
 
 std::string precision_description(bool bf16) {
-  return bf16 ? std::string("bfloat16 autocast, gemm: ") + xgrad::detail::bf16_gemm_path() : "float32";
+  return bf16 ? std::string("bfloat16 autocast, gemm: ") + xgrad::autocast_gemm_path() : "float32";
 }
 
 std::vector<std::pair<std::string, std::string>> Settings::values() const {

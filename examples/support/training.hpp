@@ -165,7 +165,7 @@ class Settings {
 // --bf16: train under xgrad::AutocastGuard (bf16 gemms in linear, matmul and attention, fp32
 // everywhere else), saved with the settings.
 CLI::Option* add_bf16_flag(CLI::App& app, Settings& settings, bool& bf16);
-// "float32", or "bfloat16 autocast, gemm: <xgrad::detail::bf16_gemm_path()>", for the run's header.
+// "float32", or "bfloat16 autocast, gemm: <xgrad::autocast_gemm_path()>", for the run's header.
 std::string precision_description(bool bf16);
 
 // ---- resuming --------------------------------------------------------------------------------
