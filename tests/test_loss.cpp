@@ -33,7 +33,7 @@ TEST(MseLoss, ValuesForEveryReduction) {
   auto none = mse_loss(a, b, "none");
   EXPECT_EQ(none.shape(), (Shape{3, 4}));
   EXPECT_LT(max_abs_diff(none.value(), sq), 1e-15);
-  EXPECT_EQ(mse_loss(a, b).dim(), 0u);
+  EXPECT_EQ(mse_loss(a, b).dim(), 0);
 }
 
 TEST(MseLoss, GradcheckEveryReductionWithTargetRequiringGrad) {
