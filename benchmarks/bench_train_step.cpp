@@ -195,13 +195,13 @@ int run_gemm(const Options& o) {
                   kind, isa.c_str(), xgrad::detail::onednn_bf16_native() ? "true" : "false", n,
                   xgrad::get_num_threads(), blas_threads(), json_escape(blas_config()).c_str());
       if (k == "bf16")
-        std::printf("\"dtype\":\"bf16\",\"bf16_path\":\"%s\",", json_escape(xgrad::detail::bf16_gemm_path()).c_str());
+        std::printf("\"dtype\":\"bf16\",\"bf16_path\":\"%s\",", json_escape(xgrad::autocast_gemm_path()).c_str());
       print_stats_json(s);
       std::printf(",\"gflops\":%.6g,\"gflops_best\":%.6g,\"peak_rss_mib\":%.6g}\n", gflops, best, peak_rss_mib());
     } else {
       std::printf("%-8s gemm 1024x1024x1024 (%d xgrad threads, oneDNN ISA %s): median %.2f ms = %.1f GFLOP/s "
                   "(best %.1f), %zu runs%s%s\n", kind, xgrad::get_num_threads(), isa.c_str(), s.median, gflops, best,
-                  s.reps, k == "bf16" ? "; path: " : "", k == "bf16" ? xgrad::detail::bf16_gemm_path() : "");
+                  s.reps, k == "bf16" ? "; path: " : "", k == "bf16" ? xgrad::autocast_gemm_path() : "");
     }
   }
   xgrad::set_gemm_backend(backend);
@@ -267,7 +267,7 @@ int run_config(const Config& c, const Options& o) {
                 c.name, c.B, c.N, c.d, c.h, c.ff, c.L, get_num_threads(), blas_threads(),
                 gemm_backend_name(get_gemm_backend()), flops);
     if (o.bf16)
-      std::printf("\"precision\":\"bf16\",\"bf16_path\":\"%s\",", json_escape(detail::bf16_gemm_path()).c_str());
+      std::printf("\"precision\":\"bf16\",\"bf16_path\":\"%s\",", json_escape(xgrad::autocast_gemm_path()).c_str());
     print_stats_json(s);
     std::printf(",\"gflops\":%.6g,\"peak_rss_mib\":%.6g,\"baseline_rss_mib\":%.6g,\"final_loss\":%.6g,"
                 "\"phases_median_ms\":{\"zero_grad\":%.6g,\"forward_loss\":%.6g,\"backward\":%.6g,\"step\":%.6g}}\n",
@@ -404,7 +404,7 @@ int main(int argc, char** argv) {
                 json_escape(blas_config()).c_str());
     if (o.bf16)
       std::printf(",\"precision\":\"bf16\",\"bf16_path\":\"%s\"",
-                  json_escape(xgrad::detail::bf16_gemm_path()).c_str());
+                  json_escape(xgrad::autocast_gemm_path()).c_str());
     std::printf("}\n");
   } else {
     std::printf("xgrad %s training step: zero_grad, forward, mse_loss(encoder(x), target), backward, Adam\n"
@@ -415,7 +415,7 @@ int main(int argc, char** argv) {
                 kFlopFormula);
     if (o.bf16)
       std::printf("bf16: forward and loss under xgrad::AutocastGuard; bf16 gemm path: %s\n",
-                  xgrad::detail::bf16_gemm_path());
+                  xgrad::autocast_gemm_path());
   }
   int failures = 0;
   if (!o.no_gemm) {

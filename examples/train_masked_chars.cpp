@@ -85,7 +85,7 @@ struct MaskedCharModel : nn::Module<float> {
         nn::TransformerEncoderLayerOptions(c.d_model, c.heads).dim_feedforward(c.dim_feedforward).dropout(0.0)
             .activation("gelu").batch_first(true).norm_first(true));
     encoder = register_module("encoder", std::make_shared<nn::TransformerEncoder<float>>(
-        layer, c.layers, std::make_shared<nn::LayerNorm<float>>(std::size_t(c.d_model))));
+        layer, c.layers, std::make_shared<nn::LayerNorm<float>>(c.d_model)));
     head = register_module("head", std::make_shared<nn::Linear<float>>(c.d_model, kVocab));
   }
   // tokens (B, L), padding (B, L) -> logits (B, L, 28)

@@ -117,7 +117,7 @@ class ToyEncoder : public nn::Module<float> {
     encoder =
         register_module("encoder", std::make_shared<nn::TransformerEncoder<float>>(
                                        std::make_shared<nn::TransformerEncoderLayer<float>>(options), c.layers,
-                                       std::make_shared<nn::LayerNorm<float>>(static_cast<std::size_t>(c.d_model))));
+                                       std::make_shared<nn::LayerNorm<float>>(c.d_model)));
     head = register_module("head", std::make_shared<nn::Linear<float>>(c.d_model, c.vocab));
   }
 

@@ -442,7 +442,7 @@ TEST(Parallel, AttentionBitwiseAcrossThreadCounts) {
 
 TEST(Parallel, PermuteAndTransposeCopiesAcrossThreadCounts) {
   const Shape s = {16, 24, 20, 18};  // 138240 elements
-  const std::vector<int> perm = {2, 0, 3, 1};
+  const std::vector<std::int64_t> perm = {2, 0, 3, 1};
   expect_thread_invariant<float>([&] {
     auto x = leaf<float>(s, 1);
     Arrays<float> r = value_and_grads(contiguous(permute(x, perm)), {x});

@@ -52,7 +52,7 @@ TEST(ElementCount, FactoriesRefuseShapesThatOverflowOrCannotBeAllocated) {
   // Zero elements, but the other sizes still overflow xtensor's strides.
   EXPECT_MESSAGE(zeros<float>({0, k62, 8}), "too many elements");
   // What fits is fine.
-  EXPECT_EQ(zeros<float>({0, std::size_t{1} << 40}).numel(), 0u);
+  EXPECT_EQ(zeros<float>({0, std::size_t{1} << 40}).numel(), 0);
   EXPECT_EQ(checked_numel(Shape{2, 3, 4}, 8, "x"), 24u);
 }
 
@@ -65,7 +65,7 @@ TEST(ElementCount, ReshapeAndExpandRefuseOverflowingShapes) {
   EXPECT_MESSAGE(expand(x, {static_cast<std::int64_t>(k62), 4}), "expand: the shape (4611686018427387904, 4)",
                  "too many elements");
   EXPECT_EQ(reshape(x, {2, -1}).shape(), (Shape{2, 2}));
-  EXPECT_EQ(expand(x, {3, 4}).numel(), 12u);
+  EXPECT_EQ(expand(x, {3, 4}).numel(), 12);
 }
 
 // ---- the default generator ---------------------------------------------------------------------------

@@ -132,14 +132,14 @@ TEST(Engine, RequiresGradOnlyOnLeaves) {
 TEST(TensorApi, AccessorsAndFactories) {
   auto t = zeros<float>({2, 3});
   EXPECT_EQ(t.shape(), (Shape{2, 3}));
-  EXPECT_EQ(t.dim(), 2u);
-  EXPECT_EQ(t.numel(), 6u);
-  EXPECT_EQ(t.size(-1), 3u);
+  EXPECT_EQ(t.dim(), 2);
+  EXPECT_EQ(t.numel(), 6);
+  EXPECT_EQ(t.size(-1), 3);
   EXPECT_FALSE(t.requires_grad());
   EXPECT_EQ(ones<double>({2}).value(), (Array<double>{1.0, 1.0}));
   EXPECT_EQ(full<double>({2}, 7.0).value(), (Array<double>{7.0, 7.0}));
   EXPECT_EQ(arange<double>(0.0, 1.0, 0.25).value(), (Array<double>{0.0, 0.25, 0.5, 0.75}));
-  EXPECT_EQ(arange<float>(3.0f).numel(), 3u);
+  EXPECT_EQ(arange<float>(3.0f).numel(), 3);
   EXPECT_FLOAT_EQ(from_vector<float>({5.0f}, {}).item(), 5.0f);
   XGRAD_EXPECT_THROW_MSG(from_vector<float>({1, 2, 3}, {2, 2}), "(2, 2)", "4", "3");
   XGRAD_EXPECT_THROW_MSG(t.item(), "(2, 3)");

@@ -75,7 +75,7 @@ nn::TransformerEncoderLayerOptions layer_options(const json& o) {
 }
 
 nn::LayerNormOptions layer_norm_options(const json& o) {
-  return nn::LayerNormOptions(o["normalized_shape"].get<Shape>())
+  return nn::LayerNormOptions(o["normalized_shape"].get<std::vector<std::int64_t>>())
       .eps(o["eps"])
       .elementwise_affine(o["elementwise_affine"]);
 }

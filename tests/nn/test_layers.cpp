@@ -161,7 +161,7 @@ TEST(NnDropout, TrainingZeroesAFractionPAndScalesSurvivors) {
     auto x = rand<double>({200, 250}, g);  // values in [0, 1): never exactly zero below
     for (auto& v : x.mutable_value()) v += 0.5;
     auto y = drop.forward(x);
-    const std::size_t n = x.numel();
+    const std::size_t n = x.value().size();
     std::size_t zeros_seen = 0;
     for (std::size_t i = 0; i < n; ++i) {
       const double out = y.value().data()[i], in = x.value().data()[i];
@@ -184,7 +184,7 @@ TEST(NnDropout, GradientUsesTheSameMaskAndSeedReproduces) {
   auto y1 = drop.forward(x);
   y1.backward(Array<double>(xt::ones<double>({30, 30})));
   // dy/dx is the mask: 0 where dropped, 1/(1-p) where kept.
-  for (std::size_t i = 0; i < x.numel(); ++i) {
+  for (std::size_t i = 0; i < x.value().size(); ++i) {
     const double g = x.grad().data()[i], out = y1.value().data()[i];
     EXPECT_DOUBLE_EQ(g, out == 0.0 ? 0.0 : 1.0 / 0.6);
   }

@@ -274,7 +274,7 @@ TEST(Module, OptionsHavePyTorchDefaultsAndChain) {
   EXPECT_FALSE(m.batch_first());
   EXPECT_TRUE(nn::LinearOptions(2, 3).bias());
   nn::LayerNormOptions ln({3, 4});
-  EXPECT_EQ(ln.normalized_shape(), (Shape{3, 4}));
+  EXPECT_EQ(ln.normalized_shape(), (std::vector<std::int64_t>{3, 4}));
   EXPECT_EQ(ln.eps(), 1e-5);
   EXPECT_TRUE(ln.elementwise_affine() && ln.bias());
   EXPECT_EQ(nn::GELUOptions().approximate(), "none");

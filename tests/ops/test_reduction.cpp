@@ -9,7 +9,7 @@ namespace {
 
 struct DimsCase {
   Shape shape;
-  std::vector<int> dims;
+  std::vector<std::int64_t> dims;
 };
 
 // Shapes 1-D to 4-D with single, several, negative and all dims.
@@ -19,15 +19,15 @@ const std::vector<DimsCase> kCases = {
     {{2, 3, 2, 4}, {0}}, {{2, 3, 2, 4}, {-2, 1}}, {{2, 1, 3, 2}, {2, -3}},
 };
 
-std::vector<std::size_t> normalized(const std::vector<int>& dims, std::size_t nd) {
+std::vector<std::size_t> normalized(const std::vector<std::int64_t>& dims, std::size_t nd) {
   std::vector<std::size_t> axes;
-  for (int d : dims) axes.push_back(static_cast<std::size_t>(d < 0 ? d + static_cast<int>(nd) : d));
+  for (std::int64_t d : dims) axes.push_back(static_cast<std::size_t>(d < 0 ? d + static_cast<std::int64_t>(nd) : d));
   std::sort(axes.begin(), axes.end());  // xtensor's reducers want sorted axes
   return axes;
 }
 
 // The expected result shape of reducing `shape` over `dims`.
-Shape reduced_shape(const Shape& shape, const std::vector<int>& dims, bool keepdim) {
+Shape reduced_shape(const Shape& shape, const std::vector<std::int64_t>& dims, bool keepdim) {
   const auto axes = normalized(dims, shape.size());
   Shape out;
   for (std::size_t d = 0; d < shape.size(); ++d) {
@@ -41,7 +41,7 @@ Shape reduced_shape(const Shape& shape, const std::vector<int>& dims, bool keepd
 // Reference over arbitrary dims, by loops: visits every element and the flat index of the
 // output it belongs to.
 template <class F>
-void for_each_with_output(const Shape& shape, const std::vector<int>& dims, F f) {
+void for_each_with_output(const Shape& shape, const std::vector<std::int64_t>& dims, F f) {
   const auto axes = normalized(dims, shape.size());
   std::size_t n = 1;
   for (auto s : shape) n *= s;
@@ -270,7 +270,7 @@ TEST(Reduction, MaxAlongDimReturnsFirstIndexAndRoutesGradientThere) {
 
 TEST(Reduction, MaxAlongDimMatchesArgmaxAndGradchecks) {
   for (const Shape& s : {Shape{6}, Shape{3, 4}, Shape{2, 3, 4}, Shape{2, 3, 2, 3}}) {
-    for (int dim = -static_cast<int>(s.size()); dim < static_cast<int>(s.size()); ++dim) {
+    for (std::int64_t dim = -static_cast<std::int64_t>(s.size()); dim < static_cast<std::int64_t>(s.size()); ++dim) {
       for (bool keepdim : {false, true}) {
         SCOPED_TRACE(shape_str(s) + " dim " + std::to_string(dim) + (keepdim ? " keepdim" : ""));
         auto x = input(s, 12);
@@ -281,7 +281,7 @@ TEST(Reduction, MaxAlongDimMatchesArgmaxAndGradchecks) {
         // Reference argmax by loops: position along the axis of flat index i is (i / inner) % size.
         std::size_t inner = 1;
         for (std::size_t d = axis + 1; d < s.size(); ++d) inner *= s[d];
-        const std::size_t n_out = x.numel() / s[axis];
+        const std::size_t n_out = x.value().size() / s[axis];
         std::vector<double> ref_val(n_out, -1e300);
         std::vector<std::int64_t> ref_idx(n_out, -1);
         const double* px = x.value().data();

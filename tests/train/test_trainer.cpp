@@ -174,7 +174,7 @@ TEST(TrainerSettings, FlagsReadBackAndAreOffInOlderCheckpoints) {
   EXPECT_THROW(settings.assign({{"steps", "7"}, {"bf16", "yes"}}), std::invalid_argument);
   EXPECT_EQ(train::precision_description(false), "float32");
   EXPECT_EQ(train::precision_description(true),
-            std::string("bfloat16 autocast, gemm: ") + xgrad::detail::bf16_gemm_path());
+            std::string("bfloat16 autocast, gemm: ") + xgrad::autocast_gemm_path());
 }
 
 TEST_F(TrainerRun, StopAndResumeContinuesBitForBit) {

@@ -33,7 +33,7 @@ GradcheckInputReport check_elements(Tensor<double>& t, const Array<double>& anal
   report.shape = t.shape();
   double worst_excess = -std::numeric_limits<double>::infinity();
   double* data = t.mutable_value().data();
-  for (std::size_t i = 0; i < t.numel(); ++i) {
+  for (std::size_t i = 0; i < t.value().size(); ++i) {
     const double saved = data[i];
     data[i] = saved + options.eps;
     const double plus = contracted();

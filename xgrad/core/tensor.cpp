@@ -61,8 +61,9 @@ Shape Tensor<T>::shape() const {
 }
 
 template <class T>
-std::size_t Tensor<T>::size(int d) const {
-  return value().shape()[normalize_dim(d, dim(), "Tensor::size")];
+std::int64_t Tensor<T>::size(std::int64_t d) const {
+  const auto& shape = value().shape();
+  return static_cast<std::int64_t>(shape[normalize_dim(d, shape.size(), "Tensor::size")]);
 }
 
 template <class T>
@@ -216,8 +217,8 @@ Tensor<T> from_vector(const std::vector<T>& data, const Shape& shape, bool requi
   return Tensor<T>(std::move(a), requires_grad);
 }
 
-std::size_t normalize_dim(int dim, std::size_t ndim, const char* op) {
-  const auto n = static_cast<long>(ndim);
+std::size_t normalize_dim(std::int64_t dim, std::size_t ndim, const char* op) {
+  const auto n = static_cast<std::int64_t>(ndim);
   XGRAD_CHECK(dim >= -n && dim < n, op, ": dimension out of range (expected to be in range of [", -n,
               ", ", n - 1, "], but got ", dim, ")");
   return static_cast<std::size_t>(dim < 0 ? dim + n : dim);

@@ -136,9 +136,10 @@ class Tensor {
   void zero_grad(bool set_to_none = false);
 
   Shape shape() const;
-  std::size_t size(int dim) const;   // negative dims count from the end
-  std::size_t dim() const { return value().dimension(); }
-  std::size_t numel() const { return value().size(); }
+  // As LibTorch: sizes, dims and counts are std::int64_t (shape() gives the sizes as std::size_t).
+  std::int64_t size(std::int64_t dim) const;  // negative dims count from the end
+  std::int64_t dim() const { return static_cast<std::int64_t>(value().dimension()); }
+  std::int64_t numel() const { return static_cast<std::int64_t>(value().size()); }
   T item() const;
 
   bool requires_grad() const { return checked().requires_grad; }
@@ -207,7 +208,7 @@ class Tensor {
 
 // Normalizes a possibly negative dim against `ndim` dims (ndim + 1 for unsqueeze-like ops);
 // throws naming `op` when out of range.
-std::size_t normalize_dim(int dim, std::size_t ndim, const char* op);
+std::size_t normalize_dim(std::int64_t dim, std::size_t ndim, const char* op);
 
 extern template struct Node<float>;
 extern template struct Node<double>;

@@ -4,16 +4,21 @@
 // have shape normalized_shape; elementwise_affine=false drops both, bias=false drops the shift.
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 #include <xgrad/arg.hpp>
 #include <xgrad/nn/module.hpp>
 
 namespace xgrad::nn {
 
 struct LayerNormOptions {
-  // One trailing dim (`LayerNormOptions(d_model)`) or several (`LayerNormOptions({3, 4})`).
-  LayerNormOptions(std::size_t normalized_shape) : normalized_shape_{normalized_shape} {}  // NOLINT
-  LayerNormOptions(Shape normalized_shape) : normalized_shape_(std::move(normalized_shape)) {}  // NOLINT
-  XGRAD_ARG(Shape, normalized_shape);
+  // One trailing dim (`LayerNormOptions(d_model)`) or several (`LayerNormOptions({3, 4})`), as
+  // LibTorch's std::vector<int64_t>; each size must be non-negative.
+  LayerNormOptions(std::int64_t normalized_shape) : normalized_shape_{normalized_shape} {}  // NOLINT
+  LayerNormOptions(std::vector<std::int64_t> normalized_shape)  // NOLINT
+      : normalized_shape_(std::move(normalized_shape)) {}
+  XGRAD_ARG(std::vector<std::int64_t>, normalized_shape);
   XGRAD_ARG(double, eps) = 1e-5;
   XGRAD_ARG(bool, elementwise_affine) = true;
   XGRAD_ARG(bool, bias) = true;
@@ -34,6 +39,7 @@ class LayerNorm : public Module<T> {
 
  private:
   LayerNormOptions options_;
+  Shape normalized_shape_;  // options_.normalized_shape(), checked
 };
 
 extern template class LayerNorm<float>;

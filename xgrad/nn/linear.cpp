@@ -31,7 +31,7 @@ void Linear<T>::reset_parameters() {
 
 template <class T>
 Tensor<T> Linear<T>::forward(const Tensor<T>& input) {
-  XGRAD_CHECK(input.dim() >= 1 && input.size(-1) == static_cast<std::size_t>(options_.in_features()),
+  XGRAD_CHECK(input.dim() >= 1 && input.size(-1) == options_.in_features(),
               "Linear: expected input of shape (*, ", options_.in_features(), "), got ", input.shape());
   return linear(input, weight, bias);
 }

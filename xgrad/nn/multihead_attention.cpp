@@ -36,7 +36,7 @@ std::pair<Tensor<T>, Tensor<T>> functional::multi_head_attention_forward(
               ", got ", query.shape());
   XGRAD_CHECK(key.dim() == query.dim() && value.dim() == query.dim(), op, ": query, key and value must have "
               "the same number of dims, got ", query.shape(), ", ", key.shape(), " and ", value.shape());
-  XGRAD_CHECK(query.size(-1) == E && key.size(-1) == E && value.size(-1) == E, op,
+  XGRAD_CHECK(query.size(-1) == e && key.size(-1) == e && value.size(-1) == e, op,
               ": query, key and value must end in embed_dim=", E, ", got ", query.shape(), ", ", key.shape(),
               " and ", value.shape());
   XGRAD_CHECK(key.shape() == value.shape(), op, ": key shape ", key.shape(), " does not match value shape ",
@@ -47,8 +47,9 @@ std::pair<Tensor<T>, Tensor<T>> functional::multi_head_attention_forward(
   const Tensor<T> q_in = unbatched ? unsqueeze(query, 0) : query;
   const Tensor<T> k_in = unbatched ? unsqueeze(key, 0) : key;
   const Tensor<T> v_in = unbatched ? unsqueeze(value, 0) : value;
-  const std::size_t N = q_in.size(bf ? 0 : 1), L = q_in.size(bf ? 1 : 0), S = k_in.size(bf ? 1 : 0);
-  XGRAD_CHECK(k_in.size(bf ? 0 : 1) == N, op, ": query and key must have the same batch size, got ",
+  const Shape qs = q_in.shape(), ks = k_in.shape();
+  const std::size_t N = qs[bf ? 0 : 1], L = qs[bf ? 1 : 0], S = ks[bf ? 1 : 0];
+  XGRAD_CHECK(ks[bf ? 0 : 1] == N, op, ": query and key must have the same batch size, got ",
               query.shape(), " and ", key.shape());
 
   // ---- masks: checked here, then one mask for the (N, H, L, S) logits ----

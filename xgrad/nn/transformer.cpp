@@ -17,7 +17,7 @@ TransformerEncoderLayer<T>::TransformerEncoderLayer(const TransformerEncoderLaye
   linear1 = this->register_module("linear1", std::make_shared<Linear<T>>(LinearOptions(d, ff).bias(options.bias())));
   dropout = this->register_module("dropout", std::make_shared<Dropout<T>>(options.dropout()));
   linear2 = this->register_module("linear2", std::make_shared<Linear<T>>(LinearOptions(ff, d).bias(options.bias())));
-  const auto norm_options = LayerNormOptions(static_cast<std::size_t>(d)).eps(options.layer_norm_eps()).bias(options.bias());
+  const auto norm_options = LayerNormOptions(d).eps(options.layer_norm_eps()).bias(options.bias());
   norm1 = this->register_module("norm1", std::make_shared<LayerNorm<T>>(norm_options));
   norm2 = this->register_module("norm2", std::make_shared<LayerNorm<T>>(norm_options));
   dropout1 = this->register_module("dropout1", std::make_shared<Dropout<T>>(options.dropout()));
@@ -78,8 +78,9 @@ TransformerEncoder<T>::TransformerEncoder(const std::shared_ptr<TransformerEncod
 }
 
 template <class T>
-std::shared_ptr<TransformerEncoderLayer<T>> TransformerEncoder<T>::layer(std::size_t i) const {
-  return layers->template ptr<TransformerEncoderLayer<T>>(i);
+std::shared_ptr<TransformerEncoderLayer<T>> TransformerEncoder<T>::layer(std::int64_t i) const {
+  XGRAD_CHECK(i >= 0, "TransformerEncoder::layer: expected a non-negative index, got ", i);
+  return layers->template ptr<TransformerEncoderLayer<T>>(static_cast<std::size_t>(i));
 }
 
 template <class T>
@@ -87,7 +88,7 @@ Tensor<T> TransformerEncoder<T>::forward(const Tensor<T>& src, const AttnMask<T>
                                          const AttnMask<T>& src_key_padding_mask, bool is_causal) {
   const detail::AsyncSignalScope one_signal_block;  // for all the layers, as in each layer
   Tensor<T> x = src;
-  for (std::size_t i = 0; i < layers->size(); ++i) x = layer(i)->forward(x, mask, src_key_padding_mask, is_causal);
+  for (std::int64_t i = 0; i < num_layers(); ++i) x = layer(i)->forward(x, mask, src_key_padding_mask, is_causal);
   if (norm) x = norm->forward(x);
   return x;
 }

@@ -87,9 +87,9 @@ class TransformerEncoder : public Module<T> {
                     bool is_causal = false);
   Tensor<T> forward(const Tensor<T>& src) override { return forward(src, AttnMask<T>()); }
 
-  std::size_t num_layers() const { return layers->size(); }
+  std::int64_t num_layers() const { return static_cast<std::int64_t>(layers->size()); }
   // layers[i] as the TransformerEncoderLayer it is.
-  std::shared_ptr<TransformerEncoderLayer<T>> layer(std::size_t i) const;
+  std::shared_ptr<TransformerEncoderLayer<T>> layer(std::int64_t i) const;
 
   std::shared_ptr<ModuleList<T>> layers;
   std::shared_ptr<Module<T>> norm;  // null when absent

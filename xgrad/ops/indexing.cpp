@@ -26,7 +26,7 @@ void check_indices(const IndexArray& index, std::size_t size, const char* op, co
 // a viewed as (outer, size, inner), index (m) -> y (outer, m, inner): y[o, j] = a[o, index[j]];
 // da[o, index[j]] += dy[o, j].
 template <class T>
-Tensor<T> index_select(const Tensor<T>& a, int dim, const IndexArray& index) {
+Tensor<T> index_select(const Tensor<T>& a, std::int64_t dim, const IndexArray& index) {
   XGRAD_CHECK(index.dimension() <= 1, "index_select: index must be 1-D (or 0-d), got shape ", index.shape());
   // A 0-d input is treated as shape (1) and gives a 0-d result, as torch.
   const Shape in = a.dim() == 0 ? Shape{1} : a.shape();
@@ -164,7 +164,7 @@ Tensor<T> where(const BoolArray& condition, const Tensor<T>& a, const Tensor<T>&
 }
 
 #define XGRAD_INSTANTIATE(T)                                                                         \
-  template Tensor<T> index_select<T>(const Tensor<T>&, int, const IndexArray&);                      \
+  template Tensor<T> index_select<T>(const Tensor<T>&, std::int64_t, const IndexArray&);           \
   template Tensor<T> embedding<T>(const IndexArray&, const Tensor<T>&, std::optional<std::int64_t>); \
   template Tensor<T> masked_fill<T>(const Tensor<T>&, const BoolArray&, Scalar<T>);                  \
   template Tensor<T> where<T>(const BoolArray&, const Tensor<T>&, const Tensor<T>&);

@@ -121,7 +121,7 @@ struct CrossEntropySaved {
 // https://pytorch.org/docs/stable/generated/torch.nn.functional.cross_entropy.html
 template <class T>
 Tensor<T> cross_entropy(const Tensor<T>& logits, const IndexArray& target, std::int64_t ignore_index,
-                        double label_smoothing, const std::string& reduction) {
+                        const std::string& reduction, double label_smoothing) {
   const Reduction red = parse_reduction(reduction, "cross_entropy");
   XGRAD_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0,
               "cross_entropy: label_smoothing must be between 0.0 and 1.0, got ", label_smoothing);
@@ -234,8 +234,8 @@ Tensor<T> cross_entropy(const Tensor<T>& logits, const IndexArray& target, std::
 
 #define XGRAD_INSTANTIATE(T)                                                                             \
   template Tensor<T> mse_loss<T>(const Tensor<T>&, const Tensor<T>&, const std::string&);                \
-  template Tensor<T> cross_entropy<T>(const Tensor<T>&, const IndexArray&, std::int64_t, double,         \
-                                      const std::string&);
+  template Tensor<T> cross_entropy<T>(const Tensor<T>&, const IndexArray&, std::int64_t,                 \
+                                      const std::string&, double);
 XGRAD_INSTANTIATE(float)
 XGRAD_INSTANTIATE(double)
 #undef XGRAD_INSTANTIATE
@@ -263,14 +263,14 @@ XGRAD_GRADCHECKS(ops_loss) {
                  Maker make(s.seed);
                  IndexArray target = make.indices({s.B * s.L}, s.C);
                  target(0) = -100;  // ignored
-                 return op_check([=](const Inputs& in) { return xgrad::cross_entropy(in[0], target, -100, 0.1); },
+                 return op_check([=](const Inputs& in) { return xgrad::cross_entropy(in[0], target, -100, "mean", 0.1); },
                                  {make({s.B * s.L, s.C})}, o, "target (" + std::to_string(s.B * s.L) + ")");
                }});
   checks.add(
       {"cross_entropy_nd", "cross_entropy(logits (B, C, L), target (B, L)), sum", [](const Sizes& s, const O& o) {
          Maker make(s.seed);
          const IndexArray target = make.indices({s.B, s.L}, s.C);
-         return op_check([=](const Inputs& in) { return xgrad::cross_entropy(in[0], target, -100, 0.0, "sum"); },
+         return op_check([=](const Inputs& in) { return xgrad::cross_entropy(in[0], target, -100, "sum"); },
                          {make({s.B, s.C, s.L})}, o, "target (B, L)");
        }});
 

@@ -75,53 +75,53 @@ template <class T> Tensor<T> operator-(const Tensor<T>& a) { return neg(a); }
 template <class T> Tensor<T> sum(const Tensor<T>& a);
 template <class T> Tensor<T> mean(const Tensor<T>& a);
 // Over the given dims (a non-empty list, each once; may be negative); keepdim keeps them with size 1.
-template <class T> Tensor<T> sum(const Tensor<T>& a, const std::vector<int>& dims, bool keepdim = false);
-template <class T> Tensor<T> mean(const Tensor<T>& a, const std::vector<int>& dims, bool keepdim = false);
+template <class T> Tensor<T> sum(const Tensor<T>& a, const std::vector<std::int64_t>& dims, bool keepdim = false);
+template <class T> Tensor<T> mean(const Tensor<T>& a, const std::vector<std::int64_t>& dims, bool keepdim = false);
 // unbiased=true divides by n - 1 (torch.var's default), else by n.
 template <class T> Tensor<T> var(const Tensor<T>& a, bool unbiased = true);
 template <class T>
-Tensor<T> var(const Tensor<T>& a, const std::vector<int>& dims, bool unbiased = true, bool keepdim = false);
+Tensor<T> var(const Tensor<T>& a, const std::vector<std::int64_t>& dims, bool unbiased = true, bool keepdim = false);
 // Without this overload, var(a, {1}) would convert {1} to bool and mean var(a, unbiased=true).
 template <class T>
-Tensor<T> var(const Tensor<T>& a, std::initializer_list<int> dims, bool unbiased = true, bool keepdim = false) {
-  return var(a, std::vector<int>(dims), unbiased, keepdim);
+Tensor<T> var(const Tensor<T>& a, std::initializer_list<std::int64_t> dims, bool unbiased = true, bool keepdim = false) {
+  return var(a, std::vector<std::int64_t>(dims), unbiased, keepdim);
 }
 // torch.amax: the maximum over dims; the gradient is shared evenly among tied maxima.
-template <class T> Tensor<T> amax(const Tensor<T>& a, const std::vector<int>& dims, bool keepdim = false);
+template <class T> Tensor<T> amax(const Tensor<T>& a, const std::vector<std::int64_t>& dims, bool keepdim = false);
 // torch.max(a): the maximum of all elements (gradient shared evenly among ties).
 template <class T> Tensor<T> max(const Tensor<T>& a);
 // torch.max(a, dim, keepdim): values and the index of the first maximum; the gradient goes to
 // that index.
 template <class T>
-std::pair<Tensor<T>, IndexArray> max(const Tensor<T>& a, int dim, bool keepdim = false);
+std::pair<Tensor<T>, IndexArray> max(const Tensor<T>& a, std::int64_t dim, bool keepdim = false);
 
 // ---- shape.cpp: views and copies ------------------------------------------------------------
 // Tensors are always stored contiguous, row-major; ops that are views in PyTorch copy here.
 
-template <class T> Tensor<T> transpose(const Tensor<T>& a, int dim0, int dim1);
-template <class T> Tensor<T> permute(const Tensor<T>& a, const std::vector<int>& dims);
+template <class T> Tensor<T> transpose(const Tensor<T>& a, std::int64_t dim0, std::int64_t dim1);
+template <class T> Tensor<T> permute(const Tensor<T>& a, const std::vector<std::int64_t>& dims);
 // One entry may be -1 (inferred).
 template <class T> Tensor<T> reshape(const Tensor<T>& a, const std::vector<std::int64_t>& shape);
 template <class T> Tensor<T> view(const Tensor<T>& a, const std::vector<std::int64_t>& shape) { return reshape(a, shape); }
-template <class T> Tensor<T> flatten(const Tensor<T>& a, int start_dim = 0, int end_dim = -1);
-template <class T> Tensor<T> unsqueeze(const Tensor<T>& a, int dim);
+template <class T> Tensor<T> flatten(const Tensor<T>& a, std::int64_t start_dim = 0, std::int64_t end_dim = -1);
+template <class T> Tensor<T> unsqueeze(const Tensor<T>& a, std::int64_t dim);
 template <class T> Tensor<T> squeeze(const Tensor<T>& a);           // every size-1 dim
-template <class T> Tensor<T> squeeze(const Tensor<T>& a, int dim);  // that dim if its size is 1
+template <class T> Tensor<T> squeeze(const Tensor<T>& a, std::int64_t dim);  // that dim if its size is 1
 // Broadcasts size-1 dims (and new leading dims) to `sizes`; -1 keeps a size.
 template <class T> Tensor<T> expand(const Tensor<T>& a, const std::vector<std::int64_t>& sizes);
 // Already contiguous: returns a itself (as torch does for a contiguous tensor).
 template <class T> Tensor<T> contiguous(const Tensor<T>& a) { return a; }
-template <class T> Tensor<T> cat(const std::vector<Tensor<T>>& tensors, int dim = 0);
-template <class T> Tensor<T> stack(const std::vector<Tensor<T>>& tensors, int dim = 0);
-template <class T> Tensor<T> narrow(const Tensor<T>& a, int dim, std::int64_t start, std::int64_t length);
+template <class T> Tensor<T> cat(const std::vector<Tensor<T>>& tensors, std::int64_t dim = 0);
+template <class T> Tensor<T> stack(const std::vector<Tensor<T>>& tensors, std::int64_t dim = 0);
+template <class T> Tensor<T> narrow(const Tensor<T>& a, std::int64_t dim, std::int64_t start, std::int64_t length);
 // a[..., start:end:step, ...] along dim; negative start/end count from the end, clamped as Python.
 template <class T>
-Tensor<T> slice(const Tensor<T>& a, int dim, std::int64_t start, std::int64_t end, std::int64_t step = 1);
+Tensor<T> slice(const Tensor<T>& a, std::int64_t dim, std::int64_t start, std::int64_t end, std::int64_t step = 1);
 
 // ---- indexing.cpp: index_select, embedding, masked_fill, where ---------------------------------
 
 // index: 1-D; gradient scatters and adds for repeated indices.
-template <class T> Tensor<T> index_select(const Tensor<T>& a, int dim, const IndexArray& index);
+template <class T> Tensor<T> index_select(const Tensor<T>& a, std::int64_t dim, const IndexArray& index);
 // F.embedding: weight (num_embeddings, D), indices of any shape -> (*indices.shape, D). Rows
 // equal to padding_idx get no gradient. Gradients of repeated indices add up.
 template <class T>
@@ -145,8 +145,8 @@ template <class T> Tensor<T> linear(const Tensor<T>& x, const Tensor<T>& weight,
 // ---- softmax.cpp ------------------------------------------------------------------------------
 
 // Max-subtracted; one node each.
-template <class T> Tensor<T> softmax(const Tensor<T>& a, int dim);
-template <class T> Tensor<T> log_softmax(const Tensor<T>& a, int dim);
+template <class T> Tensor<T> softmax(const Tensor<T>& a, std::int64_t dim);
+template <class T> Tensor<T> log_softmax(const Tensor<T>& a, std::int64_t dim);
 
 // ---- layer_norm.cpp ---------------------------------------------------------------------------
 
@@ -206,6 +206,6 @@ Tensor<T> mse_loss(const Tensor<T>& input, const Tensor<T>& target, const std::s
 // stable log-softmax, one node.
 template <class T>
 Tensor<T> cross_entropy(const Tensor<T>& logits, const IndexArray& target, std::int64_t ignore_index = -100,
-                        double label_smoothing = 0.0, const std::string& reduction = "mean");
+                        const std::string& reduction = "mean", double label_smoothing = 0.0);
 
 }  // namespace xgrad

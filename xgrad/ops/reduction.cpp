@@ -30,12 +30,12 @@ struct ReducePlan {
 
 // dims -> one flag per dim of an ndim-D input. Non-empty, each dim once, negative from the end.
 // A 0-d input accepts dim 0 or -1 (as torch) and has nothing to reduce.
-std::vector<bool> reduced_dims(const char* op, std::size_t ndim, const std::vector<int>& dims) {
+std::vector<bool> reduced_dims(const char* op, std::size_t ndim, const std::vector<std::int64_t>& dims) {
   XGRAD_CHECK(!dims.empty(), op, ": expected a non-empty list of dims (use ", op,
               "(a) to reduce over all elements)");
   std::vector<bool> reduced(ndim, false);
   std::vector<bool> seen(std::max<std::size_t>(ndim, 1), false);
-  for (int d : dims) {
+  for (std::int64_t d : dims) {
     const std::size_t k = normalize_dim(d, std::max<std::size_t>(ndim, 1), op);
     XGRAD_CHECK(!seen[k], op, ": dim ", k, " appears more than once in the list of dims ", dims);
     seen[k] = true;
@@ -179,7 +179,7 @@ Tensor<T> sum(const Tensor<T>& a) {
 }
 
 template <class T>
-Tensor<T> sum(const Tensor<T>& a, const std::vector<int>& dims, bool keepdim) {
+Tensor<T> sum(const Tensor<T>& a, const std::vector<std::int64_t>& dims, bool keepdim) {
   return scaled_sum<T>("sum", a, plan_reduction("sum", a.shape(), reduced_dims("sum", a.dim(), dims), keepdim), Acc(1));
 }
 
@@ -192,7 +192,7 @@ Tensor<T> mean(const Tensor<T>& a) {
 }
 
 template <class T>
-Tensor<T> mean(const Tensor<T>& a, const std::vector<int>& dims, bool keepdim) {
+Tensor<T> mean(const Tensor<T>& a, const std::vector<std::int64_t>& dims, bool keepdim) {
   ReducePlan plan = plan_reduction("mean", a.shape(), reduced_dims("mean", a.dim(), dims), keepdim);
   const Acc scale = Acc(1) / static_cast<Acc>(plan.count);
   return scaled_sum<T>("mean", a, std::move(plan), scale);
@@ -206,14 +206,14 @@ Tensor<T> var(const Tensor<T>& a, bool unbiased) {
 }
 
 template <class T>
-Tensor<T> var(const Tensor<T>& a, const std::vector<int>& dims, bool unbiased, bool keepdim) {
+Tensor<T> var(const Tensor<T>& a, const std::vector<std::int64_t>& dims, bool unbiased, bool keepdim) {
   return variance<T>(a, plan_reduction("var", a.shape(), reduced_dims("var", a.dim(), dims), keepdim), unbiased);
 }
 
 // ---- amax, max --------------------------------------------------------------------------------
 
 template <class T>
-Tensor<T> amax(const Tensor<T>& a, const std::vector<int>& dims, bool keepdim) {
+Tensor<T> amax(const Tensor<T>& a, const std::vector<std::int64_t>& dims, bool keepdim) {
   return max_shared<T>("amax", a, plan_reduction("amax", a.shape(), reduced_dims("amax", a.dim(), dims), keepdim));
 }
 
@@ -225,7 +225,7 @@ Tensor<T> max(const Tensor<T>& a) {
 // values_o = x_{argmax_o}, the first maximum along dim (NaN counts as the maximum);
 // dx_{argmax_o} = dy_o, 0 elsewhere.
 template <class T>
-std::pair<Tensor<T>, IndexArray> max(const Tensor<T>& a, int dim, bool keepdim) {
+std::pair<Tensor<T>, IndexArray> max(const Tensor<T>& a, std::int64_t dim, bool keepdim) {
   const Shape in = a.shape();
   ReducePlan plan = plan_reduction("max", in, reduced_dims("max", in.size(), {dim}), keepdim);
   XGRAD_CHECK(plan.count > 0, "max: cannot reduce over an empty dimension (input shape ", in,
@@ -262,13 +262,13 @@ std::pair<Tensor<T>, IndexArray> max(const Tensor<T>& a, int dim, bool keepdim) 
 #define XGRAD_INSTANTIATE(T)                                                                  \
   template Tensor<T> sum<T>(const Tensor<T>&);                                                \
   template Tensor<T> mean<T>(const Tensor<T>&);                                               \
-  template Tensor<T> sum<T>(const Tensor<T>&, const std::vector<int>&, bool);                 \
-  template Tensor<T> mean<T>(const Tensor<T>&, const std::vector<int>&, bool);                \
+  template Tensor<T> sum<T>(const Tensor<T>&, const std::vector<std::int64_t>&, bool);                 \
+  template Tensor<T> mean<T>(const Tensor<T>&, const std::vector<std::int64_t>&, bool);                \
   template Tensor<T> var<T>(const Tensor<T>&, bool);                                          \
-  template Tensor<T> var<T>(const Tensor<T>&, const std::vector<int>&, bool, bool);           \
-  template Tensor<T> amax<T>(const Tensor<T>&, const std::vector<int>&, bool);                \
+  template Tensor<T> var<T>(const Tensor<T>&, const std::vector<std::int64_t>&, bool, bool);           \
+  template Tensor<T> amax<T>(const Tensor<T>&, const std::vector<std::int64_t>&, bool);                \
   template Tensor<T> max<T>(const Tensor<T>&);                                                \
-  template std::pair<Tensor<T>, IndexArray> max<T>(const Tensor<T>&, int, bool);
+  template std::pair<Tensor<T>, IndexArray> max<T>(const Tensor<T>&, std::int64_t, bool);
 XGRAD_INSTANTIATE(float)
 XGRAD_INSTANTIATE(double)
 #undef XGRAD_INSTANTIATE

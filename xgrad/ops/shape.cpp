@@ -138,7 +138,7 @@ Tensor<T> strided_slice(const char* op, const Tensor<T>& a, std::size_t k, std::
 // ---- permutations -----------------------------------------------------------------------------
 
 template <class T>
-Tensor<T> transpose(const Tensor<T>& a, int dim0, int dim1) {
+Tensor<T> transpose(const Tensor<T>& a, std::int64_t dim0, std::int64_t dim1) {
   const std::size_t nd = a.dim();
   // A 0-d tensor accepts dims 0 and -1, as torch.
   const std::size_t d0 = normalize_dim(dim0, std::max<std::size_t>(nd, 1), "transpose");
@@ -150,7 +150,7 @@ Tensor<T> transpose(const Tensor<T>& a, int dim0, int dim1) {
 }
 
 template <class T>
-Tensor<T> permute(const Tensor<T>& a, const std::vector<int>& dims) {
+Tensor<T> permute(const Tensor<T>& a, const std::vector<std::int64_t>& dims) {
   const std::size_t nd = a.dim();
   XGRAD_CHECK(dims.size() == nd, "permute: expected ", nd, " dims for an input of shape ", a.shape(), ", got ",
               dims);
@@ -203,7 +203,7 @@ Tensor<T> reshape(const Tensor<T>& a, const std::vector<std::int64_t>& shape) {
 }
 
 template <class T>
-Tensor<T> flatten(const Tensor<T>& a, int start_dim, int end_dim) {
+Tensor<T> flatten(const Tensor<T>& a, std::int64_t start_dim, std::int64_t end_dim) {
   const Shape in = a.shape();
   // A 0-d tensor flattens to shape (1), as torch.
   const std::size_t nd = std::max<std::size_t>(in.size(), 1);
@@ -219,7 +219,7 @@ Tensor<T> flatten(const Tensor<T>& a, int start_dim, int end_dim) {
 }
 
 template <class T>
-Tensor<T> unsqueeze(const Tensor<T>& a, int dim) {
+Tensor<T> unsqueeze(const Tensor<T>& a, std::int64_t dim) {
   Shape out = a.shape();
   const std::size_t k = normalize_dim(dim, out.size() + 1, "unsqueeze");
   out.insert(out.begin() + k, 1);
@@ -235,7 +235,7 @@ Tensor<T> squeeze(const Tensor<T>& a) {
 }
 
 template <class T>
-Tensor<T> squeeze(const Tensor<T>& a, int dim) {
+Tensor<T> squeeze(const Tensor<T>& a, std::int64_t dim) {
   Shape out = a.shape();
   const std::size_t k = normalize_dim(dim, std::max<std::size_t>(out.size(), 1), "squeeze");
   if (!out.empty() && out[k] == 1) out.erase(out.begin() + k);
@@ -280,7 +280,7 @@ Tensor<T> expand(const Tensor<T>& a, const std::vector<std::int64_t>& sizes) {
 // ---- cat, stack ---------------------------------------------------------------------------------
 
 template <class T>
-Tensor<T> cat(const std::vector<Tensor<T>>& tensors, int dim) {
+Tensor<T> cat(const std::vector<Tensor<T>>& tensors, std::int64_t dim) {
   XGRAD_CHECK(!tensors.empty(), "cat: expected a non-empty list of tensors");
   const Shape first = tensors[0].shape();
   XGRAD_CHECK(!first.empty(), "cat: zero-dimensional tensor (at position 0) cannot be concatenated");
@@ -302,7 +302,7 @@ Tensor<T> cat(const std::vector<Tensor<T>>& tensors, int dim) {
 }
 
 template <class T>
-Tensor<T> stack(const std::vector<Tensor<T>>& tensors, int dim) {
+Tensor<T> stack(const std::vector<Tensor<T>>& tensors, std::int64_t dim) {
   XGRAD_CHECK(!tensors.empty(), "stack: expected a non-empty list of tensors");
   const Shape first = tensors[0].shape();
   const std::size_t k = normalize_dim(dim, first.size() + 1, "stack");
@@ -318,7 +318,7 @@ Tensor<T> stack(const std::vector<Tensor<T>>& tensors, int dim) {
 // ---- narrow, slice ------------------------------------------------------------------------------
 
 template <class T>
-Tensor<T> narrow(const Tensor<T>& a, int dim, std::int64_t start, std::int64_t length) {
+Tensor<T> narrow(const Tensor<T>& a, std::int64_t dim, std::int64_t start, std::int64_t length) {
   XGRAD_CHECK(a.dim() > 0, "narrow: cannot be applied to a 0-dim tensor");
   const std::size_t k = normalize_dim(dim, a.dim(), "narrow");
   const auto size = static_cast<std::int64_t>(a.shape()[k]);
@@ -333,7 +333,7 @@ Tensor<T> narrow(const Tensor<T>& a, int dim, std::int64_t start, std::int64_t l
 }
 
 template <class T>
-Tensor<T> slice(const Tensor<T>& a, int dim, std::int64_t start, std::int64_t end, std::int64_t step) {
+Tensor<T> slice(const Tensor<T>& a, std::int64_t dim, std::int64_t start, std::int64_t end, std::int64_t step) {
   XGRAD_CHECK(a.dim() > 0, "slice: cannot be applied to a 0-dim tensor");
   XGRAD_CHECK(step >= 1, "slice: step must be positive, got ", step);
   const std::size_t k = normalize_dim(dim, a.dim(), "slice");
@@ -345,18 +345,18 @@ Tensor<T> slice(const Tensor<T>& a, int dim, std::int64_t start, std::int64_t en
 }
 
 #define XGRAD_INSTANTIATE(T)                                                                     \
-  template Tensor<T> transpose<T>(const Tensor<T>&, int, int);                                   \
-  template Tensor<T> permute<T>(const Tensor<T>&, const std::vector<int>&);                      \
+  template Tensor<T> transpose<T>(const Tensor<T>&, std::int64_t, std::int64_t);                   \
+  template Tensor<T> permute<T>(const Tensor<T>&, const std::vector<std::int64_t>&);                      \
   template Tensor<T> reshape<T>(const Tensor<T>&, const std::vector<std::int64_t>&);             \
-  template Tensor<T> flatten<T>(const Tensor<T>&, int, int);                                     \
-  template Tensor<T> unsqueeze<T>(const Tensor<T>&, int);                                        \
+  template Tensor<T> flatten<T>(const Tensor<T>&, std::int64_t, std::int64_t);                     \
+  template Tensor<T> unsqueeze<T>(const Tensor<T>&, std::int64_t);                                 \
   template Tensor<T> squeeze<T>(const Tensor<T>&);                                               \
-  template Tensor<T> squeeze<T>(const Tensor<T>&, int);                                          \
+  template Tensor<T> squeeze<T>(const Tensor<T>&, std::int64_t);                                   \
   template Tensor<T> expand<T>(const Tensor<T>&, const std::vector<std::int64_t>&);              \
-  template Tensor<T> cat<T>(const std::vector<Tensor<T>>&, int);                                 \
-  template Tensor<T> stack<T>(const std::vector<Tensor<T>>&, int);                               \
-  template Tensor<T> narrow<T>(const Tensor<T>&, int, std::int64_t, std::int64_t);               \
-  template Tensor<T> slice<T>(const Tensor<T>&, int, std::int64_t, std::int64_t, std::int64_t);
+  template Tensor<T> cat<T>(const std::vector<Tensor<T>>&, std::int64_t);                          \
+  template Tensor<T> stack<T>(const std::vector<Tensor<T>>&, std::int64_t);                        \
+  template Tensor<T> narrow<T>(const Tensor<T>&, std::int64_t, std::int64_t, std::int64_t);        \
+  template Tensor<T> slice<T>(const Tensor<T>&, std::int64_t, std::int64_t, std::int64_t, std::int64_t);
 XGRAD_INSTANTIATE(float)
 XGRAD_INSTANTIATE(double)
 #undef XGRAD_INSTANTIATE

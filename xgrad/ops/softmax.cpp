@@ -28,7 +28,7 @@ struct RowLayout {
   std::size_t outer = 1, n = 1, inner = 1;
 };
 
-RowLayout row_layout(const Shape& shape, int dim, const char* op) {
+RowLayout row_layout(const Shape& shape, std::int64_t dim, const char* op) {
   // A 0-d tensor is one row of one element (as in PyTorch, dim 0 or -1).
   const std::size_t d = normalize_dim(dim, std::max<std::size_t>(shape.size(), 1), op);
   RowLayout r;
@@ -144,7 +144,7 @@ void softmax_backward(const T* y, const T* dy, T* dx, const RowLayout& L, bool l
 }
 
 template <class T>
-Tensor<T> softmax_impl(const char* op, const Tensor<T>& a, int dim, bool log) {
+Tensor<T> softmax_impl(const char* op, const Tensor<T>& a, std::int64_t dim, bool log) {
   const RowLayout L = row_layout(a.shape(), dim, op);
   Array<T> y = empty_array<T>(a.shape());
   softmax_forward(a.value().data(), y.data(), L, log);
@@ -161,20 +161,20 @@ Tensor<T> softmax_impl(const char* op, const Tensor<T>& a, int dim, bool log) {
 // y_j = exp(x_j - max) / sum_k exp(x_k - max) along dim.
 // https://pytorch.org/docs/stable/generated/torch.nn.functional.softmax.html
 template <class T>
-Tensor<T> softmax(const Tensor<T>& a, int dim) {
+Tensor<T> softmax(const Tensor<T>& a, std::int64_t dim) {
   return softmax_impl(static_cast<const char*>("softmax"), a, dim, false);
 }
 
 // y_j = x_j - max - log sum_k exp(x_k - max) along dim.
 // https://pytorch.org/docs/stable/generated/torch.nn.functional.log_softmax.html
 template <class T>
-Tensor<T> log_softmax(const Tensor<T>& a, int dim) {
+Tensor<T> log_softmax(const Tensor<T>& a, std::int64_t dim) {
   return softmax_impl(static_cast<const char*>("log_softmax"), a, dim, true);
 }
 
 #define XGRAD_INSTANTIATE(T)                                 \
-  template Tensor<T> softmax<T>(const Tensor<T>&, int);      \
-  template Tensor<T> log_softmax<T>(const Tensor<T>&, int);
+  template Tensor<T> softmax<T>(const Tensor<T>&, std::int64_t);                                   \
+  template Tensor<T> log_softmax<T>(const Tensor<T>&, std::int64_t);
 XGRAD_INSTANTIATE(float)
 XGRAD_INSTANTIATE(double)
 #undef XGRAD_INSTANTIATE

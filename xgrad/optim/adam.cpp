@@ -165,21 +165,23 @@ AdamConfig config_of(const O& o, bool decoupled) {
 
 }  // namespace
 
-void AdamOptions::validate() const { validate_adam("Adam", lr(), betas(), eps(), weight_decay()); }
-void AdamWOptions::validate() const { validate_adam("AdamW", lr(), betas(), eps(), weight_decay()); }
+template <class Self>
+void AdamFamilyOptions<Self>::validate() const {
+  validate_adam(this->optimizer_name(), this->lr(), this->betas(), this->eps(), this->weight_decay());
+}
 
-template <class T>
-void Adam<T>::step_group(ParamGroup<T>& group) {
-  const auto config = config_of(static_cast<const AdamOptions&>(group.options()), false);
+template <class T, class Options, bool kDecoupled>
+void AdamFamily<T, Options, kDecoupled>::step_group(ParamGroup<T>& group) {
+  const auto config = config_of(static_cast<const Options&>(group.options()), kDecoupled);
   adam_step<T>(group, config, [this](const Tensor<T>& p) -> ParamState<T>& { return this->state_of(p); });
 }
 
-template <class T>
-void AdamW<T>::step_group(ParamGroup<T>& group) {
-  const auto config = config_of(static_cast<const AdamWOptions&>(group.options()), true);
-  adam_step<T>(group, config, [this](const Tensor<T>& p) -> ParamState<T>& { return this->state_of(p); });
-}
-
+template class AdamFamilyOptions<AdamOptions>;
+template class AdamFamilyOptions<AdamWOptions>;
+template class AdamFamily<float, AdamOptions, false>;
+template class AdamFamily<double, AdamOptions, false>;
+template class AdamFamily<float, AdamWOptions, true>;
+template class AdamFamily<double, AdamWOptions, true>;
 template class Adam<float>;
 template class Adam<double>;
 template class AdamW<float>;

@@ -15,61 +15,42 @@ namespace xgrad::optim {
 
 using Betas = std::array<double, 2>;  // (β1, β2)
 
-class AdamOptions : public OptionsBase<AdamOptions> {
- public:
-  explicit AdamOptions(double lr = 1e-3) : lr_(lr) {}
-  XGRAD_ARG(double, lr);
-  XGRAD_ARG(Betas, betas) = {0.9, 0.999};
-  XGRAD_ARG(double, eps) = 1e-8;
-  XGRAD_ARG(double, weight_decay) = 0;
-  XGRAD_ARG(bool, amsgrad) = false;
-  XGRAD_ARG(bool, maximize) = false;
+// The options Adam and AdamW share, declared once; Self is AdamOptions or AdamWOptions (the type
+// the setters return).
+template <class Self>
+class AdamFamilyOptions : public OptionsBase<Self> {
+  XGRAD_OPTIONS(Self)
+  XGRAD_OPTION(double, lr) = 1e-3;
+  XGRAD_OPTION(Betas, betas) = {0.9, 0.999};
+  XGRAD_OPTION(double, eps) = 1e-8;
+  XGRAD_OPTION(double, weight_decay) = 0;
+  XGRAD_OPTION(bool, amsgrad) = false;
+  XGRAD_OPTION(bool, maximize) = false;
 
  public:
-  template <class Self, class F>
-  static void fields(Self& self, F&& f) {
-    f("lr", self.lr_);
-    f("betas", self.betas_);
-    f("eps", self.eps_);
-    f("weight_decay", self.weight_decay_);
-    f("amsgrad", self.amsgrad_);
-    f("maximize", self.maximize_);
-  }
   void validate() const override;
+};
+
+class AdamOptions : public AdamFamilyOptions<AdamOptions> {
+ public:
+  explicit AdamOptions(double lr = 1e-3) { this->lr(lr); }
   const char* optimizer_name() const override { return "Adam"; }
 };
 
 // AdamOptions with decoupled weight decay, by default 1e-2.
-class AdamWOptions : public OptionsBase<AdamWOptions> {
+class AdamWOptions : public AdamFamilyOptions<AdamWOptions> {
  public:
-  explicit AdamWOptions(double lr = 1e-3) : lr_(lr) {}
-  XGRAD_ARG(double, lr);
-  XGRAD_ARG(Betas, betas) = {0.9, 0.999};
-  XGRAD_ARG(double, eps) = 1e-8;
-  XGRAD_ARG(double, weight_decay) = 1e-2;
-  XGRAD_ARG(bool, amsgrad) = false;
-  XGRAD_ARG(bool, maximize) = false;
-
- public:
-  template <class Self, class F>
-  static void fields(Self& self, F&& f) {
-    f("lr", self.lr_);
-    f("betas", self.betas_);
-    f("eps", self.eps_);
-    f("weight_decay", self.weight_decay_);
-    f("amsgrad", self.amsgrad_);
-    f("maximize", self.maximize_);
-  }
-  void validate() const override;
+  explicit AdamWOptions(double lr = 1e-3) { this->lr(lr).weight_decay(1e-2); }
   const char* optimizer_name() const override { return "AdamW"; }
 };
 
-template <class T = float>
-class Adam : public Optimizer<T> {
+// Adam's and AdamW's optimizer (use Adam<T> or AdamW<T>): they differ in their options type and in how weight decay applies.
+template <class T, class Options, bool kDecoupled>
+class AdamFamily : public Optimizer<T> {
  public:
-  Adam(std::vector<Tensor<T>> params, const AdamOptions& options = AdamOptions())
-      : Adam(std::vector<ParamGroup<T>>{ParamGroup<T>(std::move(params))}, options) {}
-  Adam(std::vector<ParamGroup<T>> groups, const AdamOptions& options = AdamOptions())
+  AdamFamily(std::vector<Tensor<T>> params, const Options& options = Options())
+      : AdamFamily(std::vector<ParamGroup<T>>{ParamGroup<T>(std::move(params))}, options) {}
+  AdamFamily(std::vector<ParamGroup<T>> groups, const Options& options = Options())
       : Optimizer<T>(std::move(groups), options) {}
 
   std::vector<std::string> state_names() const override {
@@ -81,21 +62,23 @@ class Adam : public Optimizer<T> {
 };
 
 template <class T = float>
-class AdamW : public Optimizer<T> {
+class Adam : public AdamFamily<T, AdamOptions, false> {
  public:
-  AdamW(std::vector<Tensor<T>> params, const AdamWOptions& options = AdamWOptions())
-      : AdamW(std::vector<ParamGroup<T>>{ParamGroup<T>(std::move(params))}, options) {}
-  AdamW(std::vector<ParamGroup<T>> groups, const AdamWOptions& options = AdamWOptions())
-      : Optimizer<T>(std::move(groups), options) {}
-
-  std::vector<std::string> state_names() const override {
-    return {"step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
-  }
-
- protected:
-  void step_group(ParamGroup<T>& group) override;
+  using AdamFamily<T, AdamOptions, false>::AdamFamily;
 };
 
+template <class T = float>
+class AdamW : public AdamFamily<T, AdamWOptions, true> {
+ public:
+  using AdamFamily<T, AdamWOptions, true>::AdamFamily;
+};
+
+extern template class AdamFamilyOptions<AdamOptions>;
+extern template class AdamFamilyOptions<AdamWOptions>;
+extern template class AdamFamily<float, AdamOptions, false>;
+extern template class AdamFamily<double, AdamOptions, false>;
+extern template class AdamFamily<float, AdamWOptions, true>;
+extern template class AdamFamily<double, AdamWOptions, true>;
 extern template class Adam<float>;
 extern template class Adam<double>;
 extern template class AdamW<float>;

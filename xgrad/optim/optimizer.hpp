@@ -18,6 +18,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <variant>
@@ -91,19 +92,51 @@ class OptimizerOptions {
   V get(const std::string& name) const;
 };
 
-// The OptimizerOptions of an options class that lists its fields once:
+// XGRAD_OPTIONS(Self) opens an options class; each XGRAD_OPTION(type, name) after it declares one
+// option once: the chained setter and getter (as XGRAD_ARG), the stored field with its default
+// right after the macro, and its place in the list that values(), set_values() and so the
+// serializer go through. An option cannot be declared without being saved and restored.
 //
 //   class FooOptions : public OptionsBase<FooOptions> {
-//     XGRAD_ARG(double, lr) = 1e-2;
-//     XGRAD_ARG(bool, maximize) = false;
+//     XGRAD_OPTIONS(FooOptions)
+//     XGRAD_OPTION(double, lr) = 1e-2;
+//     XGRAD_OPTION(bool, maximize) = false;
 //    public:
-//     template <class Self, class F>
-//     static void fields(Self& self, F&& f) { f("lr", self.lr_); f("maximize", self.maximize_); }
 //     const char* optimizer_name() const override { return "Foo"; }
 //     void validate() const override;
 //   };
 //
-// Fields may be double, bool or std::array<double, N>; there must be one named "lr".
+// Options may be double, bool or std::array<double, N>; there must be one named "lr". Self is the
+// type the setters return (a class template shared by two optimizers passes its CRTP parameter).
+// The options are numbered with __COUNTER__ from XGRAD_OPTIONS on, so nothing else in the class
+// body between them may use __COUNTER__.
+#define XGRAD_OPTIONS(SELF)                                                                        \
+ public:                                                                                           \
+  using xgrad_options_self = SELF;                                                                 \
+  static constexpr int xgrad_option_base = __COUNTER__;                                            \
+  template <class XgradS, class XgradF, int XgradI>                                                \
+  static std::false_type xgrad_option_visit(XgradS&, XgradF&, std::integral_constant<int, XgradI>) { \
+    return {};                                                                                     \
+  }
+
+#define XGRAD_OPTION(TYPE, NAME)                                                                   \
+ public:                                                                                           \
+  inline xgrad_options_self& NAME(TYPE new_##NAME) {                                               \
+    this->NAME##_ = std::move(new_##NAME);                                                         \
+    return static_cast<xgrad_options_self&>(*this);                                                \
+  }                                                                                                \
+  inline const TYPE& NAME() const noexcept { return this->NAME##_; }                               \
+  template <class XgradS, class XgradF>                                                            \
+  static std::true_type xgrad_option_visit(                                                        \
+      XgradS& self, XgradF& f, std::integral_constant<int, __COUNTER__ - xgrad_option_base - 1>) { \
+    f(#NAME, self.NAME##_);                                                                        \
+    return {};                                                                                     \
+  }                                                                                                \
+                                                                                                   \
+ private:                                                                                          \
+  TYPE NAME##_
+
+// The OptimizerOptions of an options class declared with XGRAD_OPTIONS / XGRAD_OPTION.
 template <class Derived>
 class OptionsBase : public OptimizerOptions {
  public:
@@ -112,15 +145,29 @@ class OptionsBase : public OptimizerOptions {
   void set_lr(double lr) override { static_cast<Derived&>(*this).lr(lr); }
   OptionValues values() const override {
     OptionValues all;
-    Derived::fields(self(), [&](const char* name, const auto& field) {
+    fields(self(), [&](const char* name, const auto& field) {
       all.emplace_back(name, options_detail::to_option_value(field));
     });
     return all;
   }
   void set_values(const OptionValues& values) override;
 
+  // Calls f(name, field) for every option of `self` (a Derived, const or not), in declaration order.
+  template <class Self, class F>
+  static void fields(Self& self, F&& f) {
+    visit_from<0>(self, f);
+  }
+
  private:
   const Derived& self() const { return static_cast<const Derived&>(*this); }
+  template <int I, class Self, class F>
+  static void visit_from(Self& self, F& f) {
+    using Index = std::integral_constant<int, I>;
+    if constexpr (decltype(Derived::xgrad_option_visit(self, f, Index{}))::value) {
+      Derived::xgrad_option_visit(self, f, Index{});
+      visit_from<I + 1>(self, f);
+    }
+  }
 };
 
 // Options of any optimizer as plain named values, as an archive holds them (serialize's
@@ -162,7 +209,7 @@ template <class Derived>
 void OptionsBase<Derived>::set_values(const OptionValues& values) {
   Derived result = self();
   std::vector<std::string> names;
-  Derived::fields(self(), [&](const char* name, const auto&) { names.emplace_back(name); });
+  fields(self(), [&](const char* name, const auto&) { names.emplace_back(name); });
   for (std::size_t i = 0; i < values.size(); ++i) {
     XGRAD_CHECK(std::find(names.begin(), names.end(), values[i].first) != names.end(), optimizer_name(),
                 ": unknown option '", values[i].first, "' (", optimizer_name(), " has ", options_detail::join(names),
@@ -171,7 +218,7 @@ void OptionsBase<Derived>::set_values(const OptionValues& values) {
       XGRAD_CHECK(values[j].first != values[i].first, optimizer_name(), ": option '", values[i].first,
                   "' given twice");
   }
-  Derived::fields(result, [&](const char* name, auto& field) {
+  fields(result, [&](const char* name, auto& field) {
     auto it = std::find_if(values.begin(), values.end(), [&](const auto& v) { return v.first == name; });
     XGRAD_CHECK(it != values.end(), optimizer_name(), ": option '", name, "' is missing");
     XGRAD_CHECK(options_detail::from_option_value(it->second, field), optimizer_name(), ": option '", name,

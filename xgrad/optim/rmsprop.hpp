@@ -17,27 +17,19 @@
 namespace xgrad::optim {
 
 class RMSpropOptions : public OptionsBase<RMSpropOptions> {
- public:
-  explicit RMSpropOptions(double lr = 1e-2) : lr_(lr) {}
-  XGRAD_ARG(double, lr);
-  XGRAD_ARG(double, alpha) = 0.99;
-  XGRAD_ARG(double, eps) = 1e-8;
-  XGRAD_ARG(double, weight_decay) = 0;
-  XGRAD_ARG(double, momentum) = 0;
-  XGRAD_ARG(bool, centered) = false;
-  XGRAD_ARG(bool, maximize) = false;
+  XGRAD_OPTIONS(RMSpropOptions)
 
  public:
-  template <class Self, class F>
-  static void fields(Self& self, F&& f) {
-    f("lr", self.lr_);
-    f("alpha", self.alpha_);
-    f("eps", self.eps_);
-    f("weight_decay", self.weight_decay_);
-    f("momentum", self.momentum_);
-    f("centered", self.centered_);
-    f("maximize", self.maximize_);
-  }
+  explicit RMSpropOptions(double lr = 1e-2) : lr_(lr) {}
+  XGRAD_OPTION(double, lr);
+  XGRAD_OPTION(double, alpha) = 0.99;
+  XGRAD_OPTION(double, eps) = 1e-8;
+  XGRAD_OPTION(double, weight_decay) = 0;
+  XGRAD_OPTION(double, momentum) = 0;
+  XGRAD_OPTION(bool, centered) = false;
+  XGRAD_OPTION(bool, maximize) = false;
+
+ public:
   // PyTorch's messages: "RMSprop: Invalid learning rate: -1", "... Invalid alpha value: ...".
   void validate() const override;
   const char* optimizer_name() const override { return "RMSprop"; }

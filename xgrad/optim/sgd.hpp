@@ -10,25 +10,18 @@
 namespace xgrad::optim {
 
 class SGDOptions : public OptionsBase<SGDOptions> {
- public:
-  explicit SGDOptions(double lr) : lr_(lr) {}  // lr has no default, as in PyTorch
-  XGRAD_ARG(double, lr);
-  XGRAD_ARG(double, momentum) = 0;
-  XGRAD_ARG(double, dampening) = 0;
-  XGRAD_ARG(double, weight_decay) = 0;
-  XGRAD_ARG(bool, nesterov) = false;
-  XGRAD_ARG(bool, maximize) = false;
+  XGRAD_OPTIONS(SGDOptions)
 
  public:
-  template <class Self, class F>
-  static void fields(Self& self, F&& f) {
-    f("lr", self.lr_);
-    f("momentum", self.momentum_);
-    f("dampening", self.dampening_);
-    f("weight_decay", self.weight_decay_);
-    f("nesterov", self.nesterov_);
-    f("maximize", self.maximize_);
-  }
+  explicit SGDOptions(double lr) : lr_(lr) {}  // lr has no default, as in PyTorch
+  XGRAD_OPTION(double, lr);
+  XGRAD_OPTION(double, momentum) = 0;
+  XGRAD_OPTION(double, dampening) = 0;
+  XGRAD_OPTION(double, weight_decay) = 0;
+  XGRAD_OPTION(bool, nesterov) = false;
+  XGRAD_OPTION(bool, maximize) = false;
+
+ public:
   void validate() const override;
   const char* optimizer_name() const override { return "SGD"; }
 };

@@ -45,7 +45,7 @@ int guarded(const std::string& program, const std::function<int()>& body, World&
 }
 
 std::string precision_description(bool bf16) {
-  return bf16 ? std::string("bfloat16 autocast, gemm: ") + xgrad::detail::bf16_gemm_path() : "float32";
+  return bf16 ? std::string("bfloat16 autocast, gemm: ") + xgrad::autocast_gemm_path() : "float32";
 }
 
 // ---- resuming --------------------------------------------------------------------------------
