@@ -51,6 +51,7 @@ TEST(Elementwise, PointwiseFunctionsGradcheck) {
     expect_gradcheck([](const Inputs& in) { return abs(in[0]); }, {input(s, 1, true)});
     expect_gradcheck([](const Inputs& in) { return tanh(in[0]); }, {input(s)});
     expect_gradcheck([](const Inputs& in) { return sigmoid(in[0]); }, {input(s)});
+    expect_gradcheck([](const Inputs& in) { return silu(in[0]); }, {input(s)});
     expect_gradcheck([](const Inputs& in) { return relu(in[0]); }, {input(s, 1, true)});
     expect_gradcheck([](const Inputs& in) { return gelu(in[0]); }, {input(s)});
     expect_gradcheck([](const Inputs& in) { return gelu(in[0], "tanh"); }, {input(s)});
@@ -89,6 +90,21 @@ TEST(Elementwise, SigmoidIsStableForLargeInputs) {
   auto y = sigmoid(from_vector<float>({-1000.0f, 1000.0f}, {2}));
   EXPECT_EQ(y.value()(0), 0.0f);
   EXPECT_EQ(y.value()(1), 1.0f);
+}
+
+TEST(Elementwise, SiluMatchesTorch) {
+  // torch.nn.functional.silu and its gradient (torch 1.13, float64), large inputs included.
+  auto x = from_vector<double>({-1000.0, -3.0, -0.5, 0.0, 0.5, 3.0, 1000.0}, {7}, /*requires_grad=*/true);
+  const std::vector<double> y = {-0.0, -0.14227761953270035, -0.1887703343990727, 0.0, 0.3112296656009273,
+                                 2.8577223804672998, 1000.0};
+  const std::vector<double> dy = {-0.0, -0.08810410601516962, 0.2600388126973482, 0.5, 0.7399611873026519,
+                                  1.0881041060151693, 1.0};
+  auto out = silu(x);
+  sum(out).backward();
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    EXPECT_NEAR(out.value()(i), y[i], 1e-15) << i;
+    EXPECT_NEAR(x.grad()(i), dy[i], 1e-15) << i;
+  }
 }
 
 TEST(Elementwise, FloatOpsMatchDouble) {

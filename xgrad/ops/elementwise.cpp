@@ -250,6 +250,22 @@ Tensor<T> sigmoid(const Tensor<T>& a) {
 }
 
 template <class T>
+Tensor<T> silu(const Tensor<T>& a) {
+  // y = x s with s = sigmoid(x): dy/dx = s (1 + x (1 - s)). s never exponentiates a positive number.
+  const auto s = [](T x) {
+    if (x >= 0) return 1 / (1 + std::exp(-x));
+    const T e = std::exp(x);
+    return e / (1 + e);
+  };
+  return pointwise<T>(
+      "silu", a, kX, [s](T x) { return x * s(x); },
+      [s](T x, T) {
+        const T sx = s(x);
+        return sx * (1 + x * (1 - sx));
+      });
+}
+
+template <class T>
 Tensor<T> relu(const Tensor<T>& a) {
   return pointwise<T>("relu", a, kX, [](T x) { return x > 0 ? x : T(0); }, [](T x, T) { return x > 0 ? T(1) : T(0); });
 }
@@ -297,6 +313,7 @@ Tensor<T> clamp(const Tensor<T>& a, std::optional<Scalar<T>> min, std::optional<
   template Tensor<T> abs<T>(const Tensor<T>&);                                                 \
   template Tensor<T> tanh<T>(const Tensor<T>&);                                                \
   template Tensor<T> sigmoid<T>(const Tensor<T>&);                                             \
+  template Tensor<T> silu<T>(const Tensor<T>&);                                                \
   template Tensor<T> relu<T>(const Tensor<T>&);                                                \
   template Tensor<T> gelu<T>(const Tensor<T>&, const std::string&);                            \
   template Tensor<T> clamp<T>(const Tensor<T>&, std::optional<Scalar<T>>, std::optional<Scalar<T>>);
@@ -331,6 +348,7 @@ XGRAD_GRADCHECKS(ops_elementwise) {
       "abs", "abs(x), |x| > 0.1", [](const T64& a) { return xgrad::abs(a); }, Values::away_from_zero));
   checks.add(unary("tanh", "tanh(x)", [](const T64& a) { return xgrad::tanh(a); }));
   checks.add(unary("sigmoid", "sigmoid(x)", [](const T64& a) { return xgrad::sigmoid(a); }));
+  checks.add(unary("silu", "silu(x)", [](const T64& a) { return xgrad::silu(a); }));
   checks.add(unary(
       "relu", "relu(x), |x| > 0.1", [](const T64& a) { return xgrad::relu(a); }, Values::away_from_zero));
   checks.add(unary("gelu", "gelu(x)", [](const T64& a) { return xgrad::gelu(a); }));

@@ -48,6 +48,8 @@ template <class T> Tensor<T> sqrt(const Tensor<T>& a);
 template <class T> Tensor<T> abs(const Tensor<T>& a);  // gradient sign(a), 0 at 0
 template <class T> Tensor<T> tanh(const Tensor<T>& a);
 template <class T> Tensor<T> sigmoid(const Tensor<T>& a);
+// F.silu: x * sigmoid(x) (the swish of Ramachandran et al.).
+template <class T> Tensor<T> silu(const Tensor<T>& a);
 template <class T> Tensor<T> relu(const Tensor<T>& a);  // gradient 0 at 0
 // approximate: "none" (erf form, default) or "tanh".
 template <class T> Tensor<T> gelu(const Tensor<T>& a, const std::string& approximate = "none");
