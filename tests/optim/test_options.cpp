@@ -88,6 +88,11 @@ TEST(OptimOptions, EveryDeclaredRMSpropOptionIsSavedAndRestored) {
       optim::RMSpropOptions(), {"lr", "alpha", "eps", "weight_decay", "momentum", "centered", "maximize"});
 }
 
+TEST(OptimOptions, EveryDeclaredAdagradOptionIsSavedAndRestored) {
+  check_round_trip<optim::Adagrad<double>>(
+      optim::AdagradOptions(), {"lr", "lr_decay", "weight_decay", "initial_accumulator_value", "eps", "maximize"});
+}
+
 // Adam and AdamW share one declaration of their options; each keeps torch's defaults, its name,
 // and setters that return its own type (so a chain can be given to its optimizer).
 TEST(OptimOptions, AdamAndAdamWShareDeclarationsButNotDefaults) {

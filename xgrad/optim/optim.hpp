@@ -1,7 +1,8 @@
-// xgrad's optimizers (torch.optim): SGD, Adam, AdamW, RMSprop, gradient clipping and learning-rate
-// schedules, all in namespace xgrad::optim.
+// xgrad's optimizers (torch.optim): SGD, Adam, AdamW, RMSprop, Adagrad, gradient clipping and
+// learning-rate schedules, all in namespace xgrad::optim.
 #pragma once
 
+#include <xgrad/optim/adagrad.hpp>
 #include <xgrad/optim/adam.hpp>
 #include <xgrad/optim/clip_grad.hpp>
 #include <xgrad/optim/lr_scheduler.hpp>
