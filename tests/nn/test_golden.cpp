@@ -169,13 +169,15 @@ std::pair<Tensor<T>, Tensor<T>> run_forward(nn::Module<T>& module, const Fixture
             {}};
   if (m == "TransformerDecoderLayer")
     return {dynamic_cast<nn::TransformerDecoderLayer<T>&>(module).forward(
-                inputs.at("tgt"), inputs.at("memory"), mask_of<T>(f, fwd["tgt_mask"]), mask_of<T>(f, fwd["memory_mask"]),
-                mask_of<T>(f, fwd["tgt_key_padding_mask"]), mask_of<T>(f, fwd["memory_key_padding_mask"])),
+                inputs.at("tgt"), inputs.at("memory"), mask_of<T>(f, fwd["tgt_mask"]),
+                mask_of<T>(f, fwd["memory_mask"]), mask_of<T>(f, fwd["tgt_key_padding_mask"]),
+                mask_of<T>(f, fwd["memory_key_padding_mask"])),
             {}};
   if (m == "TransformerDecoder")
     return {dynamic_cast<nn::TransformerDecoder<T>&>(module).forward(
-                inputs.at("tgt"), inputs.at("memory"), mask_of<T>(f, fwd["tgt_mask"]), mask_of<T>(f, fwd["memory_mask"]),
-                mask_of<T>(f, fwd["tgt_key_padding_mask"]), mask_of<T>(f, fwd["memory_key_padding_mask"])),
+                inputs.at("tgt"), inputs.at("memory"), mask_of<T>(f, fwd["tgt_mask"]),
+                mask_of<T>(f, fwd["memory_mask"]), mask_of<T>(f, fwd["tgt_key_padding_mask"]),
+                mask_of<T>(f, fwd["memory_key_padding_mask"])),
             {}};
   if (m == "Transformer")
     return {dynamic_cast<nn::Transformer<T>&>(module).forward(

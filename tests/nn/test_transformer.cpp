@@ -1,7 +1,8 @@
 // TransformerEncoderLayer and TransformerEncoder: gradient checks over inputs and parameters
 // (pre- and post-norm, relu and gelu, masks, dropout re-seeded), PyTorch's formulas
 // rebuilt from the layer's own submodules, the documents' step-by-step block, and the encoder
-// as repeated copies of its layer.
+// as repeated copies of its layer. TransformerDecoderLayer, TransformerDecoder and Transformer:
+// the same kinds of checks, plus PyTorch's state_dict keys, defaults and init, and input errors.
 #include <cmath>
 #include <limits>
 
@@ -318,11 +319,11 @@ TEST(TransformerDecoderLayer, GradcheckBothNormOrdersWithEveryMask) {
   memory_mask(2, 1) = 0.7;
   for (bool norm_first : {false, true}) {
     SCOPED_TRACE(norm_first ? "pre-norm gelu, batch_first" : "post-norm relu, sequence-first");
-    auto layer = make_decoder_layer(DecoderOptions(6, 2).dim_feedforward(8).dropout(0.0)
+    auto layer = make_decoder_layer(DecoderOptions(4, 2).dim_feedforward(6).dropout(0.0)
                                         .activation(norm_first ? "gelu" : "relu").batch_first(norm_first)
                                         .norm_first(norm_first));
-    const Shape tgt_shape = norm_first ? Shape{2, 4, 6} : Shape{4, 2, 6};
-    const Shape memory_shape = norm_first ? Shape{2, 5, 6} : Shape{5, 2, 6};
+    const Shape tgt_shape = norm_first ? Shape{2, 4, 4} : Shape{4, 2, 4};
+    const Shape memory_shape = norm_first ? Shape{2, 5, 4} : Shape{5, 2, 4};
     expect_module_gradcheck(
         [&](const Inputs& in) {
           return layer->forward(in[0], in[1], causal(4), memory_mask, kTgtPadding, kMemoryPadding);
@@ -400,13 +401,17 @@ TEST(TransformerDecoderLayer, UnbatchedInputIsTheBatchOfOne) {
 }
 
 TEST(TransformerDecoderLayer, BadInputsSayWhatWasExpected) {
-  XGRAD_EXPECT_THROW_MSG(DecoderLayer(DecoderOptions(6, 2).activation("tanh")), "activation should be relu/gelu, not tanh");
+  XGRAD_EXPECT_THROW_MSG(DecoderLayer(DecoderOptions(6, 2).activation("tanh")),
+                         "activation should be relu/gelu, not tanh");
   XGRAD_EXPECT_THROW_MSG(DecoderLayer(DecoderOptions(6, 4)), "divisible by num_heads");
   auto l = make_decoder_layer(DecoderOptions(6, 2).dim_feedforward(8).batch_first(true));
   const auto tgt = input({2, 4, 6}, 28);
-  XGRAD_EXPECT_THROW_MSG(l->forward(tgt, input({2, 5, 4}, 29)), "tgt and memory must end in d_model=6, got (2, 4, 6) and (2, 5, 4)");
-  XGRAD_EXPECT_THROW_MSG(l->forward(tgt, input({3, 5, 6}, 29)), "same batch size (dim 0 with batch_first), got (2, 4, 6) and (3, 5, 6)");
-  XGRAD_EXPECT_THROW_MSG(l->forward(tgt, input({5, 6}, 29)), "must both be batched (3 dims) or both unbatched (2 dims), got (2, 4, 6) and (5, 6)");
+  XGRAD_EXPECT_THROW_MSG(l->forward(tgt, input({2, 5, 4}, 29)),
+                         "tgt and memory must end in d_model=6, got (2, 4, 6) and (2, 5, 4)");
+  XGRAD_EXPECT_THROW_MSG(l->forward(tgt, input({3, 5, 6}, 29)),
+                         "same batch size (dim 0 with batch_first), got (2, 4, 6) and (3, 5, 6)");
+  XGRAD_EXPECT_THROW_MSG(l->forward(tgt, input({5, 6}, 29)),
+                         "must both be batched (3 dims) or both unbatched (2 dims), got (2, 4, 6) and (5, 6)");
   const auto memory = input({2, 5, 6}, 30);
   XGRAD_EXPECT_THROW_MSG(l->forward(tgt, memory, causal(5)), "attn_mask must be (L, S) = (4, 4)");
   XGRAD_EXPECT_THROW_MSG(l->forward(tgt, memory, {}, causal(4)), "attn_mask must be (L, S) = (4, 5)");
@@ -437,7 +442,7 @@ TEST(TransformerDecoder, EqualsItsLayerAppliedNumLayersTimes) {
 }
 
 TEST(TransformerDecoder, GradcheckTwoLayersWithFinalNorm) {
-  auto layer = make_decoder_layer(DecoderOptions(4, 2).dim_feedforward(6).dropout(0.1).batch_first(true));
+  auto layer = make_decoder_layer(DecoderOptions(4, 2).dim_feedforward(4).dropout(0.1).batch_first(true));
   nn::TransformerDecoder<double> dec(layer, 2, std::make_shared<nn::LayerNorm<double>>(nn::LayerNormOptions(4)));
   randomize(dec, 52, 0.2);  // the two copies now differ
   expect_module_gradcheck(
@@ -574,10 +579,13 @@ TEST(Transformer, BadInputsSayWhatWasExpected) {
                    "(4, 3, 4)");
   XGRAD_EXPECT_THROW_MSG(t.forward(input({5, 2, 6}, 1), input({4, 2, 4}, 2)),
                    "the feature number of src and tgt must be equal to d_model=4, got (5, 2, 6) and (4, 2, 4)");
-  XGRAD_EXPECT_THROW_MSG(t.forward(input({5, 4}, 1), input({4, 2, 4}, 2)), "must both be batched (3 dims) or both unbatched (2 dims), got (5, 4) and (4, 2, 4)");
-  XGRAD_EXPECT_THROW_MSG(t.forward(input({5, 2, 4}, 1), input({4, 2, 4}, 2), {}, causal(5)), "attn_mask must be (L, S) = (4, 4)");
+  XGRAD_EXPECT_THROW_MSG(t.forward(input({5, 4}, 1), input({4, 2, 4}, 2)),
+                         "must both be batched (3 dims) or both unbatched (2 dims), got (5, 4) and (4, 2, 4)");
+  XGRAD_EXPECT_THROW_MSG(t.forward(input({5, 2, 4}, 1), input({4, 2, 4}, 2), {}, causal(5)),
+                         "attn_mask must be (L, S) = (4, 4)");
   XGRAD_EXPECT_THROW_MSG(Transformer(TransformerOptions(6, 4)), "divisible by num_heads");
-  XGRAD_EXPECT_THROW_MSG(Transformer(TransformerOptions(4, 2).activation("swish")), "activation should be relu/gelu, not swish");
+  XGRAD_EXPECT_THROW_MSG(Transformer(TransformerOptions(4, 2).activation("swish")),
+                         "activation should be relu/gelu, not swish");
 }
 
 TEST(Transformer, GradcheckWithMasks) {
