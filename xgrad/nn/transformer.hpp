@@ -31,8 +31,8 @@
 //   memory = encoder(src, src_mask, src_key_padding_mask)
 //   out    = decoder(tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask)
 //
-// The *is_causal flags come from PyTorch 2.x (1.13 has them on no forward but the encoder's):
-// true applies the causal mask itself (key j > query i masked), in place of an explicit mask.
+// The is_causal flags (is_causal, tgt_is_causal, memory_is_causal, src_is_causal) come from
+// PyTorch 2.x; 1.13 has none. true applies the causal mask itself (key j > query i masked).
 #pragma once
 
 #include <cstdint>
