@@ -409,6 +409,83 @@ def nn_cases():
     encoder_case("nn_encoder_postnorm_relu_masks", 161, postnorm, 2, False, (2, Ls, 6),
                  {"mask": lambda: causal_bool(Ls), "src_key_padding_mask": kpm5}, 0.1)
 
+    # TransformerDecoderLayer, TransformerDecoder and Transformer: tgt length T = 4, memory / src
+    # length S = 5, batch 2. No row is fully masked: causal rows keep key 0, which no tgt padding
+    # masks, and MEMORY_PATTERN leaves keys 0 and 1 (never padded) open in every row.
+    T, S = 4, 5
+    tgt_kpm = lambda: torch.tensor([[False, False, False, True], [False, False, False, False]])
+    memory_pattern = lambda: torch.tensor([[False, False, True, False, False],
+                                           [False, True, False, False, True],
+                                           [True, False, False, True, False],
+                                           [False, False, False, False, True]])
+
+    def seq_tensors(batch_first, d_model, names, masks):
+        """names: input name -> length; (N, len, E) with batch_first, else (len, N, E)."""
+        def make():
+            t = {k: torch.randn(2, n, d_model) if batch_first else torch.randn(n, 2, d_model)
+                 for k, n in names.items()}
+            t.update({k: f() for k, f in masks.items()})
+            return t
+        return make
+
+    decoder_mask_names = ("tgt_mask", "memory_mask", "tgt_key_padding_mask", "memory_key_padding_mask")
+
+    def decoder_case(name, seed, o, masks, num_layers=None, final_norm=False):
+        def build(o=o):
+            layer = nn.TransformerDecoderLayer(**o)
+            if num_layers is None:
+                return layer
+            norm = nn.LayerNorm(o["d_model"], eps=o["layer_norm_eps"]) if final_norm else None
+            return nn.TransformerDecoder(layer, num_layers, norm=norm)
+
+        def run(m, t):
+            return m(t["tgt"], t["memory"], **{k: t[k] for k in masks}), {}
+        fwd = {k: (k if k in masks else None) for k in decoder_mask_names}
+        if num_layers is None:
+            cfg = {"module": "TransformerDecoderLayer", "options": o, "forward": fwd}
+        else:
+            cfg = {"module": "TransformerDecoder", "layer_options": o,
+                   "options": {"num_layers": num_layers,
+                               "norm": ({"normalized_shape": [o["d_model"]],
+                                         "eps": o["layer_norm_eps"], "elementwise_affine": True}
+                                        if final_norm else None)},
+                   "forward": fwd}
+        nn_case(name, seed, build,
+                seq_tensors(o["batch_first"], o["d_model"], {"tgt": T, "memory": S}, masks),
+                run, cfg, grad_inputs=("tgt", "memory"), perturb=0.1)
+
+    decoder_case("nn_decoder_layer_postnorm_relu_causal", 170,
+                 layer_options(6, 2, 16, "relu", batch_first=False, norm_first=False),
+                 {"tgt_mask": lambda: causal_float(T), "memory_key_padding_mask": kpm5})
+    decoder_case("nn_decoder_layer_prenorm_gelu_bool_masks", 171,
+                 layer_options(6, 3, 12, "gelu", batch_first=True, norm_first=True,
+                               layer_norm_eps=1e-6),
+                 {"tgt_mask": lambda: causal_bool(T), "memory_mask": memory_pattern,
+                  "tgt_key_padding_mask": tgt_kpm, "memory_key_padding_mask": kpm5})
+    decoder_case("nn_decoder_final_norm", 172,
+                 layer_options(4, 2, 16, "relu", batch_first=True, norm_first=False),
+                 {"tgt_mask": lambda: causal_bool(T), "memory_key_padding_mask": kpm5},
+                 num_layers=2, final_norm=True)
+
+    # nn.Transformer (d_model 8, 2 heads, 2 + 2 layers): its own init, xavier_uniform_ included.
+    transformer = {"d_model": 8, "nhead": 2, "num_encoder_layers": 2, "num_decoder_layers": 2,
+                   "dim_feedforward": 16, "dropout": 0.0, "activation": "relu",
+                   "custom_encoder": None, "custom_decoder": None, "layer_norm_eps": 1e-5,
+                   "batch_first": True, "norm_first": False}
+    transformer_masks = {"src_key_padding_mask": kpm5,
+                         "tgt_mask": lambda: nn.Transformer.generate_square_subsequent_mask(T),
+                         "memory_key_padding_mask": kpm5}
+
+    def run_transformer(m, t):
+        return m(t["src"], t["tgt"], **{k: t[k] for k in transformer_masks}), {}
+    nn_case("nn_transformer", 173, lambda: nn.Transformer(**transformer),
+            seq_tensors(True, 8, {"src": S, "tgt": T}, transformer_masks), run_transformer,
+            {"module": "Transformer", "options": transformer,
+             "forward": {k: (k if k in transformer_masks else None)
+                         for k in ("src_mask", "tgt_mask", "memory_mask", "src_key_padding_mask",
+                                   "tgt_key_padding_mask", "memory_key_padding_mask")}},
+            grad_inputs=("src", "tgt"), perturb=0.1)
+
 
 def notebook_check():
     """Prints the seed example's eval output next to the notebook's (run on mps, float32)."""

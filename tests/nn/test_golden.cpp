@@ -32,7 +32,8 @@ const std::vector<std::string> kCases = {
     "nn_mha_float_mask_key_padding", "nn_mha_cross", "nn_encoder_layer_prenorm_gelu",
     "nn_encoder_layer_postnorm_relu_causal_bool", "nn_encoder_layer_postnorm_relu_causal_float",
     "nn_encoder_layer_seq_first", "nn_encoder_seed", "nn_encoder_seed_eval", "nn_encoder_final_norm",
-    "nn_encoder_postnorm_relu_masks"};
+    "nn_encoder_postnorm_relu_masks", "nn_decoder_layer_postnorm_relu_causal",
+    "nn_decoder_layer_prenorm_gelu_bool_masks", "nn_decoder_final_norm", "nn_transformer"};
 
 // The largest differences seen for one compared quantity.
 struct Diff {
@@ -66,6 +67,30 @@ AttnMask<T> mask_of(const Fixture& f, const json& name) {
 
 nn::TransformerEncoderLayerOptions layer_options(const json& o) {
   return nn::TransformerEncoderLayerOptions(o["d_model"], o["nhead"])
+      .dim_feedforward(o["dim_feedforward"])
+      .dropout(o["dropout"])
+      .activation(o["activation"])
+      .layer_norm_eps(o["layer_norm_eps"])
+      .batch_first(o["batch_first"])
+      .norm_first(o["norm_first"]);
+}
+
+nn::TransformerDecoderLayerOptions decoder_layer_options(const json& o) {
+  return nn::TransformerDecoderLayerOptions(o["d_model"], o["nhead"])
+      .dim_feedforward(o["dim_feedforward"])
+      .dropout(o["dropout"])
+      .activation(o["activation"])
+      .layer_norm_eps(o["layer_norm_eps"])
+      .batch_first(o["batch_first"])
+      .norm_first(o["norm_first"]);
+}
+
+template <class T>
+nn::TransformerOptions<T> transformer_options(const json& o) {
+  EXPECT_TRUE(o["custom_encoder"].is_null() && o["custom_decoder"].is_null());
+  return nn::TransformerOptions<T>(o["d_model"], o["nhead"])
+      .num_encoder_layers(o["num_encoder_layers"])
+      .num_decoder_layers(o["num_decoder_layers"])
       .dim_feedforward(o["dim_feedforward"])
       .dropout(o["dropout"])
       .activation(o["activation"])
@@ -108,6 +133,15 @@ std::shared_ptr<nn::Module<T>> build(const json& c) {
     if (!o["norm"].is_null()) norm = std::make_shared<nn::LayerNorm<T>>(layer_norm_options(o["norm"]));
     return std::make_shared<nn::TransformerEncoder<T>>(layer, o["num_layers"].get<std::int64_t>(), norm);
   }
+  if (m == "TransformerDecoderLayer")
+    return std::make_shared<nn::TransformerDecoderLayer<T>>(decoder_layer_options(o));
+  if (m == "TransformerDecoder") {
+    auto layer = std::make_shared<nn::TransformerDecoderLayer<T>>(decoder_layer_options(c["layer_options"]));
+    std::shared_ptr<nn::Module<T>> norm;
+    if (!o["norm"].is_null()) norm = std::make_shared<nn::LayerNorm<T>>(layer_norm_options(o["norm"]));
+    return std::make_shared<nn::TransformerDecoder<T>>(layer, o["num_layers"].get<std::int64_t>(), norm);
+  }
+  if (m == "Transformer") return std::make_shared<nn::Transformer<T>>(transformer_options<T>(o));
   ADD_FAILURE() << "unknown module " << m;
   return nullptr;
 }
@@ -132,6 +166,24 @@ std::pair<Tensor<T>, Tensor<T>> run_forward(nn::Module<T>& module, const Fixture
   if (m == "TransformerEncoder")
     return {dynamic_cast<nn::TransformerEncoder<T>&>(module).forward(
                 inputs.at("input"), mask_of<T>(f, fwd["mask"]), mask_of<T>(f, fwd["src_key_padding_mask"])),
+            {}};
+  if (m == "TransformerDecoderLayer")
+    return {dynamic_cast<nn::TransformerDecoderLayer<T>&>(module).forward(
+                inputs.at("tgt"), inputs.at("memory"), mask_of<T>(f, fwd["tgt_mask"]),
+                mask_of<T>(f, fwd["memory_mask"]), mask_of<T>(f, fwd["tgt_key_padding_mask"]),
+                mask_of<T>(f, fwd["memory_key_padding_mask"])),
+            {}};
+  if (m == "TransformerDecoder")
+    return {dynamic_cast<nn::TransformerDecoder<T>&>(module).forward(
+                inputs.at("tgt"), inputs.at("memory"), mask_of<T>(f, fwd["tgt_mask"]),
+                mask_of<T>(f, fwd["memory_mask"]), mask_of<T>(f, fwd["tgt_key_padding_mask"]),
+                mask_of<T>(f, fwd["memory_key_padding_mask"])),
+            {}};
+  if (m == "Transformer")
+    return {dynamic_cast<nn::Transformer<T>&>(module).forward(
+                inputs.at("src"), inputs.at("tgt"), mask_of<T>(f, fwd["src_mask"]), mask_of<T>(f, fwd["tgt_mask"]),
+                mask_of<T>(f, fwd["memory_mask"]), mask_of<T>(f, fwd["src_key_padding_mask"]),
+                mask_of<T>(f, fwd["tgt_key_padding_mask"]), mask_of<T>(f, fwd["memory_key_padding_mask"])),
             {}};
   return {module.forward(inputs.at("input")), {}};
 }
@@ -158,7 +210,7 @@ void run_case(const std::string& name) {
   module->load_state_dict(state);
 
   std::map<std::string, Tensor<T>> inputs;
-  for (const char* in : {"input", "query", "key", "value"})
+  for (const char* in : {"input", "query", "key", "value", "src", "tgt", "memory"})
     if (f.has(in) && f.kind(in) == "float") inputs[in] = f.tensor<T>(in, f.has(std::string("grad.") + in));
 
   module->zero_grad();
