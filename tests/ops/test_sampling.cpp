@@ -340,6 +340,10 @@ TYPED_TEST(SamplingOps, SampleNextTokenFollowsTemperatureTopKAndTopP) {
   SamplingOptions cold;
   cold.temperature = 0.05;
   EXPECT_GT(frequencies<T>(row, cold, n, 3)[3], n * 0.99);
+  // A tiny temperature is greedy (the logits' spread divided by it overflows no exponential).
+  SamplingOptions frozen;
+  frozen.temperature = 1e-300;
+  EXPECT_EQ(frequencies<T>(row, frozen, 100, 3), (std::vector<double>{0, 0, 0, 100}));
   // top_k = 2: only 0.3 and 0.4, renormalized (3:4); chi-square with 1 degree of freedom,
   // P(> 10.83) = 0.001.
   SamplingOptions k2;

@@ -325,7 +325,9 @@ IndexArray sample_next_token(const Tensor<T>& logits, const SamplingOptions& opt
   for (std::size_t r = 0; r < N; ++r) {
     const double* s = rows.value().data() + r * V;
     double* p = probs.data() + r * V;
-    for (std::size_t c = 0; c < V; ++c) p[c] = s[c] / options.temperature;
+    // (s - max s) / temperature: the same softmax and order, and no overflow for a tiny temperature.
+    const double smax = *std::max_element(s, s + V);
+    for (std::size_t c = 0; c < V; ++c) p[c] = (s[c] - smax) / options.temperature;
     if (k > 0 && k < V) {  // top-k: ties with the k-th largest stay (as nanoGPT and HF)
       sorted.assign(p, p + V);
       std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(k - 1), sorted.end(),
