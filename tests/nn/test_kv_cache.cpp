@@ -209,6 +209,21 @@ TYPED_TEST(KVCacheTest, CropClearReserve) {
   XGRAD_EXPECT_THROW_MSG(grown.reserve(-1), "reserve", "got -1");
 }
 
+// Under bf16 autocast (float32), the cached attention's products run in bf16 as the full
+// forward's do: the two agree within bf16's rounding (2e-2 relative, as docs/autocast.md).
+TEST(KVCacheAutocast, StepByStepFollowsTheFullForward) {
+  const Config c{true, true};
+  auto encoder = make_encoder<float>(c, 8);
+  const Tensor<float> x = make_input<float>(c, 5, 14);
+  NoGradGuard no_grad;
+  AutocastGuard autocast;
+  const Tensor<float> full = encoder->forward(x, {}, {}, /*is_causal=*/true);
+  std::vector<nn::KVCache<float>> caches;
+  EXPECT_LE(error(nn::forward_cached(*encoder, slice(x, 1, 0, 2), caches), slice(full, 1, 0, 2)), 2e-2);
+  for (std::int64_t p = 2; p < 5; ++p)
+    EXPECT_LE(error(nn::forward_cached(*encoder, slice(x, 1, p, p + 1), caches), slice(full, 1, p, p + 1)), 2e-2);
+}
+
 TYPED_TEST(KVCacheTest, Errors) {
   using T = TypeParam;
   const Config c{false, true};

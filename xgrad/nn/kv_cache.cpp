@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 
+#include <xgrad/backend/autocast.hpp>
 #include <xgrad/backend/gemm.hpp>
 #include <xgrad/backend/parallel.hpp>
 #include <xgrad/backend/signals.hpp>
@@ -149,13 +150,16 @@ Tensor<T> cached_self_attention(const char* who, MultiheadAttention<T>& mha, con
       }
   Array<T> attn = empty_array<T>({N, t, E}, who);
   const T scale = T(1) / std::sqrt(static_cast<T>(d));
+  // Under autocast the products run in bf16, as in the full forward's attention; decided here, on
+  // the caller's thread, not on the pool's.
+  const bool bf16 = detail::autocast_gemm<T>();
   const std::size_t work = std::max<std::size_t>(1, t * S * d);  // multiply-adds per batch-head, per gemm
   detail::parallel_for(N * H, std::max<std::size_t>(1, (1u << 15) / work), [&](std::size_t begin, std::size_t end) {
     std::vector<T> scores(t * S);  // (t, S)
     for (std::size_t nh = begin; nh < end; ++nh) {
       const std::size_t n = nh / H, hh = nh % H;
-      detail::gemm<T>(false, true, t, S, d, scale, p + n * t * 3 * E + hh * d, 3 * E, cache.key(n, hh, 0), d, T(0),
-                      scores.data(), S);
+      detail::gemm_autocast<T>(bf16, false, true, t, S, d, scale, p + n * t * 3 * E + hh * d, 3 * E,
+                               cache.key(n, hh, 0), d, T(0), scores.data(), S);
       for (std::size_t i = 0; i < t; ++i) {
         T* row = scores.data() + i * S;
         const std::size_t visible = start + i + 1;
@@ -165,8 +169,8 @@ Tensor<T> cached_self_attention(const char* who, MultiheadAttention<T>& mha, con
         for (std::size_t j = 0; j < visible; ++j) row[j] /= total;
         std::fill(row + visible, row + S, T(0));
       }
-      detail::gemm<T>(false, false, t, d, S, T(1), scores.data(), S, cache.value(n, hh, 0), d, T(0),
-                      attn.data() + n * t * E + hh * d, E);
+      detail::gemm_autocast<T>(bf16, false, false, t, d, S, T(1), scores.data(), S, cache.value(n, hh, 0), d, T(0),
+                               attn.data() + n * t * E + hh * d, E);
     }
   });
   cache.commit(t);

@@ -81,8 +81,9 @@ class KVCache {
 // where x_all is every position the cache has seen followed by x_new. Appends the new keys and
 // values to the cache. The new queries attend to the cached keys and values directly (earlier
 // positions are never recomputed); within the new block attention is causal, so a prompt can be
-// prefilled in one call. Inference only: throws unless grad mode is off (NoGradGuard) and
-// unless the layer is in eval mode or has dropout 0.
+// prefilled in one call. Under AutocastGuard (float) the attention's products run in bf16, as the
+// full forward's do. Inference only: throws unless grad mode is off (NoGradGuard) and unless the
+// layer is in eval mode or has dropout 0.
 template <class T>
 Tensor<T> forward_cached(TransformerEncoderLayer<T>& layer, const Tensor<T>& x_new, KVCache<T>& cache);
 
