@@ -41,7 +41,8 @@ int main() {
   std::printf("threads %d; per new token, median of 7 interleaved rounds\n", xgrad::get_num_threads());
   std::printf("%8s %14s %14s %8s\n", "context", "cached (us)", "full (us)", "full/cached");
   for (std::int64_t context : {16, 64, 256, 512}) {
-    const Tensor<float> x = xgrad::randn<float>({1, static_cast<std::size_t>(context) + 1, static_cast<std::size_t>(d)});
+    const auto length = static_cast<std::size_t>(context) + 1;
+    const Tensor<float> x = xgrad::randn<float>({1, length, static_cast<std::size_t>(d)});
     const Tensor<float> token = xgrad::slice(x, 1, context, context + 1);
     std::vector<nn::KVCache<float>> caches;
     nn::forward_cached(encoder, xgrad::slice(x, 1, 0, context), caches);  // the context, once

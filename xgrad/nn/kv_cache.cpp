@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <limits>
+#include <vector>
 
 #include <xgrad/backend/autocast.hpp>
 #include <xgrad/backend/gemm.hpp>
@@ -224,7 +224,8 @@ Tensor<T> forward_cached(TransformerEncoder<T>& encoder, const Tensor<T>& x_new,
     // The layers are copies of one layer: they share its options, hence its layout.
     const TransformerEncoderLayerOptions& o = encoder.layer(0)->options();
     x = to_batch_first(who, x, o);
-    for (std::size_t i = 0; i < layers; ++i) x = layer_step(who, *encoder.layer(static_cast<std::int64_t>(i)), x, caches[i]);
+    for (std::size_t i = 0; i < layers; ++i)
+      x = layer_step(who, *encoder.layer(static_cast<std::int64_t>(i)), x, caches[i]);
     if (!o.batch_first()) x = transpose(x, 0, 1);
   }
   if (encoder.norm) x = encoder.norm->forward(x);

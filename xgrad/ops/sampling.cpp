@@ -4,7 +4,9 @@
 // sampler of sampling.hpp built on them.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
+#include <mutex>
 #include <numeric>
 #include <utility>
 #include <vector>
@@ -382,5 +384,6 @@ XGRAD_GRADCHECKS(ops_sampling) {
   checks.add(unary("topk_smallest", "topk(x, 2, 1, largest=false, sorted=false).values", [](const T64& a) {
     return xgrad::topk(a, std::min<std::int64_t>(2, a.size(1)), 1, false, false).first;
   }));
-  checks.add(unary("sort", "sort(x, 1, descending).values", [](const T64& a) { return xgrad::sort(a, 1, true).first; }));
+  checks.add(unary("sort", "sort(x, 1, descending).values",
+                   [](const T64& a) { return xgrad::sort(a, 1, true).first; }));
 }

@@ -21,7 +21,8 @@ struct SamplingOptions {
   double temperature = 1.0;  // divides the logits; > 0 (argmax decoding is `greedy`, not 0)
   std::int64_t top_k = 0;    // keep the top_k largest logits (and ties with the k-th); 0 = off
   double top_p = 1.0;        // keep the smallest most-probable set reaching top_p; in (0, 1], 1 = off
-  bool greedy = false;       // argmax of the logits (first on ties); the other fields are then unused
+  bool greedy = false;       // argmax of the logits (first on ties); the fields above are then
+                             // unused (but still checked)
 
   // Throws std::invalid_argument naming the bad field and its allowed range.
   void check() const;
