@@ -17,3 +17,14 @@ TEST(Philox, MatchesRandom123KnownAnswers) {
   EXPECT_EQ(philox4x32_10({0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}, {0xa4093822, 0x299f31d0}),
             (PhiloxCounter{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}));
 }
+
+// The lane-wise form gives each counter's words in order, the same as one call per counter.
+TEST(Philox, LanesMatchOneCallPerCounter) {
+  const xgrad::PhiloxKey key{0x12345678, 0x9abcdef0};
+  std::uint32_t words[64];
+  for (std::size_t n : {1u, 7u, 16u}) {
+    xgrad::philox4x32_10_lanes(0xfffffff8u, 3, 5, 7, key, n, words);
+    for (std::uint32_t x = 0; x < n; ++x)
+      for (int w = 0; w < 4; ++w) EXPECT_EQ(words[4 * x + w], philox4x32_10({0xfffffff8u + x, 3, 5, 7}, key)[w]);
+  }
+}

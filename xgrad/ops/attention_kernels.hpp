@@ -115,12 +115,13 @@ struct AttentionDropout {
     const std::uint64_t threshold = static_cast<std::uint64_t>(std::ceil(p * 4294967296.0));
     const T keep = p < 1.0 ? T(1.0 / (1.0 - p)) : T(0);
     const PhiloxKey key{static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32)};
-    for (std::size_t j = j0; j < j1;) {
-      const PhiloxCounter words = philox4x32_10(
-          {static_cast<std::uint32_t>(j >> 2), static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(b),
-           static_cast<std::uint32_t>(static_cast<std::uint64_t>(b) >> 32)},
-          key);
-      for (std::size_t w = j & 3; w < 4 && j < j1; ++w, ++j) out[j - j0] = words[w] >= threshold ? keep : T(0);
+    const std::uint32_t row = static_cast<std::uint32_t>(i), b_lo = static_cast<std::uint32_t>(b),
+                        b_hi = static_cast<std::uint32_t>(static_cast<std::uint64_t>(b) >> 32);
+    std::uint32_t words[64];  // the words of elements j in [4 g, 4 g + 64)
+    for (std::size_t g = j0 >> 2; 4 * g < j1; g += 16) {
+      philox4x32_10_lanes(static_cast<std::uint32_t>(g), row, b_lo, b_hi, key, 16, words);
+      const std::size_t lo = std::max(j0, 4 * g), hi = std::min(j1, 4 * g + 64);
+      for (std::size_t j = lo; j < hi; ++j) out[j - j0] = words[j - 4 * g] >= threshold ? keep : T(0);
     }
   }
 };
