@@ -3,13 +3,17 @@
 // and the fused op behind it and nn.MultiheadAttention (attention.hpp): the attention_forward /
 // attention_backward kernel pair (llm.c's) over per-head matrices read in place (contiguous, or
 // one head's columns of an in-projection output), gemm for the products, batches split over
-// threads, and the node that joins them. The mask normaliser is in attention_mask.cpp.
+// threads, and the node that joins them: the materialized path, which keeps P for the backward.
+// The node hands the call to the tiled path (attention_tiled.cpp, memory linear in L) when
+// set_attention_path says so, or by size under Auto, unless the weights are asked for. The mask
+// normaliser is in attention_mask.cpp; what the paths share is in attention_kernels.hpp.
 //
 // Per batch b (batch = product of the leading dims), q: (L, E), k: (S, E), v: (S, Ev):
 //   A  = scale * q k^T + M        (L, S)   M: the float mask, or -inf where masked (bool, causal)
 //   P  = softmax(A) along S       (L, S)   max-subtracted; a row whose keys are all masked gets
 //                                          P = 0 (PyTorch gives NaN there on some paths)
-//   Pd = P * D                    (L, S)   D: dropout mask, 0 or 1/(1-p); D = 1 when p = 0
+//   Pd = P * D                    (L, S)   D: dropout mask, 0 or 1/(1-p), from Philox (the same
+//                                          on both paths, AttentionDropout); D = 1 when p = 0
 //   O  = Pd v                     (L, Ev)
 //   W  = Pd                       (L, S)   the weights, returned when asked for
 // A float mask is a constant array: it gets no gradient. A bool mask follows
