@@ -190,8 +190,9 @@ void attention_backward(const Qkv<T*>& d, const Mat<const T*>& dout, const Mat<c
 std::atomic<AttentionPath> attention_path{AttentionPath::Auto};
 
 // Auto's choice: the tiled path from this many logits per batch-head (L S) up. Measured with
-// benchmarks/bench_attention_long (docs/performance.md): causal forward + backward at
-// (1, 12, L, 64) float32 on 2 threads.
+// benchmarks/bench_attention_long at (1, 12, L, 64) float32, forward + backward, 2 threads: at
+// L = 128 the two paths were even (within 10%, either way), at 256 tiled was ahead causal and even
+// without, from 512 up ahead in both (docs/performance.md).
 constexpr std::size_t kTiledFromScores = std::size_t(256) * 256;
 
 // Throws, naming the shape and the bytes, when the materialized path's (B, L, S) arrays (P, the
