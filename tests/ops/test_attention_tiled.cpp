@@ -201,7 +201,7 @@ TEST(AttentionTiled, WeightsAlwaysMaterialized) {
 }
 
 // The materialized path refuses (B, L, S) arrays beyond the process's memory, naming the shape
-// and the bytes; the tiled path runs the same call.
+// and the bytes; the tiled path runs the same call; Auto's choice by size.
 TEST(AttentionTiled, MaterializedPathChecksMemoryFirst) {
   detail::set_process_memory_limit_for_testing(1 << 20);
   const T64 q = input({2, 300, 4}, 1), k = input({2, 300, 4}, 2), v = input({2, 300, 4}, 3);
@@ -217,6 +217,10 @@ TEST(AttentionTiled, MaterializedPathChecksMemoryFirst) {
     PathGuard guard(AttentionPath::Tiled);
     EXPECT_EQ(scaled_dot_product_attention(q, k, v).shape(), Shape({2, 300, 4}));
   }
+  // Auto: 300 x 300 logits take the tiled path when causal (from 256^2), not otherwise (from 1024^2).
+  EXPECT_EQ(get_attention_path(), AttentionPath::Auto);
+  EXPECT_EQ(scaled_dot_product_attention(q, k, v, {}, 0.0, true).shape(), Shape({2, 300, 4}));
+  XGRAD_EXPECT_THROW_MSG(scaled_dot_product_attention(q, k, v), "(B, L, S) = (2, 300, 300)");
   detail::set_process_memory_limit_for_testing(0);
   EXPECT_GT(detail::process_memory_limit(), std::size_t(1) << 24);
 }

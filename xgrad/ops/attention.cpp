@@ -189,11 +189,13 @@ void attention_backward(const Qkv<T*>& d, const Mat<const T*>& dout, const Mat<c
 
 std::atomic<AttentionPath> attention_path{AttentionPath::Auto};
 
-// Auto's choice: the tiled path from this many logits per batch-head (L S) up. Measured with
-// benchmarks/bench_attention_long at (1, 12, L, 64) float32, forward + backward, 2 threads: at
-// L = 128 the two paths were even (within 10%, either way), at 256 tiled was ahead causal and even
-// without, from 512 up ahead in both (docs/performance.md).
-constexpr std::size_t kTiledFromScores = std::size_t(256) * 256;
+// Auto's choice: the tiled path from this many logits per batch-head (L S) up, causal or not.
+// Measured with benchmarks/bench_attention_long at (1, 12, L, 64) float32, forward + backward, 2
+// threads (docs/performance.md): causal, the paths were even at L = 128 and tiled ahead from 256
+// up; without causal masking tiled was 8% behind at 256, 10% behind at 512 (it recomputes q k^T:
+// 7/6 of the gemm work, in smaller products) and 15% ahead at 1024.
+constexpr std::size_t kTiledFromScoresCausal = std::size_t(256) * 256;
+constexpr std::size_t kTiledFromScores = std::size_t(1024) * 1024;
 
 // Throws, naming the shape and the bytes, when the materialized path's (B, L, S) arrays (P, the
 // dropout multipliers D, the weights W) would not fit in the memory the process can have.
@@ -218,8 +220,9 @@ Tensor<T> attention_node(std::vector<Tensor<T>> inputs, const NodeLayout& l, con
   const bool weights = args.need_weights;
   const T alpha = T(args.scale ? *args.scale : 1.0 / std::sqrt(static_cast<double>(n.E)));
   const AttentionPath path = attention_path.load();
-  const bool tiled = !weights && (path == AttentionPath::Tiled ||
-                                  (path == AttentionPath::Auto && n.L * n.S >= kTiledFromScores));
+  const std::size_t tiled_from = args.mask.is_causal ? kTiledFromScoresCausal : kTiledFromScores;
+  const bool tiled =
+      !weights && (path == AttentionPath::Tiled || (path == AttentionPath::Auto && n.L * n.S >= tiled_from));
   const bool dropping = args.dropout_p > 0.0;
   if (!tiled) check_materialized_fits(n, sizeof(T), dropping, weights);
 

@@ -198,7 +198,8 @@ Tensor<T> scaled_dot_product_attention(const Tensor<T>& q, const Tensor<T>& k, c
                                        Generator* generator = nullptr);
 
 // Which implementation scaled_dot_product_attention and nn.MultiheadAttention run, process-wide:
-//   Auto (default): Tiled from L S >= 256^2 logits per batch-head, else Materialized;
+//   Auto (default): Tiled from L S >= 256^2 logits per batch-head when causal, from 1024^2
+//                   otherwise (where each was measured ahead), else Materialized;
 //   Materialized: P (..., L, S) kept for the backward (memory quadratic in the length);
 //   Tiled: blocks of queries against blocks of keys with an online softmax, one log-sum-exp
 //          per query kept, P recomputed block by block in the backward (memory linear).
