@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include <xgrad/backend/autocast.hpp>
 #include <xgrad/backend/memory_limit.hpp>
 #include <xgrad/backend/parallel.hpp>
 #include <xgrad/nn/multihead_attention.hpp>
@@ -185,6 +186,17 @@ TEST(AttentionTiled, IndependentOfThreadsAndBlocks) {
   for (std::size_t i = 0; i < one.size(); ++i) EXPECT_EQ(one[i], two[i]) << i;
   expect_close(other_blocks, one, 1e-12);
   expect_close(materialized, one, 1e-12);
+}
+
+// Under autocast both paths run their gemms on bf16-rounded operands (the forward's decision,
+// recorded for the backward): they agree to bf16's precision.
+TEST(AttentionTiled, AutocastMatchesMaterialized) {
+  const Case<float> c{"causal", {2, 3, 20, 8}, {2, 3, 20, 8}, {2, 3, 20, 8}, {}, true};
+  const auto fp32 = sdpa_run(c, AttentionPath::Tiled, 4, 8);
+  AutocastGuard autocast;
+  const auto bf16 = sdpa_run(c, AttentionPath::Tiled, 4, 8);
+  expect_close(bf16, sdpa_run(c, AttentionPath::Materialized), 2e-2);
+  EXPECT_GT(max_abs_diff(bf16[0], fp32[0]), 1e-5) << "the tiled path's gemms did not round to bf16";
 }
 
 // need_weights keeps the materialized path whatever the setting; Auto picks by size.
