@@ -24,6 +24,7 @@
   X(ops_layer_norm)              \
   X(ops_dropout)                 \
   X(ops_attention)               \
+  X(ops_attention_tiled)         \
   X(ops_loss)                    \
   X(ops_sampling)                \
   X(nn_linear)                   \

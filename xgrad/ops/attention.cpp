@@ -3,13 +3,17 @@
 // and the fused op behind it and nn.MultiheadAttention (attention.hpp): the attention_forward /
 // attention_backward kernel pair (llm.c's) over per-head matrices read in place (contiguous, or
 // one head's columns of an in-projection output), gemm for the products, batches split over
-// threads, and the node that joins them. The mask normaliser is in attention_mask.cpp.
+// threads, and the node that joins them: the materialized path, which keeps P for the backward.
+// The node hands the call to the tiled path (attention_tiled.cpp, memory linear in L) when
+// set_attention_path says so, or by size under Auto, unless the weights are asked for. The mask
+// normaliser is in attention_mask.cpp; what the paths share is in attention_kernels.hpp.
 //
 // Per batch b (batch = product of the leading dims), q: (L, E), k: (S, E), v: (S, Ev):
 //   A  = scale * q k^T + M        (L, S)   M: the float mask, or -inf where masked (bool, causal)
 //   P  = softmax(A) along S       (L, S)   max-subtracted; a row whose keys are all masked gets
 //                                          P = 0 (PyTorch gives NaN there on some paths)
-//   Pd = P * D                    (L, S)   D: dropout mask, 0 or 1/(1-p); D = 1 when p = 0
+//   Pd = P * D                    (L, S)   D: dropout mask, 0 or 1/(1-p), from Philox (the same
+//                                          on both paths, AttentionDropout); D = 1 when p = 0
 //   O  = Pd v                     (L, Ev)
 //   W  = Pd                       (L, S)   the weights, returned when asked for
 // A float mask is a constant array: it gets no gradient. A bool mask follows
@@ -23,10 +27,11 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
-#include <xgrad/ops/attention.hpp>
+#include <xgrad/ops/attention_kernels.hpp>
 #include <xgrad/core/gradcheck_registry.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <ostream>
@@ -36,6 +41,7 @@
 #include <xgrad/backend/autocast.hpp>
 #include <xgrad/backend/bf16.hpp>
 #include <xgrad/backend/gemm.hpp>
+#include <xgrad/backend/memory_limit.hpp>
 #include <xgrad/backend/parallel.hpp>
 #include <xgrad/backend/simd.hpp>
 #include <xgrad/backend/strided.hpp>
@@ -44,52 +50,17 @@ namespace xgrad {
 
 namespace {
 
-constexpr const char* kOp = "scaled_dot_product_attention";
+constexpr const char* kOp = detail::kAttentionOp;
+
+using Dims = detail::AttentionDims;
+using detail::Mat;
+using detail::MaskView;
+using detail::NodeLayout;
+using detail::Place;
+using detail::Qkv;
+using detail::read_qkv;
 
 // ---- the kernels --------------------------------------------------------------------------------
-
-// Sizes of one call: B independent batches (one head of one sequence each), each with
-// q (L, E), k (S, E), v (S, Ev).
-struct Dims {
-  std::size_t B, L, S, E, Ev;
-};
-
-// One operand of the kernels: B row-major matrices whose rows are `ld` elements apart, batch
-// b = (o, h) = (b / heads, b % heads) starting at base + o * outer + h * head. A contiguous
-// (B, rows, cols) array is {base, 1, rows * cols, 0, cols}; head h of a (N, len, C) projection
-// (columns [c + h d, c + (h+1) d)) is {base + c, H, len * C, d, C}, of a (len, N, C) one
-// {base + c, H, C, d, N * C}. A null base: no operand.
-template <class Ptr>
-struct Mat {
-  Ptr base = nullptr;
-  std::size_t heads = 1, outer = 0, head = 0, ld = 0;
-
-  Ptr at(std::size_t b) const { return base + (b / heads) * outer + (b % heads) * head; }
-};
-
-// q, k and v, or their gradients.
-template <class Ptr>
-struct Qkv {
-  Mat<Ptr> q, k, v;
-};
-
-// The normalised mask as the kernel reads it: row i of batch b starts at
-// b * batch_stride + i * S of bool_mask or float_mask (at most one is set).
-template <class T>
-struct MaskView {
-  const bool* bool_mask = nullptr;
-  const T* float_mask = nullptr;
-  std::size_t batch_stride = 0;  // L * S, or 0 when one (L, S) mask serves every batch
-  bool causal = false;
-
-  explicit MaskView(const detail::AttentionMask<T>& m, std::size_t L, std::size_t S)
-      : causal(m.is_causal) {
-    if (m.mask.empty()) return;
-    if (m.mask.is_bool()) bool_mask = m.mask.bool_mask().data();
-    else float_mask = m.mask.float_mask().data();
-    batch_stride = m.per_batch() ? L * S : 0;
-  }
-};
 
 // row <- softmax(row), max-subtracted; all zeros when every entry is -inf.
 template <class T>
@@ -118,7 +89,6 @@ void attention_forward(const Mat<T*>& out, const Mat<T*>& w, T* P, const Qkv<con
                        const MaskView<T>& mask, const Dims& n, T alpha, bool bf16) {
   const std::size_t L = n.L, S = n.S, E = n.E, Ev = n.Ev;
   const bool weights = w.base != nullptr;
-  const T neg_inf = -std::numeric_limits<T>::infinity();
   detail::parallel_for(n.B, batch_grain(n), [&](std::size_t b0, std::size_t b1) {
     std::vector<T> dropped(D && !weights ? L * S : 0);  // Pd of one batch, when not in `w`
     for (std::size_t b = b0; b < b1; ++b) {
@@ -129,16 +99,7 @@ void attention_forward(const Mat<T*>& out, const Mat<T*>& w, T* P, const Qkv<con
       for (std::size_t i = 0; i < L; ++i) {
         T* row = pb + i * S;
         // A += M
-        if (mask.bool_mask) {
-          const bool* m = mask.bool_mask + b * mask.batch_stride + i * S;
-          for (std::size_t j = 0; j < S; ++j)
-            if (m[j]) row[j] = neg_inf;
-        } else if (mask.float_mask) {
-          const T* m = mask.float_mask + b * mask.batch_stride + i * S;
-          for (std::size_t j = 0; j < S; ++j) row[j] += m[j];
-        }
-        if (mask.causal)
-          for (std::size_t j = i + 1; j < S; ++j) row[j] = neg_inf;
+        mask.apply(b, i, 0, S, row);
         // P = softmax(A)
         softmax_row(row, S);
       }
@@ -226,51 +187,56 @@ void attention_backward(const Qkv<T*>& d, const Mat<const T*>& dout, const Mat<c
 
 // ---- the node -----------------------------------------------------------------------------------
 
-// A Mat of the node with an offset in place of the base pointer: into input `input` (q, k, v) or
-// into the node's value (O, W).
-struct Place {
-  std::size_t input = 0, offset = 0, heads = 1, outer = 0, head = 0, ld = 0;
+std::atomic<AttentionPath> attention_path{AttentionPath::Auto};
 
-  template <class Ptr>
-  Mat<Ptr> at(Ptr base) const {
-    return {base + offset, heads, outer, head, ld};
-  }
-};
+// Auto's choice: the tiled path from this many logits per batch-head (L S) up, causal or not.
+// Measured with benchmarks/bench_attention_long at (1, 12, L, 64) float32, forward + backward, 2
+// threads (docs/performance.md): causal, the paths were even at L = 128 and tiled ahead from 256
+// up; without causal masking tiled was 8% behind at 256, 10% behind at 512 (it recomputes q k^T:
+// 7/6 of the gemm work, in smaller products) and 15% ahead at 1024.
+constexpr std::size_t kTiledFromScoresCausal = std::size_t(256) * 256;
+constexpr std::size_t kTiledFromScores = std::size_t(1024) * 1024;
 
-// Where the node reads q, k and v and writes O and W (w only with need_weights).
-struct NodeLayout {
-  Dims n;
-  Shape value;  // the node's value, holding O and, with need_weights, W
-  Place q, k, v, o, w;
-};
-
-// q, k and v where l places them; data(i) is input i's values.
-template <class T, class Data>
-Qkv<const T*> read_qkv(const NodeLayout& l, Data data) {
-  return {l.q.at<const T*>(data(l.q.input)), l.k.at<const T*>(data(l.k.input)), l.v.at<const T*>(data(l.v.input))};
+// Throws, naming the shape and the bytes, when the materialized path's (B, L, S) arrays (P, the
+// dropout multipliers D, the weights W) would not fit in the memory the process can have.
+void check_materialized_fits(const Dims& n, std::size_t element_size, bool dropping, bool weights) {
+  const std::size_t arrays = 1 + (dropping ? 1 : 0) + (weights ? 1 : 0);
+  const std::size_t limit = detail::process_memory_limit();
+  const std::size_t per_array = n.B * n.L * n.S * element_size;
+  XGRAD_CHECK(per_array <= limit / arrays, kOp, ": the materialized path needs ", arrays, " arrays of (B, L, S) = (",
+              n.B, ", ", n.L, ", ", n.S, ") elements of ", element_size, " bytes (the probabilities",
+              dropping ? ", the dropout multipliers" : "", weights ? ", the returned weights" : "", "), ",
+              arrays * per_array, " bytes in all, more than the ", limit,
+              " bytes this process can have (physical memory or its cgroup's limit); without need_weights the "
+              "tiled path (xgrad::set_attention_path(xgrad::AttentionPath::Tiled)) needs O(B L) bytes");
 }
 
 // The op: one node over `inputs`, its value laid out as l.value, O and W where l.o and l.w say. The
 // gradient of each input is written whole by the blocks it holds (q, k and v tile its columns).
+// Without need_weights the tiled path may take it (attention_tiled.cpp; same value and gradients).
 template <class T>
 Tensor<T> attention_node(std::vector<Tensor<T>> inputs, const NodeLayout& l, const detail::AttentionArgs<T>& args) {
   const Dims& n = l.n;
   const bool weights = args.need_weights;
   const T alpha = T(args.scale ? *args.scale : 1.0 / std::sqrt(static_cast<double>(n.E)));
-
+  const AttentionPath path = attention_path.load();
+  const std::size_t tiled_from = args.mask.is_causal ? kTiledFromScoresCausal : kTiledFromScores;
+  const bool tiled =
+      !weights && (path == AttentionPath::Tiled || (path == AttentionPath::Auto && n.L * n.S >= tiled_from));
   const bool dropping = args.dropout_p > 0.0;
-  Array<T> D;  // dropout multipliers (B, L, S), drawn in row-major order; unused when p = 0
+  if (!tiled) check_materialized_fits(n, sizeof(T), dropping, weights);
+
+  const auto dropout = detail::AttentionDropout::draw(args.dropout_p, args.generator);
+  if (tiled) return detail::tiled_attention_node<T>(std::move(inputs), l, args.mask, dropout, alpha);
+
+  Array<T> D;  // dropout multipliers (B, L, S), the decisions of AttentionDropout; unused when p = 0
   if (dropping) {
     D = empty_array<T>({n.B, n.L, n.S});
     T* pd = D.data();
-    if (args.dropout_p == 1.0) {
-      std::fill(pd, pd + D.size(), T(0));
-    } else {
-      Generator& gen = args.generator ? *args.generator : default_generator();
-      std::lock_guard<std::mutex> lock(gen.mutex());  // one mask's draws in one piece (random.hpp)
-      const T keep_scale = T(1.0 / (1.0 - args.dropout_p));
-      for (std::size_t i = 0, m = D.size(); i < m; ++i) pd[i] = T(gen.uniform() >= args.dropout_p) * keep_scale;
-    }
+    const std::size_t rows = n.B * n.L, grain = std::max<std::size_t>(1, 4096 / std::max<std::size_t>(1, n.S));
+    detail::parallel_for(rows, grain, [&](std::size_t r0, std::size_t r1) {
+      for (std::size_t r = r0; r < r1; ++r) dropout.multipliers(r / n.L, r % n.L, 0, n.S, pd + r * n.S);
+    });
   }
 
   Array<T> out = empty_array<T>(l.value);
@@ -393,6 +359,9 @@ detail::AttentionArgs<T> sdpa_args(const Layout& layout, const AttnMask<T>& attn
 }
 
 }  // namespace
+
+void set_attention_path(AttentionPath path) { attention_path.store(path); }
+AttentionPath get_attention_path() { return attention_path.load(); }
 
 template <class T>
 std::pair<Tensor<T>, Tensor<T>> detail::attention(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v,

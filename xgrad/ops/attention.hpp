@@ -57,13 +57,14 @@ struct AttentionArgs {
   double dropout_p = 0.0;             // on the probabilities; in [0, 1]
   std::optional<double> scale;        // default 1 / sqrt(E)
   bool need_weights = false;          // also return the probabilities (after dropout)
-  Generator* generator = nullptr;     // dropout's; the default generator when null
+  Generator* generator = nullptr;     // dropout's (one seed drawn per call); the default one when null
 };
 
 // q (lead..., L, E), k (lead..., S, E), v (lead..., S, Ev) -> (out (lead..., L, Ev),
 // weights (lead..., L, S)): out = Pd v with Pd = dropout(softmax(scale q k^T + M)), weights = Pd
 // when need_weights (else undefined). Gradients flow from both outputs into q, k and v. Shapes
-// must already be checked (scaled_dot_product_attention does it). One node, named
+// must already be checked (scaled_dot_product_attention does it). Runs the path that
+// set_attention_path (ops.hpp) selects; need_weights always runs the materialized one. One node, named
 // "scaled_dot_product_attention", over {q, k, v}; with need_weights the two outputs are narrow
 // views of it.
 template <class T>

@@ -197,6 +197,18 @@ Tensor<T> scaled_dot_product_attention(const Tensor<T>& q, const Tensor<T>& k, c
                                        bool is_causal = false, std::optional<double> scale = std::nullopt,
                                        Generator* generator = nullptr);
 
+// Which implementation scaled_dot_product_attention and nn.MultiheadAttention run, process-wide:
+//   Auto (default): Tiled from L S >= 256^2 logits per batch-head when causal, from 1024^2
+//                   otherwise (where each was measured ahead), else Materialized;
+//   Materialized: P (..., L, S) kept for the backward (memory quadratic in the length);
+//   Tiled: blocks of queries against blocks of keys with an online softmax, one log-sum-exp
+//          per query kept, P recomputed block by block in the backward (memory linear).
+// Both give the same values and gradients (to rounding) for every mask, causal and dropout (the
+// same dropout mask). need_weights=true always runs Materialized: it returns P.
+enum class AttentionPath { Auto, Materialized, Tiled };
+void set_attention_path(AttentionPath path);
+AttentionPath get_attention_path();
+
 // ---- loss.cpp ---------------------------------------------------------------------------------
 
 // reduction: "mean" (default), "sum" or "none".

@@ -1,0 +1,140 @@
+// Long-context attention: scaled_dot_product_attention forward + backward at (1, heads, L, dim)
+// float32 on one path (tiled or materialized), its step time, GFLOP/s and peak RSS growth, and the
+// machine's sgemm rate in the same process, so the step reads as a fraction of what the gemm can
+// do. One configuration per process, so that the peak RSS is that configuration's alone
+// (benchmarks/attention_long.sh runs the table of docs/performance.md).
+//
+//   bench_attention_long --path tiled --L 4096 [--heads 12] [--dim 64] [--causal 1] [--dropout 0]
+//                        [--threads 2] [--reps 3] [--no-gemm] [--tiles Q,K]
+//
+// FLOPs: 12 L^2 E per head for forward + backward (2 L^2 E multiply-adds forward, 4 backward,
+// 2 flops each), half of it when causal, the count the materialized path needs (the tiled
+// backward recomputes q k^T: 14 L^2 E flops of work, counted as 12). Prints one line of JSON.
+#include <xgrad/xgrad.hpp>
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <xgrad/backend/gemm.hpp>
+#include <xgrad/ops/attention_kernels.hpp>
+
+namespace {
+
+struct Options {
+  std::string path = "tiled";
+  std::size_t L = 1024, heads = 12, dim = 64, reps = 3, query_rows = 0, key_rows = 0;
+  bool causal = true, gemm = true;
+  double dropout = 0.0;
+  int threads = 2;
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "bench_attention_long: %s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--path") o.path = next();
+    else if (a == "--L") o.L = std::stoul(next());
+    else if (a == "--heads") o.heads = std::stoul(next());
+    else if (a == "--dim") o.dim = std::stoul(next());
+    else if (a == "--reps") o.reps = std::stoul(next());
+    else if (a == "--causal") o.causal = next() != "0";
+    else if (a == "--dropout") o.dropout = std::stod(next());
+    else if (a == "--threads") o.threads = std::stoi(next());
+    else if (a == "--no-gemm") o.gemm = false;
+    else if (a == "--tiles") {
+      const std::string t = next();
+      o.query_rows = std::stoul(t.substr(0, t.find(',')));
+      o.key_rows = std::stoul(t.substr(t.find(',') + 1));
+    } else {
+      std::fprintf(stderr, "bench_attention_long: unknown argument %s (see the comment at the top)\n", a.c_str());
+      std::exit(2);
+    }
+  }
+  if (o.path != "tiled" && o.path != "materialized") {
+    std::fprintf(stderr, "bench_attention_long: --path is tiled or materialized, got %s\n", o.path.c_str());
+    std::exit(2);
+  }
+  return o;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The process's peak resident set so far, MiB.
+double peak_rss_mib() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) / 1024.0;
+}
+
+// sgemm 1024^3 through xgrad's gemm entry point (the pool's split, oneDNN by default): best of 5.
+double sgemm_gflops() {
+  const std::size_t n = 1024;
+  xgrad::Generator g(1);
+  const auto a = xgrad::randn<float>({n, n}, g).value(), b = xgrad::randn<float>({n, n}, g).value();
+  std::vector<float> c(n * n);
+  double best = 1e30;
+  for (int r = 0; r < 6; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    xgrad::detail::gemm<float>(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    if (r > 0) best = std::min(best, seconds_since(t0));  // the first call warms up
+  }
+  return 2.0 * n * n * n / best / 1e9;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = parse(argc, argv);
+  xgrad::set_num_threads(o.threads);
+  xgrad::set_attention_path(o.path == "tiled" ? xgrad::AttentionPath::Tiled : xgrad::AttentionPath::Materialized);
+  xgrad::detail::set_attention_tiles(o.query_rows, o.key_rows);
+
+  xgrad::Generator g(1);
+  const xgrad::Shape shape{1, o.heads, o.L, o.dim};
+  xgrad::Tensor<float> q = xgrad::randn<float>(shape, g, true), k = xgrad::randn<float>(shape, g, true),
+                       v = xgrad::randn<float>(shape, g, true);
+  const xgrad::Tensor<float> upstream = xgrad::randn<float>(shape, g);
+  const double rss_before = peak_rss_mib();
+
+  std::vector<double> times;
+  for (std::size_t r = 0; r < o.reps; ++r) {
+    q.zero_grad();
+    k.zero_grad();
+    v.zero_grad();
+    const auto t0 = std::chrono::steady_clock::now();
+    xgrad::Tensor<float> y = xgrad::scaled_dot_product_attention(q, k, v, {}, o.dropout, o.causal);
+    xgrad::sum(y * upstream).backward();
+    times.push_back(seconds_since(t0));
+  }
+  const double rss_growth = peak_rss_mib() - rss_before;
+  std::sort(times.begin(), times.end());
+  const double median = times[times.size() / 2];
+  const double flops = 12.0 * o.heads * double(o.L) * double(o.L) * double(o.dim) * (o.causal ? 0.5 : 1.0);
+  const double gflops = flops / median / 1e9;
+  const double gemm = o.gemm ? sgemm_gflops() : 0.0;
+  // The state the backward keeps besides q, k, v and O: P (and the dropout multipliers) on the
+  // materialized path, one float log-sum-exp per query on the tiled one.
+  const double saved_mib = o.path == "tiled" ? 4.0 * o.heads * o.L / 1048576.0
+                                             : 4.0 * o.heads * o.L * o.L * (o.dropout > 0 ? 2 : 1) / 1048576.0;
+  std::printf("{\"path\":\"%s\",\"L\":%zu,\"heads\":%zu,\"dim\":%zu,\"causal\":%d,\"dropout\":%g,\"threads\":%d,"
+              "\"median_s\":%.4f,\"min_s\":%.4f,\"gflops\":%.2f,\"sgemm_gflops\":%.1f,\"of_sgemm\":%.4f,"
+              "\"rss_growth_mib\":%.1f,\"saved_mib\":%.3f}\n",
+              o.path.c_str(), o.L, o.heads, o.dim, o.causal ? 1 : 0, o.dropout, o.threads, median, times.front(),
+              gflops, gemm, gemm > 0 ? gflops / gemm : 0.0, rss_growth, saved_mib);
+  return 0;
+}

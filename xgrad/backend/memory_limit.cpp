@@ -1,0 +1,65 @@
+// process_memory_limit: physical memory from sysconf, capped by the limit of the cgroup named in
+// /proc/self/cgroup (v2: memory.max; v1: the memory controller's memory.limit_in_bytes).
+#include <xgrad/backend/memory_limit.hpp>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <fstream>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+namespace xgrad::detail {
+
+namespace {
+
+std::atomic<std::size_t> test_limit{0};
+
+// The number in `path`, or none (absent, unreadable, or "max": no limit).
+std::size_t read_limit(const std::string& path) {
+  std::ifstream f(path);
+  std::string word;
+  if (!(f >> word) || word == "max") return std::numeric_limits<std::size_t>::max();
+  try {
+    return static_cast<std::size_t>(std::stoull(word));
+  } catch (const std::exception&) {
+    return std::numeric_limits<std::size_t>::max();
+  }
+}
+
+// The limit of the process's cgroup from /proc/self/cgroup: the line "0::/path" names its
+// cgroup v2 group (limit in <group>/memory.max), a line "N:memory:/path" its v1 memory group
+// (limit in memory<path>/memory.limit_in_bytes, a huge number when unlimited).
+std::size_t cgroup_limit() {
+  std::size_t limit = std::numeric_limits<std::size_t>::max();
+  std::ifstream f("/proc/self/cgroup");
+  for (std::string line; std::getline(f, line);) {
+    const std::size_t colon = line.find(':'), path = line.find(':', colon + 1) + 1;
+    if (colon == std::string::npos || path == 0) continue;
+    const std::string controllers = line.substr(colon + 1, path - colon - 2), group = line.substr(path);
+    if (controllers.empty()) limit = std::min(limit, read_limit("/sys/fs/cgroup" + group + "/memory.max"));
+    else if (controllers == "memory")
+      limit = std::min(limit, read_limit("/sys/fs/cgroup/memory" + group + "/memory.limit_in_bytes"));
+  }
+  return limit;
+}
+
+std::size_t physical_memory() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page <= 0) return std::numeric_limits<std::size_t>::max();
+  return static_cast<std::size_t>(pages) * static_cast<std::size_t>(page);
+}
+
+}  // namespace
+
+std::size_t process_memory_limit() {
+  if (const std::size_t t = test_limit.load()) return t;
+  static const std::size_t limit = std::min(physical_memory(), cgroup_limit());
+  return limit;
+}
+
+void set_process_memory_limit_for_testing(std::size_t bytes) { test_limit.store(bytes); }
+
+}  // namespace xgrad::detail
