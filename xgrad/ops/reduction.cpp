@@ -8,6 +8,7 @@
 #include <utility>
 
 #include <xgrad/ops/ops.hpp>
+#include <xgrad/core/trace.hpp>
 #include <xgrad/core/gradcheck_registry.hpp>
 #include <xgrad/backend/strided.hpp>
 
@@ -180,6 +181,7 @@ Tensor<T> sum(const Tensor<T>& a) {
 
 template <class T>
 Tensor<T> sum(const Tensor<T>& a, const std::vector<std::int64_t>& dims, bool keepdim) {
+  XGRAD_TRACE_NOTE("sum", {"dim", dims}, {"keepdim", keepdim});
   return scaled_sum<T>("sum", a, plan_reduction("sum", a.shape(), reduced_dims("sum", a.dim(), dims), keepdim), Acc(1));
 }
 
@@ -193,6 +195,7 @@ Tensor<T> mean(const Tensor<T>& a) {
 
 template <class T>
 Tensor<T> mean(const Tensor<T>& a, const std::vector<std::int64_t>& dims, bool keepdim) {
+  XGRAD_TRACE_NOTE("mean", {"dim", dims}, {"keepdim", keepdim});
   ReducePlan plan = plan_reduction("mean", a.shape(), reduced_dims("mean", a.dim(), dims), keepdim);
   const Acc scale = Acc(1) / static_cast<Acc>(plan.count);
   return scaled_sum<T>("mean", a, std::move(plan), scale);
@@ -214,6 +217,7 @@ Tensor<T> var(const Tensor<T>& a, const std::vector<std::int64_t>& dims, bool un
 
 template <class T>
 Tensor<T> amax(const Tensor<T>& a, const std::vector<std::int64_t>& dims, bool keepdim) {
+  XGRAD_TRACE_NOTE("amax", {"dim", dims}, {"keepdim", keepdim});
   return max_shared<T>("amax", a, plan_reduction("amax", a.shape(), reduced_dims("amax", a.dim(), dims), keepdim));
 }
 
