@@ -157,7 +157,7 @@ class OpsNet : public nn::Module<float> {
   Tensor<float> scale;
 };
 
-// Token and position embeddings with dynamic sequence length: positions are an input.
+// Token and position embeddings; the positions 0..L-1 are made in the forward (Range in ONNX).
 class Embedder : public nn::Module<float> {
  public:
   Embedder() : Module("Embedder") {
@@ -198,10 +198,11 @@ std::vector<Case> cases() {
     auto m = std::make_shared<Embedder>();
     out.push_back({"embedding", m,
                    [m](const onnx::Inputs& in) {
+                     const IndexArray positions = xt::arange<i64>(static_cast<i64>(in.indices(0).shape(1)));
                      return std::vector<Tensor<float>>{
-                         m->head->forward(m->tok->forward(in.indices(0)) + m->pos->forward(in.indices(1)))};
+                         m->head->forward(m->tok->forward(in.indices(0)) + m->pos->forward(positions))};
                    },
-                   {{InputSpec::Index, "tokens", {"batch", "seq"}, 12}, {InputSpec::Index, "positions", {"seq"}, 16}},
+                   {{InputSpec::Index, "tokens", {"batch", "seq"}, 12}},
                    {"logits"}, kBatchSeq});
   }
   {

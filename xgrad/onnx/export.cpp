@@ -3,7 +3,8 @@
 //
 // Numbers that change with the dynamic axes (reshape targets, slice bounds) are computed in the
 // graph: each dynamic axis is a Shape(input)[axis] slice, and a size that changed between the two
-// recordings is matched to one axis, a multiple of one, or the product of two.
+// recordings is matched to one axis, a multiple of one, or the product of two. An index array
+// made in the forward that is 0, 1, ..., n-1 in both recordings (positions) becomes Range(0, n).
 #include <xgrad/onnx/export.hpp>
 
 #include <algorithm>
@@ -99,6 +100,14 @@ bool same_array(const A& x, const A& y) {
   return x.shape() == y.shape() && std::equal(x.begin(), x.end(), y.begin());
 }
 
+// 0, 1, ..., n-1 (1-D)
+bool is_arange(const IndexArray& a) {
+  if (a.dimension() != 1) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (a(i) != static_cast<i64>(i)) return false;
+  return true;
+}
+
 class Exporter {
  public:
   Exporter(nn::Module<float>& module, const std::vector<Input>& inputs, const std::vector<std::string>& input_names,
@@ -184,6 +193,14 @@ class Exporter {
     const int k = arg_b ? match_input<A>(*arg_b, *inputs_b_) : match_input<A>(arg, inputs_);
     if (k >= 0) return input_names_[static_cast<std::size_t>(k)];
     const A& v = std::get<A>(arg.value);
+    if constexpr (std::is_same_v<A, IndexArray>) {
+      // Positions 0, 1, ..., n-1 with n a dynamic size: Range(0, n).
+      if (arg_b != nullptr && is_arange(v) && is_arange(std::get<A>(arg_b->value)) && v.size() > 0) {
+        const std::string n = dynamic_size(static_cast<i64>(v.size()),
+                                           static_cast<i64>(std::get<A>(arg_b->value).size()), "length of a range");
+        return gb_.op("Range", {gb_.scalar_int(0), gb_.op("Squeeze", {n, gb_.ints({0})}), gb_.scalar_int(1)});
+      }
+    }
     if (arg_b != nullptr && !same_array(v, std::get<A>(arg_b->value)))
       XGRAD_CHECK(false, kWho, ": the argument '", arg.name, "' of ", where(),
                   " is made inside the forward and changes with the dynamic axes: the model fixes a dynamic axis");
