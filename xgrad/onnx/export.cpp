@@ -195,9 +195,9 @@ class Exporter {
     const A& v = std::get<A>(arg.value);
     if constexpr (std::is_same_v<A, IndexArray>) {
       // Positions 0, 1, ..., n-1 with n a dynamic size: Range(0, n).
-      if (arg_b != nullptr && is_arange(v) && is_arange(std::get<A>(arg_b->value)) && v.size() > 0) {
-        const std::string n = dynamic_size(static_cast<i64>(v.size()),
-                                           static_cast<i64>(std::get<A>(arg_b->value).size()), "length of a range");
+      const A& vb = arg_b ? std::get<A>(arg_b->value) : v;
+      if (v.size() != vb.size() && is_arange(v) && is_arange(vb) && v.size() > 0) {
+        const std::string n = dynamic_size(static_cast<i64>(v.size()), static_cast<i64>(vb.size()), "length of a range");
         return gb_.op("Range", {gb_.scalar_int(0), gb_.op("Squeeze", {n, gb_.ints({0})}), gb_.scalar_int(1)});
       }
     }
