@@ -32,7 +32,7 @@ async function main() {
       const feeds = {};
       for (const [name, v] of Object.entries(run.inputs)) feeds[name] = toTensor(v);
       const got = await session.run(feeds);
-      shapes.push(Object.values(run.inputs)[0].dims.join('x'));
+      shapes.push(Object.values(run.inputs).map((v) => v.dims.join('x')).join(' '));
       for (const [name, want] of Object.entries(run.outputs)) {
         const out = got[name];
         if (out === undefined) throw new Error(`${file}: ONNX Runtime gave no output '${name}'`);
@@ -51,7 +51,7 @@ async function main() {
         }
       }
     }
-    console.log(`${failed ? '..' : 'ok'} ${path.basename(file, '.json')}: inputs ${shapes.join(', ')}, largest difference ${caseWorst.toExponential(2)}`);
+    console.log(`${failed ? '..' : 'ok'} ${path.basename(file, '.json')}: inputs ${shapes.join(' | ')}, largest difference ${caseWorst.toExponential(2)}`);
     worst = Math.max(worst, caseWorst);
   }
   console.log(`largest difference over all cases: ${worst.toExponential(2)} (tolerance ${tolerance})`);

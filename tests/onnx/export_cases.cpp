@@ -141,7 +141,8 @@ class OpsNet : public nn::Module<float> {
     const Tensor<float> flat = reshape(sliced, {x.size(0) * x.size(1), 8});               // (B L, 8)
     const Tensor<float> back = view(flat, {x.size(0), x.size(1), 8});
     const Tensor<float> gram = matmul(back, transpose(h, 1, 2));                            // (B, L, L)
-    const Tensor<float> reduced = sum(h, {-1}, true) + mean(h, {1}, true) + amax(h, {2}, true);  // (B, L, 1)
+    const Tensor<float> reduced = sum(h, {-1}, true) + mean(h, {1}, true) + amax(h, {2}, true) +
+                                   var(h, {2}, true, true) + max(h, 2, true).first;  // (B, L, 1)
     const Tensor<float> expanded = expand(reduced, {-1, -1, 8});
     const Tensor<float> stacked = stack(std::vector<Tensor<float>>{expanded, log_softmax(h, 1)}, 0);  // (2, B, L, 8)
     const Tensor<float> moved = squeeze(unsqueeze(permute(stacked, {1, 2, 0, 3}), 0), 0);         // (B, L, 2, 8)
@@ -151,7 +152,7 @@ class OpsNet : public nn::Module<float> {
     const Tensor<float> filled = masked_fill(flattened, every_other, -1.0f);
     const Tensor<float> picked = index_select(filled, 2, IndexArray({0, 3, 5}));
     const Tensor<float> chosen = xgrad::where(BoolArray({true, false, true}), picked, -picked);
-    return {pointwise, gram, chosen, sum(h) + mean(h) + max(h)};
+    return {pointwise, gram, chosen, sum(h) + mean(h) + max(h) + var(h, false) + sum(var(h, {0, 1}))};
   }
   std::shared_ptr<nn::LayerNorm<float>> norm;
   Tensor<float> scale;

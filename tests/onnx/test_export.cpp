@@ -102,10 +102,11 @@ TEST(OnnxExport, RefusesAnOpWithoutExporterNamingItAndItsPlace) {
   const std::string path = temp_path("var.onnx");
   expect_refused(
       [&] {
-        xo::export_model(*m, [&](const xo::Inputs& in) { return Tensors{var(m->forward(in.tensor(0)), {1})}; },
-                           {randn<float>({2, 4})}, path);
+        xo::export_model(
+            *m, [&](const xo::Inputs& in) { const Tensor<float> y = m->forward(in.tensor(0)); return Tensors{mse_loss(y, y)}; },
+            {randn<float>({2, 4})}, path);
       },
-      path, {"no exporter for op 'var'", "op 2 of 2 recorded", "after 'linear'"});
+      path, {"no exporter for op 'mse_loss'", "op 2 of 2 recorded", "after 'linear'"});
 }
 
 TEST(OnnxExport, RefusesAnExampleInputOfTheWrongShape) {
@@ -143,7 +144,8 @@ TEST(OnnxExport, RefusesADynamicAxisTheModelFixes) {
             },
             {randn<float>({2, 4})}, path, batch);
       },
-      path, {"changes with the dynamic axes", "the model fixes a dynamic axis"});
+      path, {"is made inside the forward and differs when the forward runs again on random inputs with batch 2 -> 3",
+             "the model fixes that axis"});
   // an output axis marked dynamic that does not follow the inputs
   expect_refused(
       [&] {
@@ -153,6 +155,24 @@ TEST(OnnxExport, RefusesADynamicAxisTheModelFixes) {
                                {{"input_0", {{0, "batch"}}}, {"y", {{0, "batch"}}}}));
       },
       path, {"fixes dynamic axis 'batch' of output 'y'"});
+}
+
+TEST(OnnxExport, RefusesAnArrayComputedFromTheInputsValues) {
+  // A mask made from x's values outside the ops would be frozen into the file: refused.
+  auto m = std::make_shared<nn::Linear<float>>(4, 3);
+  const std::string path = temp_path("values.onnx");
+  expect_refused(
+      [&] {
+        xo::export_model(
+            *m,
+            [&](const xo::Inputs& in) {
+              const Tensor<float> y = m->forward(in.tensor(0));
+              return Tensors{masked_fill(y, BoolArray(y.value() > 0.0f), 0.0f)};
+            },
+            {randn<float>({2, 4})}, path);
+      },
+      path, {"the argument 'mask' of op 'masked_fill'", "differs when the forward runs again on random inputs of the "
+             "same sizes", "computed outside xgrad's ops"});
 }
 
 TEST(OnnxExport, RefusesBadOptions) {

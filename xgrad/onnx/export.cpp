@@ -45,6 +45,9 @@ namespace {
 
 using i64 = std::int64_t;
 constexpr const char* kWho = "onnx::export_model";
+constexpr const char* kChanges = "is made inside the forward and differs when the forward runs again ";
+constexpr const char* kUnrecordable = ": it is computed outside xgrad's ops, which ONNX cannot record (when it "
+                                      "follows a dynamic axis, the model fixes that axis)";
 
 Shape shape_of_input(const Input& in) {
   return std::visit(
@@ -110,10 +113,12 @@ bool is_arange(const IndexArray& a) {
 
 class Exporter {
  public:
+  // b: the same forward run again on inputs_b (random values, dynamic axes resized), described by rerun.
   Exporter(nn::Module<float>& module, const std::vector<Input>& inputs, const std::vector<std::string>& input_names,
-           const Recording& a, const Recording* b, const std::vector<Input>* inputs_b, std::vector<Symbol> symbols)
-      : inputs_(inputs), input_names_(input_names), a_(a), b_(b), inputs_b_(inputs_b), symbols_(std::move(symbols)),
-        g_(*model_.mutable_graph()), gb_(g_) {
+           const Recording& a, const Recording& b, const std::vector<Input>& inputs_b, std::vector<Symbol> symbols,
+           std::string rerun)
+      : input_names_(input_names), a_(a), b_(b), inputs_b_(inputs_b), symbols_(std::move(symbols)),
+        rerun_(std::move(rerun)), g_(*model_.mutable_graph()), gb_(g_) {
     for (const auto& [key, t] : module.named_parameters()) state_keys_.emplace(t.node().get(), key);
     for (const auto& [key, t] : module.named_buffers()) state_keys_.emplace(t.node().get(), key);
     for (std::size_t k = 0; k < inputs.size(); ++k)
@@ -131,13 +136,13 @@ class Exporter {
   std::string output_value(std::size_t k) {
     const Tensor<float>& t = a_.outputs[k];
     XGRAD_CHECK(t.defined(), kWho, ": output ", k, " of the forward is undefined");
-    return tensor_value(t, b_ ? &b_->outputs[k] : nullptr, "output");
+    return tensor_value(t, b_.outputs[k], "output");
   }
 
   // A dim of an output: its size, or the symbol (or product) it follows.
   std::string output_dim_param(std::size_t k, std::size_t d, i64* fixed) {
     const i64 va = static_cast<i64>(a_.outputs[k].shape()[d]);
-    const i64 vb = b_ ? static_cast<i64>(b_->outputs[k].shape()[d]) : va;
+    const i64 vb = static_cast<i64>(b_.outputs[k].shape()[d]);
     *fixed = va;
     if (va == vb) return "";
     return describe(va, vb);
@@ -146,7 +151,7 @@ class Exporter {
  private:
   // ---- values ----------------------------------------------------------------------------------
 
-  std::string tensor_value(const Tensor<float>& t, const Tensor<float>* tb, const char* role) {
+  std::string tensor_value(const Tensor<float>& t, const Tensor<float>& tb, const char* role) {
     const void* key = t.node().get();
     if (auto it = values_.find(key); it != values_.end()) return it->second;
     if (auto it = state_keys_.find(key); it != state_keys_.end()) {
@@ -155,10 +160,9 @@ class Exporter {
       return it->second;
     }
     // A tensor made inside the forward (not by a recorded op): a constant, if it does not change.
-    if (tb != nullptr && !same_array(t.value(), tb->value()))
-      XGRAD_CHECK(false, kWho, ": the ", role, " tensor of shape ", t.shape(), " at ", where(),
-                  " is made inside the forward and changes with the dynamic axes (shape ", tb->shape(),
-                  " when they are resized): the model fixes a dynamic axis");
+    if (!same_array(t.value(), tb.value()))
+      XGRAD_CHECK(false, kWho, ": the ", role, " tensor of shape ", t.shape(), " at ", where(), " ", kChanges,
+                  rerun_, " (then of shape ", tb.shape(), ")", kUnrecordable);
     std::string name = gb_.constant(t.value(), "const");
     values_[key] = name;
     return name;
@@ -167,8 +171,7 @@ class Exporter {
   std::string input(std::size_t j) {
     const trace::Op& op = a_.ops[cur_];
     XGRAD_CHECK(j < op.inputs.size(), kWho, ": ", where(), " has no input ", j);
-    const Tensor<float>* tb = b_ ? &b_->ops[cur_].inputs[j] : nullptr;
-    return tensor_value(op.inputs[j], tb, "input");
+    return tensor_value(op.inputs[j], b_.ops[cur_].inputs[j], "input");
   }
 
   template <class A>
@@ -188,29 +191,29 @@ class Exporter {
   }
 
   template <class A>
-  std::string array_value_of(const trace::Arg& arg, const trace::Arg* arg_b) {
+  std::string array_value_of(const trace::Arg& arg, const trace::Arg& arg_b) {
     // The resized inputs are random: a match there is no coincidence.
-    const int k = arg_b ? match_input<A>(*arg_b, *inputs_b_) : match_input<A>(arg, inputs_);
+    const int k = match_input<A>(arg_b, inputs_b_);
     if (k >= 0) return input_names_[static_cast<std::size_t>(k)];
     const A& v = std::get<A>(arg.value);
+    const A& vb = std::get<A>(arg_b.value);
     if constexpr (std::is_same_v<A, IndexArray>) {
       // Positions 0, 1, ..., n-1 with n a dynamic size: Range(0, n).
-      const A& vb = arg_b ? std::get<A>(arg_b->value) : v;
       if (v.size() != vb.size() && is_arange(v) && is_arange(vb) && v.size() > 0) {
         const std::string n = dynamic_size(static_cast<i64>(v.size()), static_cast<i64>(vb.size()), "length of a range");
         return gb_.op("Range", {gb_.scalar_int(0), gb_.op("Squeeze", {n, gb_.ints({0})}), gb_.scalar_int(1)});
       }
     }
-    if (arg_b != nullptr && !same_array(v, std::get<A>(arg_b->value)))
-      XGRAD_CHECK(false, kWho, ": the argument '", arg.name, "' of ", where(),
-                  " is made inside the forward and changes with the dynamic axes: the model fixes a dynamic axis");
+    if (!same_array(v, vb))
+      XGRAD_CHECK(false, kWho, ": the argument '", arg.name, "' of ", where(), " ", kChanges, rerun_,
+                  kUnrecordable);
     return gb_.constant(v, arg.name);
   }
 
   // An index, bool or float array argument of the current op: a model input or a constant.
   std::string array_value(const std::string& name) {
     const trace::Arg& arg = a_.ops[cur_].arg(name);
-    const trace::Arg* arg_b = b_ ? &b_->ops[cur_].arg(name) : nullptr;
+    const trace::Arg& arg_b = b_.ops[cur_].arg(name);
     if (std::holds_alternative<IndexArray>(arg.value)) return array_value_of<IndexArray>(arg, arg_b);
     if (std::holds_alternative<BoolArray>(arg.value)) return array_value_of<BoolArray>(arg, arg_b);
     return array_value_of<Array<float>>(arg, arg_b);
@@ -287,12 +290,12 @@ class Exporter {
 
   static std::vector<i64> dims(const Shape& s) { return std::vector<i64>(s.begin(), s.end()); }
   std::vector<i64> out_dims(std::size_t k, bool resized) const {
-    const trace::Op& op = (resized && b_ ? b_->ops : a_.ops)[cur_];
+    const trace::Op& op = (resized ? b_.ops : a_.ops)[cur_];
     return dims(op.outputs[k].shape());
   }
   std::string output_shape_value(const char* what) { return sizes(out_dims(0, false), out_dims(0, true), what); }
   i64 int_arg(const char* name, bool resized) const {
-    return (resized && b_ ? b_->ops : a_.ops)[cur_].integer(name);
+    return (resized ? b_.ops : a_.ops)[cur_].integer(name);
   }
 
   // ---- ops -------------------------------------------------------------------------------------
@@ -305,12 +308,12 @@ class Exporter {
                                              std::size_t rank, double scale,
                                              const std::vector<std::pair<std::string, bool>>& masks, bool causal);
 
-  const std::vector<Input>& inputs_;
   const std::vector<std::string>& input_names_;
   const Recording& a_;
-  const Recording* b_;
-  const std::vector<Input>* inputs_b_;
+  const Recording& b_;
+  const std::vector<Input>& inputs_b_;
   std::vector<Symbol> symbols_;
+  std::string rerun_;
   pb::ModelProto model_;
   pb::GraphProto& g_;
   GraphBuilder gb_;
@@ -369,6 +372,26 @@ void Exporter::emit(const trace::Op& op) {
     }
     if (!all) attrs.push_back(gb_.attr("axes", op.integers("dim")));
     return set_output(0, gb_.op(t == "mean" ? "ReduceMean" : "ReduceMax", {input(0)}, attrs));
+  }
+  if (t == "var") {
+    // sum((x - mean)^2) / (n - unbiased), n the count of reduced elements, from the run-time shape
+    const std::string x = input(0);
+    std::vector<i64> axes;
+    if (op.has("dim")) {
+      axes = op.integers("dim");
+    } else {
+      for (i64 d = 0; d < op.inputs[0].dim(); ++d) axes.push_back(d);
+    }
+    const i64 keep = op.has("dim") ? op.integer("keepdim") : 0;
+    const std::string centered = gb_.op("Sub", {x, gb_.op("ReduceMean", {x}, {gb_.attr("axes", axes),
+                                                                         gb_.attr("keepdims", i64(1))})});
+    const std::string squares = gb_.op("ReduceSum", {gb_.op("Mul", {centered, centered}), gb_.ints(axes)},
+                                       {gb_.attr("keepdims", keep)});
+    const std::string sizes = gb_.op("Gather", {gb_.op("Shape", {x}), gb_.ints(axes)});
+    const std::string n = gb_.op("Cast", {gb_.op("ReduceProd", {sizes}, {gb_.attr("keepdims", i64(0))})},
+                                 {gb_.attr("to", i64(pb::TensorProto::FLOAT))});
+    const std::string divisor = gb_.op("Sub", {n, gb_.scalar(op.integer("unbiased") ? 1.0f : 0.0f)});
+    return set_output(0, gb_.op("Div", {squares, divisor}));
   }
   if (t == "transpose" || t == "permute")
     return set_output(0, gb_.op("Transpose", {input(0)}, {gb_.attr("perm", op.integers("perm"))}));
@@ -647,26 +670,26 @@ void export_model(nn::Module<float>& module, const Forward& forward, const std::
                         std::count(output_names.begin(), output_names.end(), name) > 0,
                 kWho, ": dynamic_axes names '", name, "', which is no input or output name");
 
+  // The second recording, on random inputs with the dynamic axes resized: what changes with the
+  // sizes is computed from shapes; an array that changes with the values cannot be exported.
+  const std::vector<Input> inputs_b = resized_inputs(example_inputs, input_names, options, symbols);
+  std::ostringstream rerun;
+  rerun << "on random inputs";
+  for (const Symbol& y : symbols) rerun << (&y == &symbols[0] ? " with " : ", ") << y.name << " " << y.a << " -> " << y.b;
+  if (symbols.empty()) rerun << " of the same sizes";
+  const char* fixes = symbols.empty() ? "" : "the model fixes a dynamic axis: ";
   Recording b;
-  std::vector<Input> inputs_b;
-  if (!symbols.empty()) {
-    inputs_b = resized_inputs(example_inputs, input_names, options, symbols);
-    std::ostringstream resized;
-    for (const Symbol& y : symbols) resized << (&y == &symbols[0] ? "" : ", ") << y.name << " " << y.a << " -> " << y.b;
-    try {
-      b = record(forward, inputs_b);
-    } catch (const std::exception& e) {
-      XGRAD_CHECK(false, kWho, ": the model fixes a dynamic axis: with the dynamic axes resized (", resized.str(),
-                  ") its forward fails: ", e.what());
-    }
-    bool same = a.ops.size() == b.ops.size() && a.outputs.size() == b.outputs.size();
-    for (std::size_t i = 0; same && i < a.ops.size(); ++i) same = a.ops[i].type == b.ops[i].type;
-    XGRAD_CHECK(same, kWho, ": the model fixes a dynamic axis: with the dynamic axes resized (", resized.str(),
-                ") its forward runs other ops (", b.ops.size(), " instead of ", a.ops.size(), ")");
+  try {
+    b = record(forward, inputs_b);
+  } catch (const std::exception& e) {
+    XGRAD_CHECK(false, kWho, ": ", fixes, "run again ", rerun.str(), ", the forward fails: ", e.what());
   }
+  bool same = a.ops.size() == b.ops.size() && a.outputs.size() == b.outputs.size();
+  for (std::size_t i = 0; same && i < a.ops.size(); ++i) same = a.ops[i].type == b.ops[i].type;
+  XGRAD_CHECK(same, kWho, ": ", fixes, "run again ", rerun.str(), ", the forward runs other ops (", b.ops.size(),
+              " instead of ", a.ops.size(), "): a graph that depends on the inputs cannot be exported");
 
-  Exporter ex(module, example_inputs, input_names, a, symbols.empty() ? nullptr : &b,
-              symbols.empty() ? nullptr : &inputs_b, symbols);
+  Exporter ex(module, example_inputs, input_names, a, b, inputs_b, symbols, rerun.str());
   ex.run();
   GraphBuilder& gb = ex.builder();
 

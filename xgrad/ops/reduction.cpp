@@ -205,11 +205,13 @@ Tensor<T> mean(const Tensor<T>& a, const std::vector<std::int64_t>& dims, bool k
 
 template <class T>
 Tensor<T> var(const Tensor<T>& a, bool unbiased) {
+  XGRAD_TRACE_NOTE("var", {"unbiased", unbiased});
   return variance<T>(a, plan_all(a.shape()), unbiased);
 }
 
 template <class T>
 Tensor<T> var(const Tensor<T>& a, const std::vector<std::int64_t>& dims, bool unbiased, bool keepdim) {
+  XGRAD_TRACE_NOTE("var", {"dim", dims}, {"unbiased", unbiased}, {"keepdim", keepdim});
   return variance<T>(a, plan_reduction("var", a.shape(), reduced_dims("var", a.dim(), dims), keepdim), unbiased);
 }
 
@@ -254,6 +256,7 @@ std::pair<Tensor<T>, IndexArray> max(const Tensor<T>& a, std::int64_t dim, bool 
     y.data()[o] = px[arg[o]];
     indices.data()[o] = static_cast<std::int64_t>((arg[o] / inner) % size);
   }
+  XGRAD_TRACE_NOTE("max", {"dim", std::vector<std::int64_t>{dim}}, {"keepdim", keepdim});
   Tensor<T> values = make_result<T>("max", std::move(y), {a}, [arg = std::move(arg)](Node<T>& out) {
     Array<T> gx = xt::zeros<T>(out.input_shape(0));
     const T* pg = out.grad.data();
