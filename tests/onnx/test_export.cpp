@@ -146,6 +146,16 @@ TEST(OnnxExport, RefusesADynamicAxisTheModelFixes) {
       },
       path, {"is made inside the forward and differs when the forward runs again on random inputs with batch 2 -> 3",
              "the model fixes that axis"});
+  // a size that follows the batch but is no product of dynamic axes (batch - 1)
+  expect_refused(
+      [&] {
+        xo::export_model(
+            *m,
+            [&](const xo::Inputs& in) { return Tensors{narrow(in.tensor(0), 0, 0, in.tensor(0).size(0) - 1)}; },
+            {randn<float>({3, 4})}, path, batch);
+      },
+      path, {"the end of op 'narrow' (op 1 of 1 recorded) is 2 with the example inputs and 1 with the dynamic axes "
+             "resized, which is no dynamic axis nor a multiple or product of them"});
   // an output axis marked dynamic that does not follow the inputs
   expect_refused(
       [&] {

@@ -139,13 +139,15 @@ class Exporter {
     return tensor_value(t, b_.outputs[k], "output");
   }
 
-  // A dim of an output: its size, or the symbol (or product) it follows.
+  // A dim of an output: "" when fixed (its size in *fixed), else the symbol (or product) it follows,
+  // or a name of its own when it follows the dynamic axes otherwise.
   std::string output_dim_param(std::size_t k, std::size_t d, i64* fixed) {
     const i64 va = static_cast<i64>(a_.outputs[k].shape()[d]);
     const i64 vb = static_cast<i64>(b_.outputs[k].shape()[d]);
     *fixed = va;
     if (va == vb) return "";
-    return describe(va, vb);
+    const std::string symbolic = describe(va, vb);
+    return symbolic.empty() ? "output_" + std::to_string(k) + "_dim_" + std::to_string(d) : symbolic;
   }
 
  private:
@@ -235,15 +237,28 @@ class Exporter {
     return s.str();
   }
 
-  std::string describe(i64 va, i64 vb) const {
+  // A size that is va in the first recording and vb in the second, as factor * s (* t): one
+  // dynamic axis, a multiple of one, or the product of two. s is null when none fits.
+  struct SizeMatch {
+    const Symbol* s = nullptr;
+    const Symbol* t = nullptr;
+    i64 factor = 1;
+  };
+  SizeMatch match(i64 va, i64 vb) const {
     for (const Symbol& s : symbols_)
-      if (s.a == va && s.b == vb) return s.name;
+      if (s.a == va && s.b == vb) return {&s, nullptr, 1};
     for (const Symbol& s : symbols_)
-      if (va % s.a == 0 && vb % s.b == 0 && va / s.a == vb / s.b) return std::to_string(va / s.a) + "*" + s.name;
+      if (va % s.a == 0 && vb % s.b == 0 && va / s.a == vb / s.b) return {&s, nullptr, va / s.a};
     for (const Symbol& s : symbols_)
       for (const Symbol& t : symbols_)
-        if (&s < &t && s.a * t.a == va && s.b * t.b == vb) return s.name + "*" + t.name;
-    return "";
+        if (&s < &t && s.a * t.a == va && s.b * t.b == vb) return {&s, &t, 1};
+    return {};
+  }
+
+  std::string describe(i64 va, i64 vb) const {
+    const SizeMatch m = match(va, vb);
+    if (m.s == nullptr) return "";
+    return (m.factor != 1 ? std::to_string(m.factor) + "*" : "") + m.s->name + (m.t ? "*" + m.t->name : "");
   }
 
   // The 1-D int64 value of one size: Shape(input)[axis] (times a factor).
@@ -256,14 +271,10 @@ class Exporter {
   }
 
   std::string dynamic_size(i64 va, i64 vb, const char* what) {
-    for (const Symbol& s : symbols_)
-      if (s.a == va && s.b == vb) return symbol_size(s);
-    for (const Symbol& s : symbols_)
-      if (va % s.a == 0 && vb % s.b == 0 && va / s.a == vb / s.b)
-        return gb_.op("Mul", {symbol_size(s), gb_.ints({va / s.a})});
-    for (const Symbol& s : symbols_)
-      for (const Symbol& t : symbols_)
-        if (&s < &t && s.a * t.a == va && s.b * t.b == vb) return gb_.op("Mul", {symbol_size(s), symbol_size(t)});
+    const SizeMatch m = match(va, vb);
+    if (m.t != nullptr) return gb_.op("Mul", {symbol_size(*m.s), symbol_size(*m.t)});
+    if (m.s != nullptr)
+      return m.factor == 1 ? symbol_size(*m.s) : gb_.op("Mul", {symbol_size(*m.s), gb_.ints({m.factor})});
     XGRAD_CHECK(false, kWho, ": the ", what, " of ", where(), " is ", va, " with the example inputs and ", vb,
                 " with the dynamic axes resized, which is no dynamic axis nor a multiple or product of them: the "
                 "model fixes a dynamic axis");
