@@ -166,7 +166,8 @@ void export_onnx(MaskedCharModel& model, const std::vector<Masked>& held_out, co
     for (std::size_t j = 0; j < width; ++j)
       if (!m.padding(i, j)) length[i] = j + 1;
   for (std::size_t i = 0; i < n; ++i) by_length[i] = i;
-  std::stable_sort(by_length.begin(), by_length.end(), [&](std::size_t a, std::size_t b) { return length[a] < length[b]; });
+  std::stable_sort(by_length.begin(), by_length.end(),
+                   [&](std::size_t a, std::size_t b) { return length[a] < length[b]; });
   const auto words = [&](std::vector<std::size_t> rows, bool trim) {  // padded to the longest of them when trim
     std::size_t cut = trim ? 1 : width;
     for (std::size_t i : rows) cut = std::max(cut, length[i]);
@@ -186,7 +187,8 @@ void export_onnx(MaskedCharModel& model, const std::vector<Masked>& held_out, co
       xgrad::onnx::ExportOptions()
           .input_names({"tokens", "key_padding_mask"})
           .output_names({"logits"})
-          .dynamic_axes({{"tokens", {{0, "batch"}, {1, "length"}}}, {"key_padding_mask", {{0, "batch"}, {1, "length"}}}}));
+          .dynamic_axes({{"tokens", {{0, "batch"}, {1, "length"}}},
+                         {"key_padding_mask", {{0, "batch"}, {1, "length"}}}}));
   xgrad::NoGradGuard no_grad;
   model.eval();
   std::vector<onnx_sample::Run> runs;

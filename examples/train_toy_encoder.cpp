@@ -187,7 +187,8 @@ std::pair<double, double> accuracy(ToyEncoder& model, const Batch& data, bool bf
 void export_onnx(ToyEncoder& model, const IndexArray& held_out, const std::string& path) {
   const auto rows = [&](std::size_t n) { return IndexArray(xt::view(held_out, xt::range(0, n), xt::all())); };
   xgrad::onnx::export_model(
-      model, [&model](const xgrad::onnx::Inputs& in) { return std::vector<Tensor<float>>{model.forward(in.indices(0))}; },
+      model,
+      [&model](const xgrad::onnx::Inputs& in) { return std::vector<Tensor<float>>{model.forward(in.indices(0))}; },
       {rows(2)}, path,
       xgrad::onnx::ExportOptions().input_names({"tokens"}).output_names({"logits"}).dynamic_axes(
           {{"tokens", {{0, "batch"}}}}));
@@ -387,6 +388,7 @@ int main(int argc, char** argv) {
   const std::unique_ptr<train::World> world = std::make_unique<train::World>();
 #endif
   return train::guarded(
-      "train_toy_encoder", [&] { return train_model(c, run, plot_path, settings, app, min_accuracy, onnx_path, *world); },
+      "train_toy_encoder",
+      [&] { return train_model(c, run, plot_path, settings, app, min_accuracy, onnx_path, *world); },
       *world);
 }

@@ -171,23 +171,27 @@ class Embedder : public nn::Module<float> {
 };
 
 std::shared_ptr<nn::MultiheadAttention<float>> mha(bool batch_first) {
-  return std::make_shared<nn::MultiheadAttention<float>>(nn::MultiheadAttentionOptions(8, 2).batch_first(batch_first).dropout(0.1));
+  return std::make_shared<nn::MultiheadAttention<float>>(
+      nn::MultiheadAttentionOptions(8, 2).batch_first(batch_first).dropout(0.1));
 }
 
 InputSpec tensor(std::string name, std::vector<std::string> dims) { return {InputSpec::Float, name, dims}; }
 InputSpec mask(std::string name, std::vector<std::string> dims) { return {InputSpec::Bool, name, dims}; }
 
-const std::vector<Sizes> kBatchSeq = {{{"batch", 2}, {"seq", 5}}, {{"batch", 3}, {"seq", 7}}, {{"batch", 1}, {"seq", 2}}};
+const std::vector<Sizes> kBatchSeq = {
+    {{"batch", 2}, {"seq", 5}}, {{"batch", 3}, {"seq", 7}}, {{"batch", 1}, {"seq", 2}}};
 
 std::vector<Case> cases() {
   std::vector<Case> out;
   {
     auto m = std::make_shared<nn::Sequential<float>>(std::vector<std::shared_ptr<nn::Module<float>>>{
         std::make_shared<nn::Linear<float>>(6, 16), std::make_shared<nn::GELU<float>>(),
-        std::make_shared<nn::Linear<float>>(16, 16), std::make_shared<nn::GELU<float>>(nn::GELUOptions().approximate("tanh")),
+        std::make_shared<nn::Linear<float>>(16, 16),
+        std::make_shared<nn::GELU<float>>(nn::GELUOptions().approximate("tanh")),
         std::make_shared<nn::Dropout<float>>(0.5), std::make_shared<nn::Linear<float>>(16, 4),
         std::make_shared<nn::ReLU<float>>()});
-    out.push_back({"mlp", m, [m](const onnx::Inputs& in) { return std::vector<Tensor<float>>{m->forward(in.tensor(0))}; },
+    out.push_back({"mlp", m,
+                   [m](const onnx::Inputs& in) { return std::vector<Tensor<float>>{m->forward(in.tensor(0))}; },
                    {tensor("x", {"batch", "6"})}, {"y"}, {{{"batch", 2}}, {{"batch", 5}}, {{"batch", 1}}}});
   }
   {
@@ -235,7 +239,8 @@ std::vector<Case> cases() {
                      auto [y, w] = m->forward(in.tensor(0), in.tensor(0), in.tensor(0), {}, true, in.mask(1), false);
                      return std::vector<Tensor<float>>{y, w};
                    },
-                   {tensor("x", {"batch", "seq", "8"}), mask("attn_mask", {"seq", "seq"})}, {"y", "weights"}, kBatchSeq});
+                   {tensor("x", {"batch", "seq", "8"}), mask("attn_mask", {"seq", "seq"})}, {"y", "weights"},
+                   kBatchSeq});
   }
   {
     auto m = mha(true);  // float attn_mask (L, S) and float key padding mask (N, S)
@@ -297,8 +302,9 @@ std::vector<Case> cases() {
     out.push_back({"sdpa", m,
                    [](const onnx::Inputs& in) {
                      const Tensor<float>& q = in.tensor(0);
+                     const AttnMask<float> mask(in.mask(1));
                      return std::vector<Tensor<float>>{scaled_dot_product_attention(q, q, q, {}, 0.0, true),
-                                                       scaled_dot_product_attention<float>(q, q, q, AttnMask<float>(in.mask(1)), 0.0, false, 0.3)};
+                                                       scaled_dot_product_attention(q, q, q, mask, 0.0, false, 0.3)};
                    },
                    {tensor("q", {"batch", "2", "seq", "4"}), mask("attn_mask", {"seq", "seq"})},
                    {"causal", "masked"}, kBatchSeq});
@@ -318,7 +324,8 @@ std::vector<Case> cases() {
   {
     // pre-norm GELU encoder, batch_first, causal, with a final LayerNorm
     auto layer = std::make_shared<nn::TransformerEncoderLayer<float>>(
-        nn::TransformerEncoderLayerOptions(8, 2).dim_feedforward(16).activation("gelu").batch_first(true).norm_first(true));
+        nn::TransformerEncoderLayerOptions(8, 2).dim_feedforward(16).activation("gelu").batch_first(true).norm_first(
+            true));
     auto m = std::make_shared<nn::TransformerEncoder<float>>(layer, 2, std::make_shared<nn::LayerNorm<float>>(8));
     out.push_back({"encoder_pre_norm", m,
                    [m](const onnx::Inputs& in) {

@@ -103,7 +103,11 @@ TEST(OnnxExport, RefusesAnOpWithoutExporterNamingItAndItsPlace) {
   expect_refused(
       [&] {
         xo::export_model(
-            *m, [&](const xo::Inputs& in) { const Tensor<float> y = m->forward(in.tensor(0)); return Tensors{mse_loss(y, y)}; },
+            *m,
+            [&](const xo::Inputs& in) {
+              const Tensor<float> y = m->forward(in.tensor(0));
+              return Tensors{mse_loss(y, y)};
+            },
             {randn<float>({2, 4})}, path);
       },
       path, {"no exporter for op 'mse_loss'", "op 2 of 2 recorded", "after 'linear'"});
@@ -140,7 +144,8 @@ TEST(OnnxExport, RefusesADynamicAxisTheModelFixes) {
         xo::export_model(
             *m,
             [&](const xo::Inputs& in) {
-              return Tensors{m->forward(in.tensor(0)) + ones<float>({static_cast<std::size_t>(in.tensor(0).size(0)), 1})};
+              const auto batch_size = static_cast<std::size_t>(in.tensor(0).size(0));
+              return Tensors{m->forward(in.tensor(0)) + ones<float>({batch_size, 1})};
             },
             {randn<float>({2, 4})}, path, batch);
       },

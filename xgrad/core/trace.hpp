@@ -38,7 +38,8 @@ struct Arg {
   Arg(std::string n, const char* v) : name(std::move(n)), value(std::string(v)) {}
   Arg(std::string n, std::string v) : name(std::move(n)), value(std::move(v)) {}
   template <class I, std::enable_if_t<std::is_integral_v<I>, int> = 0>
-  Arg(std::string n, const std::vector<I>& v) : name(std::move(n)), value(std::vector<std::int64_t>(v.begin(), v.end())) {}
+  Arg(std::string n, const std::vector<I>& v)
+      : name(std::move(n)), value(std::vector<std::int64_t>(v.begin(), v.end())) {}
   Arg(std::string n, const IndexArray& v) : name(std::move(n)), value(v), data(v.data()) {}
   Arg(std::string n, const BoolArray& v) : name(std::move(n)), value(v), data(v.data()) {}
   template <class T, std::enable_if_t<std::is_floating_point_v<T>, int> = 0>

@@ -202,7 +202,8 @@ class Exporter {
     if constexpr (std::is_same_v<A, IndexArray>) {
       // Positions 0, 1, ..., n-1 with n a dynamic size: Range(0, n).
       if (v.size() != vb.size() && is_arange(v) && is_arange(vb) && v.size() > 0) {
-        const std::string n = dynamic_size(static_cast<i64>(v.size()), static_cast<i64>(vb.size()), "length of a range");
+        const std::string n =
+            dynamic_size(static_cast<i64>(v.size()), static_cast<i64>(vb.size()), "length of a range");
         return gb_.op("Range", {gb_.scalar_int(0), gb_.op("Squeeze", {n, gb_.ints({0})}), gb_.scalar_int(1)});
       }
     }
@@ -433,7 +434,8 @@ void Exporter::emit(const trace::Op& op) {
   if (t == "matmul") return set_output(0, gb_.op("MatMul", {input(0), input(1)}));
   if (t == "linear") {
     // x (*, in) W^T (in, out) + b: the weight stays as stored, (out, in), under its state_dict key.
-    std::string y = gb_.op("MatMul", {input(0), gb_.op("Transpose", {input(1)}, {gb_.attr("perm", std::vector<i64>{1, 0})})});
+    const std::string w_t = gb_.op("Transpose", {input(1)}, {gb_.attr("perm", std::vector<i64>{1, 0})});
+    std::string y = gb_.op("MatMul", {input(0), w_t});
     if (n_in == 3) y = gb_.op("Add", {y, input(2)});
     return set_output(0, y);
   }
@@ -547,18 +549,20 @@ void Exporter::emit_multi_head_attention(const trace::Op& op) {
   if (op.has("attn_mask")) {
     std::string m = array_value("attn_mask");
     const trace::Arg& arg = op.arg("attn_mask");
-    const std::size_t rank = std::holds_alternative<BoolArray>(arg.value) ? std::get<BoolArray>(arg.value).dimension()
-                                                                           : std::get<Array<float>>(arg.value).dimension();
+    const bool is_bool = std::holds_alternative<BoolArray>(arg.value);
+    const std::size_t rank =
+        is_bool ? std::get<BoolArray>(arg.value).dimension() : std::get<Array<float>>(arg.value).dimension();
     if (rank == 3)
       m = gb_.op("Reshape", {m, gb_.op("Concat", {gb_.ints({-1, H}), gb_.shape(m, 1, 3)}, {gb_.attr("axis", i64(0))})});
-    masks.emplace_back(m, std::holds_alternative<BoolArray>(arg.value));
+    masks.emplace_back(m, is_bool);
   }
   if (op.has("key_padding_mask")) {
     std::string m = array_value("key_padding_mask");
     if (!unbatched) m = gb_.op("Unsqueeze", {m, gb_.ints({1, 2})});
     masks.emplace_back(m, std::holds_alternative<BoolArray>(op.arg("key_padding_mask").value));
   }
-  const auto [o, probs] = attend(q, k, v, 4, 1.0 / std::sqrt(static_cast<double>(d)), masks, op.integer("is_causal") != 0);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  const auto [o, probs] = attend(q, k, v, 4, scale, masks, op.integer("is_causal") != 0);
 
   // heads (N, H, L, d) -> (N, L, E) -> out_proj, back to the input's layout
   std::string out = gb_.op("Transpose", {o}, {gb_.attr("perm", std::vector<i64>{0, 2, 1, 3})});
@@ -686,7 +690,8 @@ void export_model(nn::Module<float>& module, const Forward& forward, const std::
   const std::vector<Input> inputs_b = resized_inputs(example_inputs, input_names, options, symbols);
   std::ostringstream rerun;
   rerun << "on random inputs";
-  for (const Symbol& y : symbols) rerun << (&y == &symbols[0] ? " with " : ", ") << y.name << " " << y.a << " -> " << y.b;
+  for (const Symbol& y : symbols)
+    rerun << (&y == &symbols[0] ? " with " : ", ") << y.name << " " << y.a << " -> " << y.b;
   if (symbols.empty()) rerun << " of the same sizes";
   const char* fixes = symbols.empty() ? "" : "the model fixes a dynamic axis: ";
   Recording b;
@@ -753,7 +758,9 @@ void export_model(nn::Module<float>& module, const Forward& forward, const std::
   model.mutable_graph()->set_name(module.name());
   std::string bytes;
   XGRAD_CHECK(model.SerializeToString(&bytes), kWho, ": protobuf could not serialize the model");
-  write_file_atomically(path, [&](std::ostream& out) { out.write(bytes.data(), static_cast<std::streamsize>(bytes.size())); });
+  write_file_atomically(path, [&](std::ostream& out) {
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  });
 }
 
 void export_model(nn::Module<float>& module, const Tensor<float>& example_input, const std::string& path,

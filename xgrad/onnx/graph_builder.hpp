@@ -48,7 +48,8 @@ class GraphBuilder {
   std::string shape(const std::string& x, std::int64_t start, std::int64_t end);
 
   // dims: (size, symbolic name); a non-empty name makes the dim dynamic.
-  void graph_input(const std::string& name, int elem_type, const std::vector<std::pair<std::int64_t, std::string>>& dims);
+  void graph_input(const std::string& name, int elem_type,
+                   const std::vector<std::pair<std::int64_t, std::string>>& dims);
   // The output `name` reads `value` (through an Identity node).
   void graph_output(const std::string& name, const std::string& value,
                     const std::vector<std::pair<std::int64_t, std::string>>& dims);
