@@ -153,5 +153,7 @@ class Composite {
 }  // namespace xgrad::trace
 
 // One line before an op's make_result: its non-tensor arguments, when a trace is recording.
-#define XGRAD_TRACE_NOTE(op, ...) \
-  if (::xgrad::trace::active()) ::xgrad::trace::detail::note(op, {__VA_ARGS__})
+#define XGRAD_TRACE_NOTE(op, ...)                                                   \
+  do {                                                                              \
+    if (::xgrad::trace::active()) ::xgrad::trace::detail::note(op, {__VA_ARGS__}); \
+  } while (false)
