@@ -9,6 +9,9 @@
 #   4. --predict fills the blanks with the top 3 letters from the checkpoint;
 #   5. a missing word list, a bad flag, --predict without a checkpoint and a --resume with a
 #      contradicting flag are refused with a message naming the fix.
+#   6. when XGRAD_ONNX_TOOLS (tests/onnx) and XGRAD_ONNXRUNTIME (onnxruntime-node's folder) are set:
+#      run 1's --export-onnx model passes onnx's checker and ONNX Runtime gives the program's logits
+#      on its sample (two batch sizes and word lengths).
 #
 #   test_train_masked_chars.sh PROGRAM WORKDIR WORDS
 set -euo pipefail
@@ -24,7 +27,10 @@ cd "$work"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 echo "== 1. uninterrupted run"
-"$program" "${flags[@]}" --checkpoint full.ckpt --csv full.csv --save-weights full.safetensors | tee full.log
+onnx_flags=()
+[[ -n ${XGRAD_ONNX_TOOLS:-} ]] && onnx_flags=(--export-onnx chars.onnx)
+"$program" "${flags[@]}" --checkpoint full.ckpt --csv full.csv --save-weights full.safetensors "${onnx_flags[@]}" |
+  tee full.log
 grep -q "341 training, 40 held out, 19 lines skipped" full.log || fail "the word counts are not printed"
 [[ $(tail -n 1 full.csv | cut -d, -f1) == 160 ]] || fail "the CSV does not end at step 160"
 first=$(sed -n 2p full.csv | cut -d, -f2)
@@ -69,4 +75,10 @@ refused "^--lr: expected a positive number, got 'abc'$" "$program" --lr abc
 refused "^--threads: expected an integer in .1, 256., got '0'$" "$program" --threads 0
 refused "train first, or pass --checkpoint FILE" "$program" --predict "h_llo" --checkpoint none.ckpt
 refused "--d-model 8 differs from the checkpoint" "$program" --resume full.ckpt --d-model 8 --csv ""
+
+if [[ -n ${XGRAD_ONNX_TOOLS:-} ]]; then
+  echo "== 6. the exported model in onnx's checker and ONNX Runtime"
+  /usr/bin/python3 "$XGRAD_ONNX_TOOLS/check_onnx_models.py" chars.onnx
+  node "$XGRAD_ONNX_TOOLS/check_onnx_runtime.cjs" "$XGRAD_ONNXRUNTIME" chars.onnx.sample.json
+fi
 echo "PASS"

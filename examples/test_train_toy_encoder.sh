@@ -10,6 +10,10 @@
 #      checkpoint and exits with 130;
 #   4. --resume with a larger --steps extends the run (the cosine reaches 0 at the new last step);
 #   5. a bad flag, and a --resume with a flag that contradicts the checkpoint, are refused.
+#   6. when XGRAD_ONNX_TOOLS (tests/onnx) and XGRAD_ONNXRUNTIME (onnxruntime-node's folder) are set:
+#      run 1's --export-onnx model passes onnx's checker, ONNX Runtime gives the program's logits on
+#      its sample, and examples/onnx/sort_digits.mjs, copied into a folder of its own, prints the
+#      program's own prediction for its first held-out sequence.
 # Dropout is on (0.1) so that resuming must also restore the generator. With --bf16 among the flags,
 # the runs also print the bfloat16 path, and stage 2's resume (given no flags) restores --bf16.
 #
@@ -25,6 +29,8 @@ for ((i = 1; i <= $#; i++)); do
 done
 [[ -n $steps ]] || { echo "give --steps" >&2; exit 2; }
 half=$((steps / 2))
+onnx_flags=()
+[[ -n ${XGRAD_ONNX_TOOLS:-} ]] && onnx_flags=(--export-onnx toy.onnx)
 
 rm -rf "$work"
 mkdir -p "$work"
@@ -36,7 +42,8 @@ same_run() {  # $1 $2: two runs' weights and CSVs
 }
 
 echo "== 1. uninterrupted run"
-"$program" "${flags[@]}" --checkpoint full.ckpt --csv full.csv --save-weights full.safetensors
+"$program" "${flags[@]}" --checkpoint full.ckpt --csv full.csv --save-weights full.safetensors "${onnx_flags[@]}" |
+  tee full.log
 first=$(sed -n 2p full.csv | cut -d, -f3)
 last=$(tail -n 1 full.csv | cut -d, -f3)
 [[ $(tail -n 1 full.csv | cut -d, -f1) == "$steps" ]] || fail "the CSV does not end at step $steps"
@@ -92,4 +99,19 @@ status=0
 "$program" --resume full.ckpt --d-model 8 --checkpoint "" --csv "" >bad.log 2>&1 || status=$?
 cat bad.log
 [[ $status != 0 ]] && grep -q -- "--d-model 8 differs from the checkpoint" bad.log || fail "a contradicting flag was accepted"
+
+if [[ -n ${XGRAD_ONNX_TOOLS:-} ]]; then
+  echo "== 6. the exported model in onnx's checker and ONNX Runtime"
+  /usr/bin/python3 "$XGRAD_ONNX_TOOLS/check_onnx_models.py" toy.onnx
+  node "$XGRAD_ONNX_TOOLS/check_onnx_runtime.cjs" "$XGRAD_ONNXRUNTIME" toy.onnx.sample.json
+  mkdir -p js/node_modules
+  cp "$(dirname "$0")/onnx/sort_digits.mjs" js/
+  ln -sfn "$XGRAD_ONNXRUNTIME" js/node_modules/onnxruntime-node
+  line=$(grep -m 1 -E '^  [0-9 ]+-> [0-9 ]+ +\((right|wrong)\)$' full.log)  # "  3 1 ... -> 1 3 ...  (right)"
+  digits=${line%%->*}
+  want=$(echo "${line#*->}" | sed -E 's/ +\((right|wrong)\)$//; s/^ +//')
+  got=$(node js/sort_digits.mjs toy.onnx $digits)
+  echo "sort_digits.mjs:$digits-> $got"
+  [[ $got == "$want" ]] || fail "sort_digits.mjs printed '$got', the program predicted '$want'"
+fi
 echo "PASS"

@@ -7,17 +7,23 @@
 // xgrad::data::DataLoader (shuffled, encoded and padded by --workers threads), whose position is in the
 // checkpoint: --resume continues bit for bit; with a larger --steps it extends the run, the learning rate
 // following from there the cosine of a run planned that long. --predict "h_llo w_rld" fills blanks.
+// --export-onnx FILE writes the trained model as ONNX (xgrad::onnx::export_model).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 
+#include <xtensor/xview.hpp>
+
 #include <xgrad/train/cli.hpp>
 #include <xgrad/train/trainer.hpp>
 #include <xgrad/xgrad.hpp>
 
 #include "support/plot.hpp"
+#ifdef XGRAD_WITH_ONNX
+#include "support/onnx_sample.hpp"
+#endif
 
 namespace {
 
@@ -147,8 +153,62 @@ int predict(const std::string& text, train::RunOptions& run, train::Settings& se
   return 0;
 }
 
+#ifdef XGRAD_WITH_ONNX
+// --export-onnx: word (batch, L) and its key padding mask (batch, L) -> logits (batch, L, 28), batch
+// and L dynamic (the positions 0..L-1 the forward makes become a Range), and the sample: the 4
+// shortest and the 6 longest words of the first held-out batch, each set padded to its longest word
+// only (two lengths), with this program's logits.
+void export_onnx(MaskedCharModel& model, const std::vector<Masked>& held_out, const std::string& path) {
+  const Masked& m = held_out.front();
+  const std::size_t n = m.inputs.shape(0), width = m.inputs.shape(1);
+  std::vector<std::size_t> length(n, 0), by_length(n);
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = 0; j < width; ++j)
+      if (!m.padding(i, j)) length[i] = j + 1;
+  for (std::size_t i = 0; i < n; ++i) by_length[i] = i;
+  std::stable_sort(by_length.begin(), by_length.end(),
+                   [&](std::size_t a, std::size_t b) { return length[a] < length[b]; });
+  const auto words = [&](std::vector<std::size_t> rows, bool trim) {  // padded to the longest of them when trim
+    std::size_t cut = trim ? 1 : width;
+    for (std::size_t i : rows) cut = std::max(cut, length[i]);
+    IndexArray tokens = IndexArray::from_shape({rows.size(), cut});
+    xgrad::BoolArray padding = xgrad::BoolArray::from_shape({rows.size(), cut});
+    for (std::size_t r = 0; r < rows.size(); ++r)
+      for (std::size_t j = 0; j < cut; ++j) tokens(r, j) = m.inputs(rows[r], j), padding(r, j) = m.padding(rows[r], j);
+    return std::make_pair(tokens, padding);
+  };
+  const auto example = words({0, std::min<std::size_t>(1, n - 1), std::min<std::size_t>(2, n - 1)}, false);
+  xgrad::onnx::export_model(
+      model,
+      [&model](const xgrad::onnx::Inputs& in) {
+        return std::vector<xgrad::Tensor<float>>{model.forward(in.indices(0), in.mask(1))};
+      },
+      {example.first, example.second}, path,
+      xgrad::onnx::ExportOptions()
+          .input_names({"tokens", "key_padding_mask"})
+          .output_names({"logits"})
+          .dynamic_axes({{"tokens", {{0, "batch"}, {1, "length"}}},
+                         {"key_padding_mask", {{0, "batch"}, {1, "length"}}}}));
+  xgrad::NoGradGuard no_grad;
+  model.eval();
+  std::vector<onnx_sample::Run> runs;
+  const std::size_t few = std::min<std::size_t>(4, n), many = std::min<std::size_t>(6, n);
+  for (const auto& [tokens, padding] :
+       {words(std::vector<std::size_t>(by_length.begin(), by_length.begin() + few), true),
+        words(std::vector<std::size_t>(by_length.end() - many, by_length.end()), true)})
+    runs.push_back({{{"tokens", tokens}, {"key_padding_mask", padding}}, {{"logits", model.forward(tokens, padding)}}});
+  model.train();
+  onnx_sample::write(path, runs);
+  std::printf("exported the trained model to %s (ONNX, opset 17), a sample to %s.sample.json\n", path.c_str(),
+              path.c_str());
+}
+#endif
+
 int train_model(Config& c, train::RunOptions& run, const std::string& plot_path, train::Settings& settings,
-                const CLI::App& app) {
+                const CLI::App& app, const std::string& onnx_path) {
+#ifndef XGRAD_WITH_ONNX
+  if (!onnx_path.empty()) throw train::Refused("--export-onnx: this build has no ONNX export (XGRAD_WITH_ONNX is off)");
+#endif
   train::Resumed resumed =
       train::prepare_run("train_masked_chars", run, settings, train::single_process_world(), cli::given(app));
   const int planned = resumed.checkpoint ? std::stoi(resumed.checkpoint->metadata.at("steps")) : c.steps;
@@ -225,6 +285,9 @@ int train_model(Config& c, train::RunOptions& run, const std::string& plot_path,
               100 * acc, chosen, held_lines.size(), char('a' + common - 2), 100 * baseline, acc / baseline);
   trainer.finish();
   plot::render(run.csv_path, plot_path);
+#ifdef XGRAD_WITH_ONNX
+  if (!onnx_path.empty()) export_onnx(model, held_out, onnx_path);
+#endif
   return 0;
 }
 
@@ -257,9 +320,13 @@ int main(int argc, char** argv) {
   cli::add_run_flags(app, run);
   plot::add_flag(app, plot_path);
   app.add_option("--predict", predict_text, "fill the blanks of words like \"h_llo w_rld\" with --checkpoint's model");
+  std::string onnx_path;
+  app.add_option("--export-onnx", onnx_path,
+                 "after training, export the model to this ONNX file (and a sample of inputs with their outputs "
+                 "to FILE.sample.json)");
   CLI11_PARSE(app, argc, argv);
   return train::guarded("train_masked_chars", [&] {
-    return predict_text.empty() ? train_model(c, run, plot_path, settings, app)
+    return predict_text.empty() ? train_model(c, run, plot_path, settings, app, onnx_path)
                                 : predict(predict_text, run, settings, app, c);
   });
 }

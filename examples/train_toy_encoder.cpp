@@ -17,6 +17,8 @@
 // divisible by N), the model wrapped in DistributedDataParallel, which averages the gradients
 // over the ranks, so each step is the step of one process on the whole batch (up to rounding).
 // Dropout draws from each rank's own generator. Rank 0 alone prints and writes files.
+// --export-onnx FILE writes the trained model as ONNX (xgrad::onnx::export_model);
+// examples/onnx/sort_digits.mjs runs it in ONNX Runtime.
 //
 //   mpirun -np 2 build/release/examples/train_toy_encoder            (as root: --allow-run-as-root)
 #include <algorithm>
@@ -35,6 +37,9 @@
 #include <xgrad/xgrad.hpp>
 
 #include "support/plot.hpp"
+#ifdef XGRAD_WITH_ONNX
+#include "support/onnx_sample.hpp"
+#endif
 #ifdef XGRAD_WITH_MPI
 #include <xgrad/distributed/ddp.hpp>
 #include <xgrad/distributed/world.hpp>
@@ -175,8 +180,36 @@ std::pair<double, double> accuracy(ToyEncoder& model, const Batch& data, bool bf
   return {counts[0] / double(n * L), counts[1] / double(n)};
 }
 
+#ifdef XGRAD_WITH_ONNX
+// --export-onnx: tokens (batch, L) -> logits (batch, L, vocab) with a dynamic batch (L is the
+// model's seq_len: it adds the embeddings of positions 0..seq_len-1), and the sample: held-out rows
+// at two batch sizes with this program's logits.
+void export_onnx(ToyEncoder& model, const IndexArray& held_out, const std::string& path) {
+  const auto rows = [&](std::size_t n) { return IndexArray(xt::view(held_out, xt::range(0, n), xt::all())); };
+  xgrad::onnx::export_model(
+      model,
+      [&model](const xgrad::onnx::Inputs& in) { return std::vector<Tensor<float>>{model.forward(in.indices(0))}; },
+      {rows(2)}, path,
+      xgrad::onnx::ExportOptions().input_names({"tokens"}).output_names({"logits"}).dynamic_axes(
+          {{"tokens", {{0, "batch"}}}}));
+  xgrad::NoGradGuard no_grad;
+  const bool was_training = model.is_training();
+  model.eval();
+  std::vector<onnx_sample::Run> runs;
+  for (std::size_t n : {std::size_t(1), std::min<std::size_t>(5, held_out.shape(0))})
+    runs.push_back({{{"tokens", rows(n)}}, {{"logits", model.forward(rows(n))}}});
+  model.train(was_training);
+  onnx_sample::write(path, runs);
+  std::printf("exported the trained model to %s (ONNX, opset 17), a sample to %s.sample.json\n", path.c_str(),
+              path.c_str());
+}
+#endif
+
 int train_model(Config& c, const train::RunOptions& run, const std::string& plot_path, train::Settings& settings,
-                const CLI::App& app, double min_accuracy, train::World& world) {
+                const CLI::App& app, double min_accuracy, const std::string& onnx_path, train::World& world) {
+#ifndef XGRAD_WITH_ONNX
+  if (!onnx_path.empty()) throw train::Refused("--export-onnx: this build has no ONNX export (XGRAD_WITH_ONNX is off)");
+#endif
   train::Resumed resumed =
       train::prepare_run("train_toy_encoder", run, settings, world, cli::given(app));  // c: the checkpoint's
   // --steps is not a setting: with --resume a larger value extends the run. The steps the checkpoint's
@@ -291,6 +324,9 @@ int train_model(Config& c, const train::RunOptions& run, const std::string& plot
   }
   trainer.finish();
   plot::render(run.csv_path, plot_path);
+#ifdef XGRAD_WITH_ONNX
+  if (!onnx_path.empty()) export_onnx(model, held_out.tokens, onnx_path);
+#endif
   if (tokens < min_accuracy) {
     std::printf("accuracy %.4f is below --min-accuracy %.4f\n", tokens, min_accuracy);
     return 1;
@@ -340,6 +376,10 @@ int main(int argc, char** argv) {
   plot::add_flag(app, plot_path);
   app.add_option("--min-accuracy", min_accuracy, "exit with 1 if the final held-out token accuracy is lower")
       ->check(cli::number_in(0.0, 1.0));
+  std::string onnx_path;
+  app.add_option("--export-onnx", onnx_path,
+                 "after training, export the model to this ONNX file (and a sample of inputs with their outputs "
+                 "to FILE.sample.json)");
   CLI11_PARSE(app, argc, argv);
   // Under mpirun -np N > 1 (a build with MPI): the ranks' process group, until main returns.
 #ifdef XGRAD_WITH_MPI
@@ -348,6 +388,7 @@ int main(int argc, char** argv) {
   const std::unique_ptr<train::World> world = std::make_unique<train::World>();
 #endif
   return train::guarded(
-      "train_toy_encoder", [&] { return train_model(c, run, plot_path, settings, app, min_accuracy, *world); },
+      "train_toy_encoder",
+      [&] { return train_model(c, run, plot_path, settings, app, min_accuracy, onnx_path, *world); },
       *world);
 }

@@ -13,7 +13,15 @@ packages=(
   libopenmpi-dev openmpi-bin  # xgrad::distributed (XGRAD_WITH_MPI) and its tests under mpirun
   ccache  # scripts/test.sh: the consumer test's copy of the library comes from the cache
   wamerican  # /usr/share/dict/words, the English word list examples/train_masked_chars learns from
+  # xgrad::onnx (XGRAD_WITH_ONNX): the C++ classes compiled from onnx.proto (libonnx_proto) and
+  # protobuf's runtime; python3-onnx: the tests' onnx.checker.check_model on every exported model
+  libonnx-dev libprotobuf-dev python3-onnx
 )
+# The ONNX tests run the models in ONNX Runtime for Node.js (the npm package onnxruntime-node,
+# which scripts/install_onnxruntime.sh puts into the build tree): Debian's nodejs and npm, each
+# only when its command is missing (Debian's npm conflicts with a nodejs installed otherwise).
+command -v node >/dev/null 2>&1 || packages+=(nodejs)
+command -v npm >/dev/null 2>&1 || packages+=(npm)
 
 missing=()
 for package in "${packages[@]}"; do

@@ -12,6 +12,7 @@
 #include <xgrad/core/tensor.hpp>
 #include <xgrad/core/grad_mode.hpp>
 #include <xgrad/core/graph.hpp>
+#include <xgrad/core/trace.hpp>
 
 namespace xgrad {
 
@@ -111,7 +112,9 @@ Tensor<T> make_result_from(const char* op, Array<T>&& value, It first, It last,
     }
     node->backward_fn = std::move(backward_fn);
   }
-  return Tensor<T>(std::move(node));
+  Tensor<T> result(std::move(node));
+  if (trace::active()) trace::record_result<T>(op, first, last, result);
+  return result;
 }
 }  // namespace
 

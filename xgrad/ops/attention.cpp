@@ -29,6 +29,7 @@
 #endif
 #include <xgrad/ops/attention_kernels.hpp>
 #include <xgrad/core/gradcheck_registry.hpp>
+#include <xgrad/core/trace.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -429,8 +430,13 @@ Tensor<T> scaled_dot_product_attention(const Tensor<T>& q, const Tensor<T>& k, c
   const Shape sq = q.shape(), sk = k.shape(), sv = v.shape();
   const QkvShapes got{sq, sk, sv};
   const Layout layout = layout_of(got);
-  return attention_node<T>({q, k, v}, contiguous_layout(layout, false),
-                           sdpa_args(layout, attn_mask, dropout_p, is_causal, scale, generator, got));
+  trace::Composite<T> traced("scaled_dot_product_attention", {q, k, v},
+                             {trace::Arg::mask("attn_mask", attn_mask), {"dropout_p", dropout_p},
+                              {"is_causal", is_causal}, scale ? trace::Arg("scale", *scale) : trace::Arg("scale")});
+  Tensor<T> out = attention_node<T>({q, k, v}, contiguous_layout(layout, false),
+                                    sdpa_args(layout, attn_mask, dropout_p, is_causal, scale, generator, got));
+  traced.finish({out});
+  return out;
 }
 
 #define XGRAD_INSTANTIATE(T)                                                                                   \

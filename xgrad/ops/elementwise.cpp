@@ -11,6 +11,7 @@
 #include <xgrad/ops/broadcast.hpp>
 #include <xgrad/ops/ops.hpp>
 #include <xgrad/core/gradcheck_registry.hpp>
+#include <xgrad/core/trace.hpp>
 #include <xgrad/backend/parallel.hpp>
 
 namespace xgrad {
@@ -175,21 +176,25 @@ Tensor<T> div(const Tensor<T>& a, const Tensor<T>& b) {
 
 template <class T>
 Tensor<T> add(const Tensor<T>& a, Scalar<T> s) {
+  XGRAD_TRACE_NOTE("add", {"other", static_cast<double>(s)});
   return pointwise<T>("add", a, kNone, [s](T x) { return x + s; }, [](T, T) { return T(1); });
 }
 
 template <class T>
 Tensor<T> mul(const Tensor<T>& a, Scalar<T> s) {
+  XGRAD_TRACE_NOTE("mul", {"other", static_cast<double>(s)});
   return pointwise<T>("mul", a, kNone, [s](T x) { return x * s; }, [s](T, T) { return s; });
 }
 
 template <class T>
 Tensor<T> rsub(const Tensor<T>& a, Scalar<T> s) {
+  XGRAD_TRACE_NOTE("rsub", {"other", static_cast<double>(s)});
   return pointwise<T>("rsub", a, kNone, [s](T x) { return s - x; }, [](T, T) { return T(-1); });
 }
 
 template <class T>
 Tensor<T> rdiv(const Tensor<T>& a, Scalar<T> s) {
+  XGRAD_TRACE_NOTE("rdiv", {"other", static_cast<double>(s)});
   // y = s / x: dy/dx = -s / x^2 = -y / x
   return pointwise<T>("rdiv", a, kXY, [s](T x) { return s / x; }, [](T x, T y) { return -y / x; });
 }
@@ -203,6 +208,7 @@ Tensor<T> neg(const Tensor<T>& a) {
 
 template <class T>
 Tensor<T> pow(const Tensor<T>& a, Scalar<T> p) {
+  XGRAD_TRACE_NOTE("pow", {"exponent", static_cast<double>(p)});
   // y = x^p: dy/dx = p x^(p-1)
   if (p == T(2)) return pointwise<T>("pow", a, kX, [](T x) { return x * x; }, [](T x, T) { return 2 * x; });
   return pointwise<T>("pow", a, kX, [p](T x) { return std::pow(x, p); },
@@ -275,6 +281,7 @@ Tensor<T> gelu(const Tensor<T>& a, const std::string& approximate) {
   XGRAD_CHECK(approximate == "none" || approximate == "tanh",
               "gelu: approximate must be \"none\" or \"tanh\", got \"", approximate, "\"");
   const bool tanh_form = approximate == "tanh";
+  XGRAD_TRACE_NOTE("gelu", {"approximate", approximate});
   const Array<T>& x = a.value();
   Array<T> y = Array<T>::from_shape(x.shape());
   gelu_parallel<T, false>(tanh_form, x.data(), nullptr, y.data(), y.size());
@@ -291,6 +298,7 @@ Tensor<T> clamp(const Tensor<T>& a, std::optional<Scalar<T>> min, std::optional<
   XGRAD_CHECK(min || max, "clamp: at least one of min and max must be given");
   const T lo = min ? *min : -std::numeric_limits<T>::infinity();
   const T hi = max ? *max : std::numeric_limits<T>::infinity();
+  XGRAD_TRACE_NOTE("clamp", {"min", static_cast<double>(lo)}, {"max", static_cast<double>(hi)});
   return pointwise<T>(
       "clamp", a, kX, [lo, hi](T x) { return x < lo ? lo : (x > hi ? hi : x); },
       [lo, hi](T x, T) { return (x >= lo && x <= hi) ? T(1) : T(0); });

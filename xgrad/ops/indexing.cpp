@@ -6,6 +6,7 @@
 #include <xgrad/ops/broadcast.hpp>
 #include <xgrad/core/gradcheck_registry.hpp>
 #include <xgrad/ops/ops.hpp>
+#include <xgrad/core/trace.hpp>
 #include <xgrad/backend/strided.hpp>
 
 namespace xgrad {
@@ -47,6 +48,7 @@ Tensor<T> index_select(const Tensor<T>& a, std::int64_t dim, const IndexArray& i
   for (std::size_t o = 0; o < outer && inner > 0; ++o)
     for (std::size_t j = 0; j < m; ++j)
       std::memcpy(y.data() + (o * m + j) * inner, src + (o * size + rows[j]) * inner, inner * sizeof(T));
+  XGRAD_TRACE_NOTE("index_select", {"dim", k}, {"index", index});
   return make_result<T>("index_select", std::move(y), {a},
                         [outer, size, inner, rows = std::move(rows)](Node<T>& out) {
     Array<T> g = xt::zeros<T>(out.input_shape(0));
@@ -87,6 +89,7 @@ Tensor<T> embedding(const IndexArray& indices, const Tensor<T>& weight, std::opt
   const std::int64_t* idx = indices.data();
   for (std::size_t j = 0; j < m && D > 0; ++j)
     std::memcpy(y.data() + j * D, w + static_cast<std::size_t>(idx[j]) * D, D * sizeof(T));
+  XGRAD_TRACE_NOTE("embedding", {"indices", indices});
   return make_result<T>("embedding", std::move(y), {weight}, [indices, pad, D](Node<T>& out) {
     Array<T> g = xt::zeros<T>(out.input_shape(0));
     const T* pg = out.grad.data();
@@ -117,6 +120,7 @@ Tensor<T> masked_fill(const Tensor<T>& a, const BoolArray& mask, Scalar<T> value
   detail::for_each_index(as, strides, [&](std::size_t i, std::size_t m) {
     if (pm[m]) py[i] = value;
   });
+  XGRAD_TRACE_NOTE("masked_fill", {"mask", mask}, {"value", static_cast<double>(value)});
   return make_result<T>("masked_fill", std::move(y), {a}, [mask, strides](Node<T>& out) {
     Array<T> g = out.grad;
     T* pg = g.data();
@@ -146,6 +150,7 @@ Tensor<T> where(const BoolArray& condition, const Tensor<T>& a, const Tensor<T>&
   detail::for_each_index(out_shape, sc, sa, sb, [&](std::size_t i, std::size_t ic, std::size_t ia, std::size_t ib) {
     py[i] = pc[ic] ? pa[ia] : pb[ib];
   });
+  XGRAD_TRACE_NOTE("where", {"condition", condition});
   return make_result<T>("where", std::move(y), {a, b}, [condition, sc](Node<T>& out) {
     const Shape out_shape = shape_of(out.grad);
     const T* pg = out.grad.data();

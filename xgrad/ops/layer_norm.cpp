@@ -18,6 +18,7 @@
 #include <utility>
 
 #include <xgrad/ops/ops.hpp>
+#include <xgrad/core/trace.hpp>
 #include <xgrad/core/gradcheck_registry.hpp>
 #include <xgrad/backend/parallel.hpp>
 #include <xgrad/backend/strided.hpp>
@@ -227,6 +228,7 @@ Tensor<T> layer_norm(const Tensor<T>& x, const Shape& normalized_shape, const Te
       std::tie(s.mean[r], s.rstd[r]) = forward_row(px + r * D, pw, pb, py + r * D, D, eps);
   });
 
+  XGRAD_TRACE_NOTE("layer_norm", {"normalized_dims", nn}, {"eps", eps}, {"has_weight", weight.defined()});
   return make_result<T>("layer_norm", std::move(y), std::move(inputs), [saved](Node<T>& out) {
     const LayerNormSaved& s = *saved;
     const std::size_t D = s.d, pieces = row_pieces(s.rows, D);

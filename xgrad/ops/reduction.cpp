@@ -8,6 +8,7 @@
 #include <utility>
 
 #include <xgrad/ops/ops.hpp>
+#include <xgrad/core/trace.hpp>
 #include <xgrad/core/gradcheck_registry.hpp>
 #include <xgrad/backend/strided.hpp>
 
@@ -180,6 +181,7 @@ Tensor<T> sum(const Tensor<T>& a) {
 
 template <class T>
 Tensor<T> sum(const Tensor<T>& a, const std::vector<std::int64_t>& dims, bool keepdim) {
+  XGRAD_TRACE_NOTE("sum", {"dim", dims}, {"keepdim", keepdim});
   return scaled_sum<T>("sum", a, plan_reduction("sum", a.shape(), reduced_dims("sum", a.dim(), dims), keepdim), Acc(1));
 }
 
@@ -193,6 +195,7 @@ Tensor<T> mean(const Tensor<T>& a) {
 
 template <class T>
 Tensor<T> mean(const Tensor<T>& a, const std::vector<std::int64_t>& dims, bool keepdim) {
+  XGRAD_TRACE_NOTE("mean", {"dim", dims}, {"keepdim", keepdim});
   ReducePlan plan = plan_reduction("mean", a.shape(), reduced_dims("mean", a.dim(), dims), keepdim);
   const Acc scale = Acc(1) / static_cast<Acc>(plan.count);
   return scaled_sum<T>("mean", a, std::move(plan), scale);
@@ -202,11 +205,13 @@ Tensor<T> mean(const Tensor<T>& a, const std::vector<std::int64_t>& dims, bool k
 
 template <class T>
 Tensor<T> var(const Tensor<T>& a, bool unbiased) {
+  XGRAD_TRACE_NOTE("var", {"unbiased", unbiased});
   return variance<T>(a, plan_all(a.shape()), unbiased);
 }
 
 template <class T>
 Tensor<T> var(const Tensor<T>& a, const std::vector<std::int64_t>& dims, bool unbiased, bool keepdim) {
+  XGRAD_TRACE_NOTE("var", {"dim", dims}, {"unbiased", unbiased}, {"keepdim", keepdim});
   return variance<T>(a, plan_reduction("var", a.shape(), reduced_dims("var", a.dim(), dims), keepdim), unbiased);
 }
 
@@ -214,6 +219,7 @@ Tensor<T> var(const Tensor<T>& a, const std::vector<std::int64_t>& dims, bool un
 
 template <class T>
 Tensor<T> amax(const Tensor<T>& a, const std::vector<std::int64_t>& dims, bool keepdim) {
+  XGRAD_TRACE_NOTE("amax", {"dim", dims}, {"keepdim", keepdim});
   return max_shared<T>("amax", a, plan_reduction("amax", a.shape(), reduced_dims("amax", a.dim(), dims), keepdim));
 }
 
@@ -250,6 +256,7 @@ std::pair<Tensor<T>, IndexArray> max(const Tensor<T>& a, std::int64_t dim, bool 
     y.data()[o] = px[arg[o]];
     indices.data()[o] = static_cast<std::int64_t>((arg[o] / inner) % size);
   }
+  XGRAD_TRACE_NOTE("max", {"dim", std::vector<std::int64_t>{dim}}, {"keepdim", keepdim});
   Tensor<T> values = make_result<T>("max", std::move(y), {a}, [arg = std::move(arg)](Node<T>& out) {
     Array<T> gx = xt::zeros<T>(out.input_shape(0));
     const T* pg = out.grad.data();

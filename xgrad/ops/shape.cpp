@@ -8,6 +8,7 @@
 #include <xgrad/ops/broadcast.hpp>
 #include <xgrad/core/gradcheck_registry.hpp>
 #include <xgrad/ops/ops.hpp>
+#include <xgrad/core/trace.hpp>
 #include <xgrad/backend/parallel.hpp>
 #include <xgrad/backend/strided.hpp>
 
@@ -57,6 +58,7 @@ Array<T> permute_array(const Array<T>& x, const std::vector<std::size_t>& perm) 
 // y = x.permute(perm);  dx = dy.permute(perm^-1)
 template <class T>
 Tensor<T> permuted(const char* op, const Tensor<T>& a, std::vector<std::size_t> perm) {
+  XGRAD_TRACE_NOTE(op, {"perm", perm});
   return make_result<T>(op, permute_array(a.value(), perm), {a}, [perm](Node<T>& out) {
     std::vector<std::size_t> inverse(perm.size());
     for (std::size_t d = 0; d < perm.size(); ++d) inverse[perm[d]] = d;
@@ -118,6 +120,7 @@ Tensor<T> strided_slice(const char* op, const Tensor<T>& a, std::size_t k, std::
   const std::size_t outer = numel(in, 0, k), size = in[k], inner = numel(in, k + 1, in.size());
   Shape out_shape = in;
   out_shape[k] = length;
+  XGRAD_TRACE_NOTE(op, {"dim", k}, {"start", start}, {"length", length}, {"step", step});
   Array<T> y = empty_array<T>(out_shape);
   const T* src = a.value().data();
   for (std::size_t o = 0; o < outer && inner > 0; ++o)
@@ -298,6 +301,7 @@ Tensor<T> cat(const std::vector<Tensor<T>>& tensors, std::int64_t dim) {
     out[k] += s[k];
     chunk.push_back(s[k] * inner);
   }
+  XGRAD_TRACE_NOTE("cat", {"dim", k});
   return join<T>("cat", tensors, outer, std::move(chunk), out);
 }
 
@@ -312,6 +316,7 @@ Tensor<T> stack(const std::vector<Tensor<T>>& tensors, std::int64_t dim) {
   Shape out = first;
   out.insert(out.begin() + k, tensors.size());
   const std::size_t inner = numel(first, k, first.size());
+  XGRAD_TRACE_NOTE("stack", {"dim", k});
   return join<T>("stack", tensors, numel(first, 0, k), std::vector<std::size_t>(tensors.size(), inner), out);
 }
 

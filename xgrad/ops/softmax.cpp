@@ -17,6 +17,7 @@
 #include <limits>
 
 #include <xgrad/ops/ops.hpp>
+#include <xgrad/core/trace.hpp>
 #include <xgrad/core/gradcheck_registry.hpp>
 #include <xgrad/backend/strided.hpp>
 
@@ -148,6 +149,7 @@ Tensor<T> softmax_impl(const char* op, const Tensor<T>& a, std::int64_t dim, boo
   const RowLayout L = row_layout(a.shape(), dim, op);
   Array<T> y = empty_array<T>(a.shape());
   softmax_forward(a.value().data(), y.data(), L, log);
+  XGRAD_TRACE_NOTE(op, {"dim", dim});
   return make_result<T>(op, std::move(y), {a}, [L, log](Node<T>& out) {
     if (!out.input_needs_grad(0)) return;
     Array<T> dx = empty_array<T>(shape_of(out.output_value()));

@@ -1,0 +1,159 @@
+// Recording the ops a forward executes, for exporters (xgrad/onnx/export.hpp). While a
+// trace::Recorder is alive on a thread, every op's result built by make_result on that thread is
+// appended to it: the op's name, its input tensors, its result, and the non-tensor arguments the
+// op noted just before (dims, scalars, index and mask arrays). Nothing is recorded otherwise, and
+// an op pays one thread-local test for it.
+//
+//   In an op:        XGRAD_TRACE_NOTE("softmax", {"dim", dim});      // then make_result(...)
+//   In a composite:  trace::Composite<T> traced("multi_head_attention", {q, k, v}, {...});
+//                    ... ops (not recorded) ...
+//                    traced.finish({out, weights});                  // recorded as one op
+//
+// Only float tensors are traced: an op on doubles run while recording throws.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include <xgrad/core/tensor.hpp>
+
+namespace xgrad::trace {
+
+// A non-tensor argument of an op. Arrays are copied; `data` keeps the address the op read them
+// from, so that an exporter can tell a model input passed through from a constant.
+struct Arg {
+  using Value = std::variant<std::monostate, std::int64_t, double, std::string, std::vector<std::int64_t>,
+                             IndexArray, BoolArray, Array<float>>;
+  std::string name;
+  Value value;
+  const void* data = nullptr;
+
+  template <class I, std::enable_if_t<std::is_integral_v<I>, int> = 0>
+  Arg(std::string n, I v) : name(std::move(n)), value(static_cast<std::int64_t>(v)) {}
+  Arg(std::string n, double v) : name(std::move(n)), value(v) {}
+  Arg(std::string n, const char* v) : name(std::move(n)), value(std::string(v)) {}
+  Arg(std::string n, std::string v) : name(std::move(n)), value(std::move(v)) {}
+  template <class I, std::enable_if_t<std::is_integral_v<I>, int> = 0>
+  Arg(std::string n, const std::vector<I>& v)
+      : name(std::move(n)), value(std::vector<std::int64_t>(v.begin(), v.end())) {}
+  Arg(std::string n, const IndexArray& v) : name(std::move(n)), value(v), data(v.data()) {}
+  Arg(std::string n, const BoolArray& v) : name(std::move(n)), value(v), data(v.data()) {}
+  template <class T, std::enable_if_t<std::is_floating_point_v<T>, int> = 0>
+  Arg(std::string n, const Array<T>& v) : name(std::move(n)), value(Array<float>(xt::cast<float>(v))), data(v.data()) {}
+  // An AttnMask (ops.hpp): absent, bool or float.
+  template <class M, class = decltype(std::declval<const M&>().is_bool())>
+  static Arg mask(std::string n, const M& m) {
+    if (m.empty()) return Arg(std::move(n));
+    return m.is_bool() ? Arg(std::move(n), m.bool_mask()) : Arg(std::move(n), m.float_mask());
+  }
+  explicit Arg(std::string n) : name(std::move(n)) {}  // absent
+};
+
+// One recorded op. `inputs` may hold undefined tensors where an optional one was absent
+// (composites); `index` is its position in the recording.
+struct Op {
+  std::string type;
+  std::vector<Tensor<float>> inputs;
+  std::vector<Tensor<float>> outputs;
+  std::vector<Arg> args;
+  std::size_t index = 0;
+
+  // The argument of that name; throws naming the op when absent.
+  const Arg& arg(const std::string& name) const;
+  std::int64_t integer(const std::string& name) const;
+  double real(const std::string& name) const;
+  const std::string& text(const std::string& name) const;
+  const std::vector<std::int64_t>& integers(const std::string& name) const;
+  bool has(const std::string& name) const;
+};
+
+// Records, on this thread, every op run while it is alive. At most one per thread.
+class Recorder {
+ public:
+  Recorder();
+  ~Recorder();
+  Recorder(const Recorder&) = delete;
+  Recorder& operator=(const Recorder&) = delete;
+  const std::vector<Op>& ops() const { return ops_; }
+
+ private:
+  friend struct Access;
+  std::vector<Op> ops_;
+  std::string noted_op_;        // the op that noted `noted_` and has not yet made its result
+  std::vector<Arg> noted_;
+  int composite_depth_ = 0;     // inside a composite, inner ops are not recorded
+};
+
+namespace detail {
+extern thread_local Recorder* current;
+void note(const char* op, std::vector<Arg> args);
+void record(const char* op, const Tensor<float>* first, const Tensor<float>* last, const Tensor<float>& result);
+void reject_double(const char* op);
+void enter_composite();
+void leave_composite();
+void record_composite(const char* op, std::vector<Tensor<float>> inputs, std::vector<Arg> args,
+                      std::vector<Tensor<float>> outputs);
+}  // namespace detail
+
+inline bool active() { return detail::current != nullptr; }
+
+// make_result's report (engine.cpp).
+template <class T, class It>
+void record_result(const char* op, It first, It last, const Tensor<T>& result) {
+  if constexpr (std::is_same_v<T, float>) {
+    const std::vector<Tensor<float>> inputs(first, last);
+    detail::record(op, inputs.data(), inputs.data() + inputs.size(), result);
+  } else {
+    detail::reject_double(op);
+  }
+}
+
+// An op made of ops, recorded as one (MultiheadAttention, scaled_dot_product_attention): the ops
+// it runs between construction and finish() are not recorded. Does nothing when not tracing.
+template <class T>
+class Composite {
+ public:
+  Composite(const char* op, std::vector<Tensor<T>> inputs, std::vector<Arg> args) : op_(op) {
+    if (!active()) return;
+    if constexpr (std::is_same_v<T, float>) {
+      inputs_ = std::move(inputs);
+      args_ = std::move(args);
+      detail::enter_composite();
+      entered_ = true;
+    } else {
+      detail::reject_double(op);
+    }
+  }
+  ~Composite() {
+    if (entered_) detail::leave_composite();
+  }
+  Composite(const Composite&) = delete;
+  Composite& operator=(const Composite&) = delete;
+
+  void finish(std::vector<Tensor<T>> outputs) {
+    if (!entered_) return;
+    if constexpr (std::is_same_v<T, float>) {
+      detail::leave_composite();
+      entered_ = false;
+      detail::record_composite(op_, std::move(inputs_), std::move(args_), std::move(outputs));
+    }
+  }
+
+ private:
+  const char* op_;
+  bool entered_ = false;
+  std::vector<Tensor<float>> inputs_;
+  std::vector<Arg> args_;
+};
+
+}  // namespace xgrad::trace
+
+// One line before an op's make_result: its non-tensor arguments, when a trace is recording.
+#define XGRAD_TRACE_NOTE(op, ...)                                                   \
+  do {                                                                              \
+    if (::xgrad::trace::active()) ::xgrad::trace::detail::note(op, {__VA_ARGS__}); \
+  } while (false)
