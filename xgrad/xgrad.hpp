@@ -16,6 +16,7 @@
 #include <xgrad/core/tensor.hpp>
 #include <xgrad/ops/ops.hpp>
 #include <xgrad/nn/nn.hpp>
+#include <xgrad/models/gpt.hpp>
 #include <xgrad/optim/optim.hpp>
 #include <xgrad/data/data.hpp>
 #include <xgrad/serialize/serialize.hpp>
