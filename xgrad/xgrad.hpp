@@ -15,6 +15,7 @@
 #include <xgrad/core/graph.hpp>
 #include <xgrad/core/tensor.hpp>
 #include <xgrad/ops/ops.hpp>
+#include <xgrad/ops/sampling.hpp>
 #include <xgrad/nn/nn.hpp>
 #include <xgrad/models/gpt.hpp>
 #include <xgrad/optim/optim.hpp>

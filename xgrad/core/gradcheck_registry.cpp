@@ -25,6 +25,7 @@
   X(ops_dropout)                 \
   X(ops_attention)               \
   X(ops_loss)                    \
+  X(ops_sampling)                \
   X(nn_linear)                   \
   X(nn_layer_norm)               \
   X(nn_activation)               \

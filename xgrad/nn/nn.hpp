@@ -5,6 +5,7 @@
 #include <xgrad/nn/dropout.hpp>
 #include <xgrad/nn/embedding.hpp>
 #include <xgrad/nn/init.hpp>
+#include <xgrad/nn/kv_cache.hpp>
 #include <xgrad/nn/layer_norm.hpp>
 #include <xgrad/nn/linear.hpp>
 #include <xgrad/nn/module.hpp>

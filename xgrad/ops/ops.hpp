@@ -210,4 +210,35 @@ template <class T>
 Tensor<T> cross_entropy(const Tensor<T>& logits, const IndexArray& target, std::int64_t ignore_index = -100,
                         const std::string& reduction = "mean", double label_smoothing = 0.0);
 
+// ---- sampling.cpp: triangles, argmax, topk, sort, multinomial ------------------------------------
+// (sample_next_token, the sampler text generation uses, is in sampling.hpp.)
+
+// torch.tril / torch.triu over the last two dims of a (..., R, C): tril keeps a[..., i, j] with
+// j - i <= diagonal, triu those with j - i >= diagonal, the rest is 0 (and gets no gradient).
+template <class T> Tensor<T> tril(const Tensor<T>& a, std::int64_t diagonal = 0);
+template <class T> Tensor<T> triu(const Tensor<T>& a, std::int64_t diagonal = 0);
+// torch.argmax: the index of the first maximum along dim (a NaN counts as the maximum);
+// without dim, over the flattened input (a 0-d result). Not differentiable.
+template <class T> IndexArray argmax(const Tensor<T>& a, std::int64_t dim, bool keepdim = false);
+template <class T> IndexArray argmax(const Tensor<T>& a);
+// torch.topk: the k largest (or smallest) values along dim and their indices; sorted = true gives
+// them in descending (ascending) order, sorted = false in increasing index order. Equal values
+// come by increasing index (a stable order; torch leaves it unspecified); NaN counts as larger
+// than every number. The values' gradient goes back to the chosen indices.
+template <class T>
+std::pair<Tensor<T>, IndexArray> topk(const Tensor<T>& a, std::int64_t k, std::int64_t dim = -1, bool largest = true,
+                                      bool sorted = true);
+// torch.sort, always stable (torch's stable=True): equal values keep their index order; NaN
+// sorts as larger than every number. The values' gradient goes back to the indices.
+template <class T>
+std::pair<Tensor<T>, IndexArray> sort(const Tensor<T>& a, std::int64_t dim = -1, bool descending = false);
+// torch.multinomial: probs (C) or (N, C) of non-negative, finite weights (need not sum to 1)
+// -> (num_samples) or (N, num_samples) category indices drawn from `generator` (the default
+// generator when null). Without replacement a category is drawn at most once, so num_samples
+// may not exceed the categories of positive weight. A negative, inf or NaN weight, an all-zero
+// row or num_samples <= 0 throws. Not PyTorch's random stream, only as reproducible.
+template <class T>
+IndexArray multinomial(const Tensor<T>& probs, std::int64_t num_samples, bool replacement = false,
+                       Generator* generator = nullptr);
+
 }  // namespace xgrad

@@ -1,0 +1,237 @@
+// KVCache and forward_cached (kv_cache.hpp): a TransformerEncoderLayer's causal forward for the
+// newest positions only, reusing the keys and values of the earlier ones. The layer's own
+// submodules compute everything but the attention (norms, projections, feed-forward, all per
+// position); the attention of the t new queries against the S = length + t cached keys is two
+// gemms per batch-head over the cache's buffers.
+#include <xgrad/nn/kv_cache.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include <xgrad/backend/gemm.hpp>
+#include <xgrad/backend/parallel.hpp>
+#include <xgrad/backend/signals.hpp>
+#include <xgrad/core/grad_mode.hpp>
+#include <xgrad/ops/ops.hpp>
+
+namespace xgrad::nn {
+
+// ---- KVCache ------------------------------------------------------------------------------------
+
+template <class T>
+void KVCache<T>::clear() {
+  length_ = 0;
+  in_use_ = false;
+}
+
+template <class T>
+void KVCache<T>::crop(std::int64_t length) {
+  XGRAD_CHECK(length >= 0 && length <= length_, "KVCache::crop: length must be in [0, ", length_,
+              "] (the positions cached), got ", length);
+  length_ = length;
+}
+
+template <class T>
+void KVCache<T>::reserve(std::int64_t capacity) {
+  XGRAD_CHECK(capacity >= 0, "KVCache::reserve: capacity must be >= 0, got ", capacity);
+  reserved_ = std::max(reserved_, capacity);
+  if (in_use_ && capacity > capacity_) grow(static_cast<std::size_t>(capacity));
+}
+
+template <class T>
+void KVCache<T>::grow(std::size_t capacity) {
+  const Shape shape{batch_, heads_, capacity, head_dim_};
+  Array<T> k = empty_array<T>(shape, "KVCache"), v = empty_array<T>(shape, "KVCache");
+  const std::size_t rows = static_cast<std::size_t>(length_) * head_dim_;  // cached values per head
+  for (std::size_t n = 0; n < batch_; ++n)
+    for (std::size_t h = 0; h < heads_; ++h) {
+      const std::size_t to = (n * heads_ + h) * capacity * head_dim_;
+      if (rows == 0) continue;
+      std::memcpy(k.data() + to, key(n, h, 0), rows * sizeof(T));
+      std::memcpy(v.data() + to, value(n, h, 0), rows * sizeof(T));
+    }
+  k_ = std::move(k);
+  v_ = std::move(v);
+  capacity_ = static_cast<std::int64_t>(capacity);
+}
+
+template <class T>
+Array<T> KVCache<T>::copy_of(const Array<T>& buffer) const {
+  const std::size_t length = static_cast<std::size_t>(length_);
+  const std::size_t batch = in_use_ ? batch_ : 0;
+  Array<T> out = Array<T>::from_shape({batch, heads_, length, head_dim_});
+  for (std::size_t nh = 0; nh < batch * heads_; ++nh)
+    std::copy_n(buffer.data() + nh * static_cast<std::size_t>(capacity_) * head_dim_, length * head_dim_,
+                out.data() + nh * length * head_dim_);
+  return out;
+}
+
+template <class T>
+std::int64_t KVCache<T>::prepare(const char* who, std::size_t batch, std::size_t heads, std::size_t head_dim,
+                                 bool batch_first, std::size_t t) {
+  if (!in_use_) {
+    if (batch != batch_ || heads != heads_ || head_dim != head_dim_) {  // the kept buffers do not fit
+      k_ = Array<T>();
+      v_ = Array<T>();
+      capacity_ = 0;
+    }
+    batch_ = batch;
+    heads_ = heads;
+    head_dim_ = head_dim;
+    batch_first_ = batch_first;
+    in_use_ = true;
+  } else {
+    XGRAD_CHECK(batch_first == batch_first_, who, ": layout mismatch: the cache holds the keys of a batch_first=",
+                batch_first_ ? "true" : "false", " layer, this layer has batch_first=", batch_first ? "true" : "false",
+                " (use one cache per layer, or clear() it)");
+    XGRAD_CHECK(batch == batch_, who, ": x_new holds ", batch, " sequences but the cache holds ", batch_,
+                " (x_new must be ", batch_first ? "(N, t, E)" : "(t, N, E)", " for this layer; clear() the cache ",
+                "to start another batch)");
+    XGRAD_CHECK(heads == heads_ && head_dim == head_dim_, who, ": the cache holds ", heads_, " heads of size ",
+                head_dim_, ", this layer has ", heads, " of size ", head_dim, " (use one cache per layer)");
+  }
+  const auto needed = static_cast<std::int64_t>(static_cast<std::size_t>(length_) + t);
+  if (needed > capacity_) grow(static_cast<std::size_t>(std::max({needed, 2 * capacity_, reserved_})));
+  return length_;
+}
+
+template class KVCache<float>;
+template class KVCache<double>;
+
+// ---- forward_cached -----------------------------------------------------------------------------
+
+namespace {
+
+// Throws unless the layer runs as at inference: grad mode off, and no dropout (eval mode, or p = 0).
+template <class T>
+void check_inference(const char* who, const TransformerEncoderLayer<T>& layer) {
+  XGRAD_CHECK(!is_grad_enabled(), who, ": inference only: call it with grad mode off (xgrad::NoGradGuard no_grad;)");
+  const bool training = layer.is_training() || layer.self_attn->is_training() || layer.dropout->is_training() ||
+                        layer.dropout1->is_training() || layer.dropout2->is_training();
+  XGRAD_CHECK(!training || layer.options().dropout() == 0, who, ": the layer is in training mode with dropout ",
+              layer.options().dropout(), ": call eval() first (generation runs without dropout)");
+}
+
+// x_new in the layer's layout -> (N, t, E).
+template <class T>
+Tensor<T> to_batch_first(const char* who, const Tensor<T>& x, const TransformerEncoderLayerOptions& o) {
+  const char* layout = o.batch_first() ? "(N, t, E)" : "(t, N, E)";
+  XGRAD_CHECK(x.dim() == 3, who, ": x_new must be ", layout, " with E = d_model = ", o.d_model(), ", got shape ",
+              x.shape());
+  XGRAD_CHECK(x.size(2) == o.d_model(), who, ": x_new must be ", layout, " with E = d_model = ", o.d_model(),
+              ", got width ", x.size(2), " (shape ", x.shape(), ")");
+  XGRAD_CHECK(x.numel() > 0, who, ": x_new holds no position or no sequence (shape ", x.shape(), ")");
+  return o.batch_first() ? x : transpose(x, 0, 1);
+}
+
+// MultiheadAttention's self-attention of the new positions h (N, t, E) over the cached ones and
+// themselves, causal (query i, at position start + i, sees keys 0..start + i):
+//   q, k, v = h W_q^T + b_q, h W_k^T + b_k, h W_v^T + b_v    (k, v appended to the cache)
+//   O_{n,h} = softmax(q_{n,h} K_{n,h}^T / sqrt(d), causal) V_{n,h}   (t, d) against (S, d)
+//   out = concat_h(O_{n,h}) out_proj.weight^T + out_proj.bias
+template <class T>
+Tensor<T> cached_self_attention(const char* who, MultiheadAttention<T>& mha, const Tensor<T>& h, KVCache<T>& cache) {
+  const Shape s = h.shape();
+  const std::size_t N = s[0], t = s[1], E = s[2];
+  const auto H = static_cast<std::size_t>(mha.options().num_heads()), d = E / H;
+  const auto start = static_cast<std::size_t>(cache.prepare(who, N, H, d, mha.options().batch_first(), t));
+  const std::size_t S = start + t;
+  const Tensor<T> qkv = linear(h, mha.in_proj_weight, mha.in_proj_bias);  // (N, t, 3E): q | k | v
+  const T* p = qkv.value().data();
+  for (std::size_t n = 0; n < N; ++n)
+    for (std::size_t i = 0; i < t; ++i)
+      for (std::size_t hh = 0; hh < H; ++hh) {
+        const T* row = p + (n * t + i) * 3 * E + hh * d;
+        std::copy_n(row + E, d, cache.key(n, hh, start + i));
+        std::copy_n(row + 2 * E, d, cache.value(n, hh, start + i));
+      }
+  Array<T> attn = empty_array<T>({N, t, E}, who);
+  const T scale = T(1) / std::sqrt(static_cast<T>(d));
+  const std::size_t work = std::max<std::size_t>(1, t * S * d);  // multiply-adds per batch-head, per gemm
+  detail::parallel_for(N * H, std::max<std::size_t>(1, (1u << 15) / work), [&](std::size_t begin, std::size_t end) {
+    std::vector<T> scores(t * S);  // (t, S)
+    for (std::size_t nh = begin; nh < end; ++nh) {
+      const std::size_t n = nh / H, hh = nh % H;
+      detail::gemm<T>(false, true, t, S, d, scale, p + n * t * 3 * E + hh * d, 3 * E, cache.key(n, hh, 0), d, T(0),
+                      scores.data(), S);
+      for (std::size_t i = 0; i < t; ++i) {
+        T* row = scores.data() + i * S;
+        const std::size_t visible = start + i + 1;
+        const T top = *std::max_element(row, row + visible);
+        T total = 0;
+        for (std::size_t j = 0; j < visible; ++j) total += (row[j] = std::exp(row[j] - top));
+        for (std::size_t j = 0; j < visible; ++j) row[j] /= total;
+        std::fill(row + visible, row + S, T(0));
+      }
+      detail::gemm<T>(false, false, t, d, S, T(1), scores.data(), S, cache.value(n, hh, 0), d, T(0),
+                      attn.data() + n * t * E + hh * d, E);
+    }
+  });
+  cache.commit(t);
+  return linear(Tensor<T>(std::move(attn)), mha.out_proj->weight, mha.out_proj->bias);
+}
+
+// One layer on x (N, t, E), as TransformerEncoderLayer::forward without dropout:
+//   post-norm: x = norm1(x + sa(x)); x = norm2(x + ff(x));  pre-norm: x = x + sa(norm1(x)); x = x + ff(norm2(x))
+template <class T>
+Tensor<T> layer_step(const char* who, TransformerEncoderLayer<T>& layer, const Tensor<T>& x, KVCache<T>& cache) {
+  const auto sa = [&](const Tensor<T>& h) { return cached_self_attention(who, *layer.self_attn, h, cache); };
+  const auto ff = [&](const Tensor<T>& h) {
+    Tensor<T> a = layer.linear1->forward(h);
+    a = layer.options().activation() == "relu" ? relu(a) : gelu(a);
+    return layer.linear2->forward(a);
+  };
+  if (layer.options().norm_first()) {
+    const Tensor<T> y = x + sa(layer.norm1->forward(x));
+    return y + ff(layer.norm2->forward(y));
+  }
+  const Tensor<T> y = layer.norm1->forward(x + sa(x));
+  return layer.norm2->forward(y + ff(y));
+}
+
+}  // namespace
+
+template <class T>
+Tensor<T> forward_cached(TransformerEncoderLayer<T>& layer, const Tensor<T>& x_new, KVCache<T>& cache) {
+  const char* who = "forward_cached(TransformerEncoderLayer)";
+  check_inference(who, layer);
+  const detail::AsyncSignalScope one_signal_block;  // as TransformerEncoderLayer::forward
+  const Tensor<T> y = layer_step(who, layer, to_batch_first(who, x_new, layer.options()), cache);
+  return layer.options().batch_first() ? y : transpose(y, 0, 1);
+}
+
+template <class T>
+Tensor<T> forward_cached(TransformerEncoder<T>& encoder, const Tensor<T>& x_new, std::vector<KVCache<T>>& caches) {
+  const char* who = "forward_cached(TransformerEncoder)";
+  const auto layers = static_cast<std::size_t>(encoder.num_layers());
+  if (caches.empty()) caches.resize(layers);
+  XGRAD_CHECK(caches.size() == layers, who, ": expected one cache per layer (", layers, "), got ", caches.size());
+  XGRAD_CHECK(!is_grad_enabled(), who, ": inference only: call it with grad mode off (xgrad::NoGradGuard no_grad;)");
+  for (std::size_t i = 0; i < layers; ++i) {
+    check_inference(who, *encoder.layer(static_cast<std::int64_t>(i)));
+    XGRAD_CHECK(caches[i].length() == caches[0].length(), who, ": the caches must hold the same positions, but ",
+                "cache ", i, " holds ", caches[i].length(), " and cache 0 ", caches[0].length());
+  }
+  const detail::AsyncSignalScope one_signal_block;
+  Tensor<T> x = x_new;
+  if (layers > 0) {
+    // The layers are copies of one layer: they share its options, hence its layout.
+    const TransformerEncoderLayerOptions& o = encoder.layer(0)->options();
+    x = to_batch_first(who, x, o);
+    for (std::size_t i = 0; i < layers; ++i) x = layer_step(who, *encoder.layer(static_cast<std::int64_t>(i)), x, caches[i]);
+    if (!o.batch_first()) x = transpose(x, 0, 1);
+  }
+  if (encoder.norm) x = encoder.norm->forward(x);
+  return x;
+}
+
+#define XGRAD_INSTANTIATE(T)                                                                                 \
+  template Tensor<T> forward_cached<T>(TransformerEncoderLayer<T>&, const Tensor<T>&, KVCache<T>&);          \
+  template Tensor<T> forward_cached<T>(TransformerEncoder<T>&, const Tensor<T>&, std::vector<KVCache<T>>&);
+XGRAD_INSTANTIATE(float)
+XGRAD_INSTANTIATE(double)
+#undef XGRAD_INSTANTIATE
+
+}  // namespace xgrad::nn
