@@ -15,17 +15,23 @@
 // Init as nanoGPT: linear and embedding weights N(0, 0.02), the residual projections
 // (self_attn.out_proj.weight, linear2.weight) N(0, 0.02 / sqrt(2 n_layer)), biases 0, LayerNorm
 // weights 1.
+//
+// generate() samples continuations (nanoGPT's generate) with a KV cache (nn::forward_cached): each
+// new token costs one position's forward against the cached keys and values of the context.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include <xgrad/base/random.hpp>
 #include <xgrad/nn/dropout.hpp>
 #include <xgrad/nn/embedding.hpp>
 #include <xgrad/nn/layer_norm.hpp>
+#include <xgrad/nn/kv_cache.hpp>
 #include <xgrad/nn/module.hpp>
 #include <xgrad/nn/transformer.hpp>
+#include <xgrad/ops/sampling.hpp>
 
 namespace xgrad::models {
 
@@ -49,6 +55,24 @@ class GPT : public nn::Module<T> {
   // idx (N, T) token indices in [0, vocab_size), 1 <= T <= block_size -> logits (N, T, vocab_size).
   Tensor<T> forward(const IndexArray& idx);
   const GPTConfig& config() const { return config_; }
+
+  // Incremental forward for generation: idx_new (N, t) are the positions after the caches.front()
+  // .length() ones the caches hold -> their logits (N, t, vocab_size), equal to those positions of
+  // forward() over the whole sequence. Appends to the caches (one per block; an empty vector is
+  // sized). Inference only: under NoGradGuard, in eval mode or with dropout 0 (forward_cached's
+  // rules); the whole sequence must fit block_size.
+  Tensor<T> forward_cached(const IndexArray& idx_new, std::vector<nn::KVCache<T>>& caches);
+
+  // nanoGPT's generate: appends max_new_tokens tokens to idx (N, t) -> (N, t + max_new_tokens),
+  // each drawn by sample_next_token from the logits of the last position given the context.
+  // The context is the whole sequence while it fits block_size. Beyond it only with a `window`
+  // (1 <= window <= block_size; 0: none, then a longer sequence is an error): when the context
+  // would exceed block_size it is cropped to its last `window` tokens (nanoGPT's crop with window
+  // = block_size), whose cache is filled again in one call. use_cache = false recomputes the
+  // whole context for every token instead (the same tokens, up to rounding). Runs in eval mode
+  // without a graph; the module's mode is restored.
+  IndexArray generate(const IndexArray& idx, std::int64_t max_new_tokens, const SamplingOptions& options,
+                      Generator* generator = nullptr, bool use_cache = true, std::int64_t window = 0);
 
   std::shared_ptr<nn::Embedding<T>> wte;             // token embedding, also the output head
   std::shared_ptr<nn::Embedding<T>> wpe;             // learned positions
