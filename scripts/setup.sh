@@ -13,6 +13,7 @@ packages=(
   libopenmpi-dev openmpi-bin  # xgrad::distributed (XGRAD_WITH_MPI) and its tests under mpirun
   ccache  # scripts/test.sh: the consumer test's copy of the library comes from the cache
   wamerican  # /usr/share/dict/words, the English word list examples/train_masked_chars learns from
+  bible-kjv  # the King James Bible (its `bible` program), the text examples/train_gpt learns from
 )
 
 missing=()
