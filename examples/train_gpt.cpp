@@ -457,10 +457,11 @@ int train_model(Config& c, const Sampling& sampling, const train::RunOptions& ru
   std::size_t count = 0;
   for (const auto& p : model.parameters()) count += std::size_t(p.numel());
   if (world.is_main()) {
-    std::printf("text: %s, %zu verses (lines): %zu training (%zu characters), %zu held out (%zu characters)%s\n"
+    std::printf("text: %s, %zu %s: %zu training (%zu characters), %zu held out (%zu characters)%s\n"
                 "vocabulary: %lld characters | model: %d layers, %d heads, n_embd %d, context %d, %zu parameters\n"
                 "training: %d iterations of %d windows, AdamW lr %g (warmup %d, cosine to %g), clip %g | %s\n",
-                corpus.source.c_str(), corpus.train_units + corpus.held_units, corpus.train_units, corpus.train.size(),
+                corpus.source.c_str(), corpus.train_units + corpus.held_units, c.text.empty() ? "verses" : "lines",
+                corpus.train_units, corpus.train.size(),
                 corpus.held_units, corpus.held.size(),
                 corpus.dropped ? (", " + std::to_string(corpus.dropped) + " held-out characters outside the vocabulary "
                                   "skipped").c_str() : "",
