@@ -15,7 +15,8 @@ bench_gpt_generate in build/release:
    train_gpt with --init-weights. The batches are random windows in both, drawn from different
    generators (so the held-out losses agree statistically, not bit for bit). The same thread
    count (--threads) for both. Reported: held-out loss (nats per character) and wall time of the
-   training loop with its evaluations.
+   training loop with its evaluations. xgrad's final weights (train_gpt --save-weights) are loaded
+   into the PyTorch module, which must give the same held-out loss.
 2. Generation: tokens per second for --gen-tokens new tokens after a prompt of 64, 256 and 1024
    tokens with a 6-layer, 6-head, n_embd 384 model (block size prompt + new tokens, random
    weights): xgrad with the KV cache, xgrad recomputing the context for every token, and PyTorch
@@ -134,7 +135,8 @@ def train_xgrad(a, init_path, workdir):
            "--lr", str(a.lr), "--min-lr", str(a.min_lr), "--warmup", str(a.warmup),
            "--eval-interval", str(a.eval_interval), "--eval-iters", str(a.eval_iters), "--seed", str(a.seed),
            "--threads", str(a.threads), "--init-weights", init_path, "--plot", "", "--checkpoint-interval", "0",
-           "--checkpoint", os.path.join(workdir, "compare.ckpt"), "--csv", os.path.join(workdir, "compare.csv")]
+           "--checkpoint", os.path.join(workdir, "compare.ckpt"), "--csv", os.path.join(workdir, "compare.csv"),
+           "--save-weights", os.path.join(workdir, "xgrad_final.safetensors")]
     start = time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     total = time.perf_counter() - start
@@ -229,8 +231,16 @@ def main():
         init_path = os.path.join(a.workdir, "init.safetensors")
         write_safetensors(init, {"format": "pt"}, init_path)
         loss_x, wall_x, total_x = train_xgrad(a, init_path, a.workdir)
+        # xgrad's final weights (--save-weights) in the PyTorch module: the same held-out loss.
+        from safetensors_interchange import read_safetensors
+        model = TorchGPT(len(vocab), a.block_size, a.n_layer, a.n_head, a.n_embd)
+        model.load_state_dict(read_safetensors(os.path.join(a.workdir, "xgrad_final.safetensors")), strict=True)
+        loss_x_in_torch = held_out_loss(model, held_ids, a)
+        print(f"  xgrad's final weights in PyTorch: held-out loss {loss_x_in_torch:.4f} (xgrad: {loss_x:.4f})")
+        assert abs(loss_x_in_torch - loss_x) < 1e-3, "xgrad's weights give another loss in PyTorch"
         loss_t, wall_t = train_torch(a, init, train_ids, held_ids, len(vocab))
-        result["training"] = {"xgrad_loss": loss_x, "xgrad_wall_s": wall_x, "xgrad_process_s": total_x,
+        result["training"] = {"xgrad_loss": loss_x, "xgrad_loss_in_torch": loss_x_in_torch,
+                              "xgrad_wall_s": wall_x, "xgrad_process_s": total_x,
                               "torch_loss": loss_t, "torch_wall_s": wall_t,
                               "loss_diff": loss_x - loss_t, "speedup": wall_t / wall_x}
         print(f"\ntraining ({a.iters} iterations, {a.threads} threads):\n"

@@ -92,8 +92,12 @@ IndexArray GPT<T>::generate(const IndexArray& idx, std::int64_t max_new_tokens, 
               ", or pass a window to keep the last tokens of a longer sequence");
   options.check();
   NoGradGuard no_grad;
-  const bool was_training = this->is_training();
-  this->eval();
+  struct EvalMode {  // eval mode until generate returns or throws
+    nn::Module<T>& module;
+    const bool was_training = module.is_training();
+    explicit EvalMode(nn::Module<T>& m) : module(m) { module.eval(); }
+    ~EvalMode() { module.train(was_training); }
+  } eval_mode(*this);
   const std::size_t N = static_cast<std::size_t>(n), total = static_cast<std::size_t>(t0 + max_new_tokens);
   IndexArray seq = IndexArray::from_shape({N, total});
   for (std::size_t i = 0; i < N; ++i)
@@ -122,7 +126,6 @@ IndexArray GPT<T>::generate(const IndexArray& idx, std::int64_t max_new_tokens, 
     const IndexArray next = sample_next_token(logits, options, generator);  // the last position's
     for (std::size_t i = 0; i < N; ++i) seq(i, length) = next(i);
   }
-  this->train(was_training);
   return seq;
 }
 
