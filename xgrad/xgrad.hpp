@@ -17,6 +17,7 @@
 #include <xgrad/ops/ops.hpp>
 #include <xgrad/ops/sampling.hpp>
 #include <xgrad/nn/nn.hpp>
+#include <xgrad/models/gpt.hpp>
 #include <xgrad/optim/optim.hpp>
 #include <xgrad/data/data.hpp>
 #include <xgrad/serialize/serialize.hpp>

@@ -138,11 +138,12 @@ std::string format_duration(double seconds) {
   return buf;
 }
 
-// step,loss,accuracy,lr,elapsed: one row per evaluation. A resumed run keeps the rows up to its
-// step (a run stopped after its last checkpoint may have written more) and appends.
+// step,loss,accuracy,lr,elapsed (ValidationMetric::column in place of accuracy): one row per
+// evaluation. A resumed run keeps the rows up to its step (a run stopped after its last checkpoint
+// may have written more) and appends.
 class CsvLog {
  public:
-  CsvLog(const std::string& path, int resumed_step) {
+  CsvLog(const std::string& path, int resumed_step, const std::string& metric_column) {
     if (path.empty()) return;
     std::vector<std::string> kept;
     if (resumed_step > 0) {
@@ -154,7 +155,7 @@ class CsvLog {
     }
     out_.open(path, std::ios::trunc);
     if (!out_) throw std::runtime_error("cannot write the CSV log " + path + ": expected a writable path");
-    out_ << "step,loss,accuracy,lr,elapsed\n";
+    out_ << "step,loss," << metric_column << ",lr,elapsed\n";
     for (const auto& line : kept) out_ << line << '\n';
     out_.flush();
   }
@@ -176,14 +177,21 @@ class CsvLog {
 // goes to a file: plain lines there.
 Progress::Progress() : tty_(isatty(STDOUT_FILENO) != 0 && std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr) {}
 
-void Progress::update(int step, int steps, double loss, double accuracy, int steps_run, double seconds, bool row) {
+std::string ValidationMetric::describe(double value) const {
+  if (format) return format(value);
+  char text[40];
+  std::snprintf(text, sizeof text, "held-out accuracy %6.2f%%", 100 * value);
+  return text;
+}
+
+void Progress::update(int step, int steps, double loss, const std::string& metric, int steps_run, double seconds,
+                      bool row) {
   const double rate = seconds > 0 ? steps_run / seconds : 0;
   const double left = rate > 0 ? (steps - step) / rate : 0;
-  char line[200];
-  char acc[16] = "     -";
-  if (accuracy >= 0) std::snprintf(acc, sizeof acc, "%6.2f%%", 100 * accuracy);
-  std::snprintf(line, sizeof line, "step %*d/%d | loss %.4f | held-out accuracy %s | %5.1f steps/s | %s left",
-                int(std::to_string(steps).size()), step, steps, loss, acc, rate, format_duration(left).c_str());
+  char line[300];
+  std::snprintf(line, sizeof line, "step %*d/%d | loss %.4f | %s | %5.1f steps/s | %s left",
+                int(std::to_string(steps).size()), step, steps, loss, metric.c_str(), rate,
+                format_duration(left).c_str());
   if (tty_) {
     const auto now = std::chrono::steady_clock::now();
     if (!row && step != steps && now - last_draw_ < std::chrono::milliseconds(100)) return;
@@ -305,7 +313,7 @@ std::optional<int> Trainer::fit(const std::function<xgrad::Tensor<float>(int ste
                                 const std::function<double()>& validation_step) {
   const bool main = world_.is_main();
   const int ranks = world_.size();
-  CsvLog csv(main ? run_.csv_path : std::string(), state_.step);
+  CsvLog csv(main ? run_.csv_path : std::string(), state_.step, options_.metric.column);
   const std::string how_to_continue = run_.checkpoint_path.empty()
                                           ? "no checkpoint written (--checkpoint is empty)"
                                           : "continue with --resume " + run_.checkpoint_path;
@@ -339,14 +347,14 @@ std::optional<int> Trainer::fit(const std::function<xgrad::Tensor<float>(int ste
       const Metrics metrics{state_.step, state_.loss_sum / state_.loss_count, state_.accuracy, lr, elapsed()};
       csv.row(metrics);
       if (main)
-        progress_.update(state_.step, steps, metrics.loss, state_.accuracy, run_steps, elapsed() - elapsed_before_,
-                         /*row=*/true);
+        progress_.update(state_.step, steps, metrics.loss, options_.metric.describe(state_.accuracy), run_steps,
+                         elapsed() - elapsed_before_, /*row=*/true);
       state_.loss_sum = 0;
       state_.loss_count = 0;
       for (const auto& callback : callbacks_) callback->on_validation_end(*this, metrics);
     } else if (main) {
-      progress_.update(state_.step, steps, state_.loss_sum / state_.loss_count, state_.accuracy, run_steps,
-                       elapsed() - elapsed_before_, /*row=*/false);
+      progress_.update(state_.step, steps, state_.loss_sum / state_.loss_count, options_.metric.describe(state_.accuracy),
+                       run_steps, elapsed() - elapsed_before_, /*row=*/false);
     }
     state_.elapsed = elapsed();
     if (interrupted) {

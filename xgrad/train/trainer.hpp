@@ -6,7 +6,8 @@
 //     steps, the model in training mode;
 //   - a progress line redrawn in place on a terminal (a plain line per evaluation on a pipe);
 //   - a CSV row per evaluation: step,loss,accuracy,lr,elapsed (loss: the mean training loss since
-//     the previous evaluation; lr: the one of the step's update);
+//     the previous evaluation; lr: the one of the step's update; accuracy: the validation value,
+//     under another name and shown otherwise with TrainerOptions::metric);
 //   - checkpoints (xgrad::save_checkpoint, written atomically) every RunOptions::checkpoint_interval
 //     steps, at the end, at RunOptions::stop_at and on Ctrl-C (SIGINT: the step in flight ends, the
 //     checkpoint is saved, fit() returns 130; a second Ctrl-C ends the program at once);
@@ -106,8 +107,9 @@ std::string precision_description(bool bf16);
 class Progress {
  public:
   Progress();
-  // steps_run and seconds: this run's, for the speed and the time left; accuracy < 0: none yet.
-  void update(int step, int steps, double loss, double accuracy, int steps_run, double seconds, bool row);
+  // steps_run and seconds: this run's, for the speed and the time left; metric: the validation
+  // value as ValidationMetric::describe shows it.
+  void update(int step, int steps, double loss, const std::string& metric, int steps_run, double seconds, bool row);
   void note(const std::string& message);  // a line of its own, above the progress line
   void finish();                          // ends the redrawn line
 
@@ -157,10 +159,20 @@ struct LambdaCallback : Callback {
   void on_fit_end(Trainer& trainer) override;
 };
 
+// How the validation value is shown: its CSV column and its text on the progress line.
+struct ValidationMetric {
+  std::string column = "accuracy";
+  // The value -> the progress line's text; null: "held-out accuracy  71.20%" (a fraction).
+  std::function<std::string(double)> format;
+
+  std::string describe(double value) const;
+};
+
 struct TrainerOptions {
   int max_steps;                 // in all, counting the steps of the runs resumed
   int val_check_interval;        // steps between evaluations (and CSV rows); the last step is evaluated too
   double gradient_clip_val = 0;  // max gradient norm (clip_grad_norm_); 0: none
+  ValidationMetric metric = {};  // a held-out accuracy unless told otherwise
 };
 
 class Trainer {

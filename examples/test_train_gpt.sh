@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# ctest's check of train_gpt on a small setting: a tiny GPT (1 layer, n_embd 16, context 16) on a
+# text the test writes (120 lines), a few dozen steps:
+#   1. the training loss falls along the CSV, which has the held-out loss column (val_loss), and
+#      three samples are printed at the end;
+#   2. a run stopped with --stop-at, then resumed from its checkpoint (the DataLoader's position
+#      included), ends with the same weights bit for bit and the same CSV rows;
+#   3. --resume with a larger --iters extends the run;
+#   4. --sample prints the prompt and --tokens characters, the same for the same --seed, with the
+#      cache's sliding window past the context; --greedy;
+#   5. bad input is refused with one clear line and a non-zero exit, writing nothing: a missing or
+#      empty text, a text with no held-out line, a prompt character outside the vocabulary,
+#      --top-p outside (0, 1], --top-k 0, --temperature 0, a checkpoint of another program, --tokens
+#      beyond the context with --window 0;
+#   6. when the `bible` program is installed, a few steps on the King James Bible.
+#
+# Dropout is on (0.1), so that resuming must also restore the generator.
+#
+#   test_train_gpt.sh PROGRAM WORKDIR [TOY_ENCODER]
+# TOY_ENCODER: train_toy_encoder, whose checkpoint --sample must refuse as another program's.
+set -euo pipefail
+program=$1
+work=$2
+toy=${3:-}
+flags=(--n-layer 1 --n-head 2 --n-embd 16 --block-size 16 --batch-size 8 --iters 60 --warmup 5 --lr 0.01
+       --min-lr 0.001 --eval-interval 20 --eval-iters 4 --dropout 0.1 --plot "" --checkpoint-interval 0)
+
+rm -rf "$work"
+mkdir -p "$work"
+cd "$work"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+for i in $(seq 1 40); do
+  echo "In the beginning was the word, and the word was with God, verse $i."
+  echo "And the earth was without form; and darkness was upon the deep."
+  echo "Blessed are the meek: for they shall inherit the earth."
+done >text.txt
+flags+=(--text text.txt)
+
+echo "== 1. uninterrupted run"
+"$program" "${flags[@]}" --checkpoint full.ckpt --csv full.csv --save-weights full.safetensors | tee full.log
+grep -q "^step,loss,val_loss,lr,elapsed$" full.csv || fail "the CSV has no val_loss column"
+[[ $(tail -n 1 full.csv | cut -d, -f1) == 60 ]] || fail "the CSV does not end at step 60"
+first=$(sed -n 2p full.csv | cut -d, -f3)
+last=$(tail -n 1 full.csv | cut -d, -f3)
+awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.3) }' || fail "the held-out loss went from $first to $last"
+echo "held-out loss fell from $first to $last"
+grep -Eq "^held-out loss: [0-9.]+ nats per character, [0-9.]+ bits per character" full.log ||
+  fail "no final held-out loss"
+[[ $(grep -c "^-- sample [123] (temperature 0.8) --$" full.log) == 3 ]] || fail "three samples were not printed"
+
+echo "== 2. stopped at step 30, then resumed"
+"$program" "${flags[@]}" --checkpoint half.ckpt --csv half.csv --stop-at 30 >/dev/null
+"$program" --resume half.ckpt --checkpoint half.ckpt --csv half.csv --save-weights half.safetensors --plot "" \
+  >/dev/null
+cmp full.safetensors half.safetensors || fail "the resumed run's weights differ"
+diff <(cut -d, -f1-4 full.csv) <(cut -d, -f1-4 half.csv) || fail "the resumed run's CSV differs"
+
+echo "== 3. extended to 80 steps"
+cp full.ckpt long.ckpt
+"$program" --resume long.ckpt --iters 80 --checkpoint long.ckpt --csv long.csv --plot "" | tee long.log
+grep -q "at step 60 of 80" long.log || fail "the run was not extended"
+
+echo "== 4. --sample"
+"$program" --checkpoint full.ckpt --sample "In the" --tokens 40 --seed 3 --top-k 5 --top-p 0.9 >s1.txt
+"$program" --checkpoint full.ckpt --sample "In the" --tokens 40 --seed 3 --top-k 5 --top-p 0.9 >s2.txt
+cmp s1.txt s2.txt || fail "the same --seed sampled different text"
+cat s1.txt
+[[ $(head -c 6 s1.txt) == "In the" ]] || fail "the sample does not start with the prompt"
+[[ $(tr -d '\n' <s1.txt | wc -m) -ge 40 ]] || fail "the sample is shorter than the prompt and --tokens 40"
+"$program" --checkpoint full.ckpt --sample "And" --tokens 10 --greedy | tee g.txt
+[[ $(head -c 3 g.txt) == "And" ]] || fail "--greedy printed no continuation"
+
+echo "== 5. refused"
+ls -l --time-style=+%s full.ckpt full.csv >before.txt
+refused() {  # expected message, then the command
+  local expected=$1 status=0
+  shift
+  "$@" >bad.log 2>&1 || status=$?
+  cat bad.log
+  [[ $status != 0 ]] || fail "exit status 0: $*"
+  grep -q -- "$expected" bad.log || fail "not refused with '$expected': $*"
+  # One line (CLI11 adds "Run with --help for more information." to a bad flag's).
+  [[ $(grep -vc "^Run with --help" bad.log) == 1 ]] || fail "not one line of error: $*"
+}
+refused "cannot read --text missing.txt: expected a readable UTF-8 or ASCII text file" "$program" --text missing.txt
+: >empty.txt
+refused "--text empty.txt is empty: expected UTF-8 or ASCII text" "$program" --text empty.txt
+printf 'one line\ntwo lines\n' >short.txt
+refused "short.txt has no held-out line" "$program" --text short.txt
+refused "the prompt's character '#' (U+0023) is not in the model's vocabulary" \
+  "$program" --checkpoint full.ckpt --sample "In #"
+refused "--top-p: expected a number in (0, 1], got '1.5'" "$program" --checkpoint full.ckpt --sample "In" --top-p 1.5
+refused "--top-p: expected a number in (0, 1], got '0'" "$program" --checkpoint full.ckpt --sample "In" --top-p 0
+refused "--top-k: expected an integer in \[1, " "$program" --checkpoint full.ckpt --sample "In" --top-k 0
+refused "--temperature: expected a number > 0 (for argmax decoding pass --greedy), got '0'" \
+  "$program" --checkpoint full.ckpt --sample "In" --temperature 0
+refused "--tokens 20 after a prompt of 2 characters goes beyond the model's context of 16 characters with --window 0" \
+  "$program" --checkpoint full.ckpt --sample "In" --tokens 20 --window 0
+refused "--sample: no checkpoint none.ckpt: train first, or pass --checkpoint FILE" \
+  "$program" --checkpoint none.ckpt --sample "In"
+if [[ -n $toy ]]; then
+  "$toy" --steps 2 --eval-interval 1 --eval-size 10 --d-model 8 --checkpoint toy.ckpt --csv "" --plot "" >/dev/null
+  refused "is not a checkpoint of train_gpt" "$program" --checkpoint toy.ckpt --sample "In"
+fi
+ls -l --time-style=+%s full.ckpt full.csv | diff before.txt - || fail "a refused run wrote over a file"
+[[ ! -e gpt.ckpt && ! -e gpt.csv ]] || fail "a refused run wrote the default checkpoint or CSV"
+
+if command -v bible >/dev/null 2>&1; then
+  echo "== 6. the King James Bible"
+  "$program" --n-layer 1 --n-head 2 --n-embd 16 --block-size 16 --batch-size 8 --iters 10 --eval-interval 10 \
+    --eval-iters 2 --plot "" --checkpoint bible.ckpt --csv bible.csv | tee bible.log
+  grep -q "31102 verses" bible.log || fail "the Bible's verses were not all read"
+fi
+echo "PASS"
