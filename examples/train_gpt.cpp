@@ -17,6 +17,11 @@
 //
 //   build/release/examples/train_gpt                          # about 5 minutes on 2 cores
 //   build/release/examples/train_gpt --sample "In the beginning" --temperature 0.8 --top-k 40
+//
+// Long contexts: attention runs the tiled kernel (memory linear in the context) from 256 positions
+// up, so --block-size 4096 or 8192 trains in a few hundred MiB (docs/examples.md has the measured
+// peaks); --attention materialized forces the quadratic kernel, for comparison.
+//   build/release/examples/train_gpt --block-size 4096 --batch-size 1 --eval-iters 2
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -567,7 +572,16 @@ int main(int argc, char** argv) {
                  "past the context, keep generating from the last W characters; 0: refuse going past it "
                  "(default: the context length)")
       ->check(cli::integer_in(0, 65536));
+  std::string attention = "auto";
+  app.add_option("--attention", attention,
+                 "attention kernel: auto (tiled from 256 causal positions), tiled (memory linear in "
+                 "--block-size) or materialized (quadratic; for comparison)")
+      ->check(CLI::IsMember({"auto", "tiled", "materialized"}))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  xgrad::set_attention_path(attention == "tiled"          ? xgrad::AttentionPath::Tiled
+                            : attention == "materialized" ? xgrad::AttentionPath::Materialized
+                                                          : xgrad::AttentionPath::Auto);
   if (app.count("--seed") > 0) sampling.seed = c.seed;  // --sample draws from its own --seed (default 1)
 #ifdef XGRAD_WITH_MPI
   const std::unique_ptr<train::World> world = xgrad::distributed::make_world();
