@@ -153,7 +153,7 @@ class OpsNet : public nn::Module<float> {
     const Tensor<float> filled = masked_fill(flattened, every_other, -1.0f);
     const Tensor<float> picked = index_select(filled, 2, IndexArray({0, 3, 5}));
     const Tensor<float> chosen = xgrad::where(BoolArray({true, false, true}), picked, -picked);
-    return {pointwise, gram, chosen, sum(h) + mean(h) + max(h) + var(h, false) + sum(var(h, {0, 1}))};
+    return {pointwise, tril(gram, -1) + 2.0f * triu(gram, 1), chosen, sum(h) + mean(h) + max(h) + var(h, false) + sum(var(h, {0, 1}))};
   }
   std::shared_ptr<nn::LayerNorm<float>> norm;
   Tensor<float> scale;
