@@ -406,7 +406,8 @@ void export_onnx(Model& model, const Corpus& corpus, const Config& c, const std:
   };
   const IndexArray example = windows(2, std::min<std::size_t>(block, 8));
   xgrad::onnx::export_model(
-      model, [&model](const xgrad::onnx::Inputs& in) { return std::vector<Tensor<float>>{model.forward(in.indices(0))}; },
+      model,
+      [&model](const xgrad::onnx::Inputs& in) { return std::vector<Tensor<float>>{model.forward(in.indices(0))}; },
       {example}, path,
       xgrad::onnx::ExportOptions().input_names({"idx"}).output_names({"logits"}).dynamic_axes(
           {{"idx", {{0, "batch"}, {1, "seq"}}}}));
@@ -649,10 +650,10 @@ int main(int argc, char** argv) {
   return train::guarded(
       kProgram,
       [&] {
-        return sampling.prompt.empty() && app.count("--sample") == 0
-                   ? train_model(c, sampling, run, plot_path, settings, app, *world, onnx_path)
-                   : onnx_path.empty() ? sample(c, sampling, run, settings, app)
-                                       : throw train::Refused("--export-onnx exports after training, not with --sample");
+        if (sampling.prompt.empty() && app.count("--sample") == 0)
+          return train_model(c, sampling, run, plot_path, settings, app, *world, onnx_path);
+        if (!onnx_path.empty()) throw train::Refused("--export-onnx exports after training, not with --sample");
+        return sample(c, sampling, run, settings, app);
       },
       *world);
 }

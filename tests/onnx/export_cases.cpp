@@ -341,14 +341,38 @@ std::vector<Case> cases() {
     config.vocab_size = 11, config.block_size = 16, config.n_layer = 2, config.n_head = 2, config.n_embd = 8;
     config.dropout = 0.1;
     auto m = std::make_shared<models::GPT<float>>(config);
-    out.push_back({"gpt", m, [m](const onnx::Inputs& in) { return std::vector<Tensor<float>>{m->forward(in.indices(0))}; },
+    out.push_back({"gpt", m,
+                   [m](const onnx::Inputs& in) { return std::vector<Tensor<float>>{m->forward(in.indices(0))}; },
                    {{InputSpec::Index, "idx", {"batch", "seq"}, 11}}, {"logits"},
                    {{{"batch", 2}, {"seq", 5}}, {{"batch", 3}, {"seq", 16}}, {{"batch", 1}, {"seq", 1}}}});
   }
   {
+    // the same with the tiled (flash) attention path forced: traced as the same composite op
+    models::GPTConfig config;
+    config.vocab_size = 11, config.block_size = 16, config.n_layer = 1, config.n_head = 2, config.n_embd = 8;
+    auto m = std::make_shared<models::GPT<float>>(config);
+    out.push_back({"gpt_tiled_attention", m,
+                   [m](const onnx::Inputs& in) {
+                     const AttentionPath before = get_attention_path();
+                     set_attention_path(AttentionPath::Tiled);
+                     std::vector<Tensor<float>> y;
+                     try {
+                       y = {m->forward(in.indices(0))};
+                     } catch (...) {
+                       set_attention_path(before);
+                       throw;
+                     }
+                     set_attention_path(before);
+                     return y;
+                   },
+                   {{InputSpec::Index, "idx", {"batch", "seq"}, 11}}, {"logits"},
+                   {{{"batch", 2}, {"seq", 5}}, {{"batch", 3}, {"seq", 9}}, {{"batch", 1}, {"seq", 2}}}});
+  }
+  {
     // post-norm ReLU decoder layer, (T, N, E): bool tgt_mask (T, T) and memory_mask (T, S), key
     // padding masks of both (the first target's keys all masked)
-    auto m = std::make_shared<nn::TransformerDecoderLayer<float>>(nn::TransformerDecoderLayerOptions(8, 2).dim_feedforward(16));
+    auto m = std::make_shared<nn::TransformerDecoderLayer<float>>(
+        nn::TransformerDecoderLayerOptions(8, 2).dim_feedforward(16));
     out.push_back({"decoder_layer_masks", m,
                    [m](const onnx::Inputs& in) {
                      return std::vector<Tensor<float>>{m->forward(in.tensor(0), in.tensor(1), in.mask(2), in.mask(3),
