@@ -12,7 +12,11 @@
 #      empty text, a text with no held-out line, a prompt character outside the vocabulary,
 #      --top-p outside (0, 1], --top-k 0, --temperature 0, a checkpoint of another program, --tokens
 #      beyond the context with --window 0;
-#   6. when the `bible` program is installed, a few steps on the King James Bible.
+#   6. when XGRAD_ONNX_TOOLS (tests/onnx) and XGRAD_ONNXRUNTIME (onnxruntime-node's folder) are set:
+#      run 1's --export-onnx model passes onnx's checker, ONNX Runtime gives the program's logits on
+#      its sample (two batch sizes and lengths), and examples/onnx/gpt_sample.mjs prints the same
+#      greedy text as --sample --greedy (past the context), and a seeded temperature sample;
+#   7. when the `bible` program is installed, a few steps on the King James Bible.
 #
 # Dropout is on (0.1), so that resuming must also restore the generator.
 #
@@ -37,7 +41,10 @@ done >text.txt
 flags+=(--text text.txt)
 
 echo "== 1. uninterrupted run"
-"$program" "${flags[@]}" --checkpoint full.ckpt --csv full.csv --save-weights full.safetensors | tee full.log
+onnx_flags=()
+[[ -n ${XGRAD_ONNX_TOOLS:-} ]] && onnx_flags=(--export-onnx gpt.onnx)
+"$program" "${flags[@]}" --checkpoint full.ckpt --csv full.csv --save-weights full.safetensors "${onnx_flags[@]}" |
+  tee full.log
 grep -q "^step,loss,val_loss,lr,elapsed$" full.csv || fail "the CSV has no val_loss column"
 [[ $(tail -n 1 full.csv | cut -d, -f1) == 60 ]] || fail "the CSV does not end at step 60"
 first=$(sed -n 2p full.csv | cut -d, -f3)
@@ -98,6 +105,12 @@ refused "--tokens 20 after a prompt of 2 characters goes beyond the model's cont
   "$program" --checkpoint full.ckpt --sample "In" --tokens 20 --window 0
 refused "--sample: no checkpoint none.ckpt: train first, or pass --checkpoint FILE" \
   "$program" --checkpoint none.ckpt --sample "In"
+refused "--export-onnx exports after training, not with --sample" \
+  "$program" --checkpoint full.ckpt --sample "In" --export-onnx bad.onnx
+if [[ -n ${XGRAD_ONNX_TOOLS:-} ]]; then  # a build without ONNX refuses --export-onnx itself
+  refused "--export-onnx needs --block-size 4 or more" "$program" --text text.txt --block-size 3 --export-onnx bad.onnx
+fi
+[[ ! -e bad.onnx ]] || fail "a refused export wrote its file"
 if [[ -n $toy ]]; then
   "$toy" --steps 2 --eval-interval 1 --eval-size 10 --d-model 8 --checkpoint toy.ckpt --csv "" --plot "" >/dev/null
   refused "is not a checkpoint of train_gpt" "$program" --checkpoint toy.ckpt --sample "In"
@@ -105,8 +118,27 @@ fi
 ls -l --time-style=+%s full.ckpt full.csv | diff before.txt - || fail "a refused run wrote over a file"
 [[ ! -e gpt.ckpt && ! -e gpt.csv ]] || fail "a refused run wrote the default checkpoint or CSV"
 
+if [[ -n ${XGRAD_ONNX_TOOLS:-} ]]; then
+  echo "== 6. the exported model in onnx's checker, ONNX Runtime and gpt_sample.mjs"
+  /usr/bin/python3 "$XGRAD_ONNX_TOOLS/check_onnx_models.py" gpt.onnx
+  node "$XGRAD_ONNX_TOOLS/check_onnx_runtime.cjs" "$XGRAD_ONNXRUNTIME" gpt.onnx.sample.json
+  mkdir -p js/node_modules
+  cp "$(dirname "$0")/onnx/gpt_sample.mjs" js/
+  ln -sfn "$XGRAD_ONNXRUNTIME" js/node_modules/onnxruntime-node
+  "$program" --checkpoint full.ckpt --sample "And the earth w" --tokens 20 --greedy >greedy_xgrad.txt
+  node js/gpt_sample.mjs gpt.onnx "And the earth w" 20 >greedy_onnx.txt
+  cat greedy_onnx.txt
+  cmp greedy_xgrad.txt greedy_onnx.txt || fail "gpt_sample.mjs's greedy text differs from --sample --greedy's"
+  node js/gpt_sample.mjs gpt.onnx "In the" 40 0.8 7 >t1.txt
+  node js/gpt_sample.mjs gpt.onnx "In the" 40 0.8 7 >t2.txt
+  cat t1.txt
+  cmp t1.txt t2.txt || fail "gpt_sample.mjs sampled different text with the same seed"
+  [[ $(head -c 6 t1.txt) == "In the" && $(tr -d '\n' <t1.txt | wc -m) -ge 40 ]] ||
+    fail "gpt_sample.mjs did not print the prompt and 40 characters"
+fi
+
 if command -v bible >/dev/null 2>&1; then
-  echo "== 6. the King James Bible"
+  echo "== 7. the King James Bible"
   "$program" --n-layer 1 --n-head 2 --n-embd 16 --block-size 16 --batch-size 8 --iters 10 --eval-interval 10 \
     --eval-iters 2 --plot "" --checkpoint bible.ckpt --csv bible.csv | tee bible.log
   grep -q "31102 verses" bible.log || fail "the Bible's verses were not all read"

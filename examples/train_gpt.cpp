@@ -22,6 +22,10 @@
 // up, so --block-size 4096 or 8192 trains in a few hundred MiB (docs/examples.md has the measured
 // peaks); --attention materialized forces the quadratic kernel, for comparison.
 //   build/release/examples/train_gpt --block-size 4096 --batch-size 1 --eval-iters 2
+//
+// --export-onnx FILE writes the trained model as ONNX (xgrad::onnx::export_model), its vocabulary
+// and context to FILE.vocab.json (for examples/onnx/gpt_sample.mjs) and a sample of inputs with
+// this program's logits to FILE.sample.json.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -42,6 +46,9 @@
 #include <xgrad/xgrad.hpp>
 
 #include "support/plot.hpp"
+#ifdef XGRAD_WITH_ONNX
+#include "support/onnx_sample.hpp"
+#endif
 #ifdef XGRAD_WITH_MPI
 #include <xgrad/distributed/ddp.hpp>
 #include <xgrad/distributed/world.hpp>
@@ -373,10 +380,66 @@ int sample(Config& c, const Sampling& s, train::RunOptions& run, train::Settings
   return 0;
 }
 
+#ifdef XGRAD_WITH_ONNX
+// --export-onnx: idx (batch, seq) int64 -> logits (batch, seq, V), batch and seq dynamic (seq up to
+// the context); FILE.vocab.json: {"block_size": T, "vocab": [character i, ...]}; FILE.sample.json:
+// windows of the held-out text (of the training text when that is too short) at two batch sizes and
+// lengths, with this program's logits.
+std::string json_string(const std::u32string& s) {
+  std::string out = "\"";
+  for (char32_t ch : s) {
+    if (ch == U'"' || ch == U'\\') out += '\\', out += char(ch);
+    else if (ch < 0x20) {
+      char code[8];
+      std::snprintf(code, sizeof code, "\\u%04x", unsigned(ch));
+      out += code;
+    } else out += encode_utf8(std::u32string(1, ch));
+  }
+  return out + "\"";
+}
+
+void export_onnx(Model& model, const Corpus& corpus, const Config& c, const std::string& path) {
+  const std::size_t block = std::size_t(c.block_size);
+  const std::vector<std::int64_t>& text = corpus.held.size() > 3 * block + 1 ? corpus.held : corpus.train;
+  if (text.size() <= 3 * block + 1)
+    throw train::Refused("--export-onnx: the text is too short for sample windows of " + std::to_string(block) +
+                         " characters");
+  const auto windows = [&](std::size_t n, std::size_t T) {  // n windows of T characters spread over the text
+    std::vector<std::size_t> starts;
+    for (std::size_t i = 0; i < n; ++i) starts.push_back(i * (text.size() - T - 1) / n);
+    return gather(text, starts, T).x;
+  };
+  const IndexArray example = windows(2, std::min<std::size_t>(block, 8));
+  xgrad::onnx::export_model(
+      model,
+      [&model](const xgrad::onnx::Inputs& in) { return std::vector<Tensor<float>>{model.forward(in.indices(0))}; },
+      {example}, path,
+      xgrad::onnx::ExportOptions().input_names({"idx"}).output_names({"logits"}).dynamic_axes(
+          {{"idx", {{0, "batch"}, {1, "seq"}}}}));
+  xgrad::NoGradGuard no_grad;
+  model.eval();
+  std::vector<onnx_sample::Run> runs;
+  for (const IndexArray& idx : {windows(2, block), windows(3, std::max<std::size_t>(1, block / 2 - 1))})
+    runs.push_back({{{"idx", idx}}, {{"logits", model.forward(idx)}}});
+  model.train();
+  onnx_sample::write(path, runs);
+  std::string vocab = "{\"block_size\":" + std::to_string(block) + ",\"vocab\":[";
+  for (std::size_t i = 0; i < corpus.vocab.size(); ++i)
+    vocab += (i ? "," : "") + json_string(corpus.vocab.substr(i, 1));
+  vocab += "]}\n";
+  xgrad::write_file_atomically(path + ".vocab.json", [&](std::ostream& out) { out << vocab; });
+  std::printf("exported the trained model to %s (ONNX, opset 17), its vocabulary to %s.vocab.json, a sample to "
+              "%s.sample.json\n", path.c_str(), path.c_str(), path.c_str());
+}
+#endif
+
 // ---- training --------------------------------------------------------------------------------
 
 int train_model(Config& c, const Sampling& sampling, const train::RunOptions& run, const std::string& plot_path,
-                train::Settings& settings, const CLI::App& app, train::World& world) {
+                train::Settings& settings, const CLI::App& app, train::World& world, const std::string& onnx_path) {
+#ifndef XGRAD_WITH_ONNX
+  if (!onnx_path.empty()) throw train::Refused("--export-onnx: this build has no ONNX export (XGRAD_WITH_ONNX is off)");
+#endif
   train::Resumed resumed = train::prepare_run(kProgram, run, settings, world, cli::given(app));  // c: the checkpoint's
   const int planned = resumed.checkpoint ? std::stoi(resumed.checkpoint->metadata.at("iters")) : c.iters;
   if (!app.count("--iters")) c.iters = planned;  // a larger --iters extends the run
@@ -393,6 +456,9 @@ int train_model(Config& c, const Sampling& sampling, const train::RunOptions& ru
                          std::to_string(c.block_size) + ": expected 0 to " + std::to_string(c.block_size));
   if (c.min_lr > c.lr)
     throw train::Refused("--min-lr " + std::to_string(c.min_lr) + " must be at most --lr " + std::to_string(c.lr));
+  if (!onnx_path.empty() && c.block_size < 4)  // the export traces two lengths, both within the context
+    throw train::Refused("--export-onnx needs --block-size 4 or more (the sequence axis is exported dynamic), got " +
+                         std::to_string(c.block_size));
 
   const Corpus corpus = load_corpus(c);
   const std::int64_t V = std::int64_t(corpus.vocab.size());
@@ -499,6 +565,9 @@ int train_model(Config& c, const Sampling& sampling, const train::RunOptions& ru
                 sample_text(model, encode_prompt("\n", corpus.vocab), corpus.vocab, end, generator).c_str());
   trainer.finish();
   plot::render(run.csv_path, plot_path);
+#ifdef XGRAD_WITH_ONNX
+  if (!onnx_path.empty()) export_onnx(model, corpus, c, onnx_path);
+#endif
   return 0;
 }
 
@@ -578,6 +647,10 @@ int main(int argc, char** argv) {
                  "--block-size) or materialized (quadratic; for comparison)")
       ->check(CLI::IsMember({"auto", "tiled", "materialized"}))
       ->capture_default_str();
+  std::string onnx_path;
+  app.add_option("--export-onnx", onnx_path,
+                 "after training, export the model to this ONNX file (with FILE.vocab.json, and a sample of inputs "
+                 "with their logits in FILE.sample.json)");
   CLI11_PARSE(app, argc, argv);
   xgrad::set_attention_path(attention == "tiled"          ? xgrad::AttentionPath::Tiled
                             : attention == "materialized" ? xgrad::AttentionPath::Materialized
@@ -591,9 +664,10 @@ int main(int argc, char** argv) {
   return train::guarded(
       kProgram,
       [&] {
-        return sampling.prompt.empty() && app.count("--sample") == 0
-                   ? train_model(c, sampling, run, plot_path, settings, app, *world)
-                   : sample(c, sampling, run, settings, app);
+        if (sampling.prompt.empty() && app.count("--sample") == 0)
+          return train_model(c, sampling, run, plot_path, settings, app, *world, onnx_path);
+        if (!onnx_path.empty()) throw train::Refused("--export-onnx exports after training, not with --sample");
+        return sample(c, sampling, run, settings, app);
       },
       *world);
 }

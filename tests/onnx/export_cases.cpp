@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <xgrad/models/gpt.hpp>
 #include <xgrad/nn/nn.hpp>
 #include <xgrad/onnx/export.hpp>
 
@@ -152,7 +153,7 @@ class OpsNet : public nn::Module<float> {
     const Tensor<float> filled = masked_fill(flattened, every_other, -1.0f);
     const Tensor<float> picked = index_select(filled, 2, IndexArray({0, 3, 5}));
     const Tensor<float> chosen = xgrad::where(BoolArray({true, false, true}), picked, -picked);
-    return {pointwise, gram, chosen, sum(h) + mean(h) + max(h) + var(h, false) + sum(var(h, {0, 1}))};
+    return {pointwise, tril(gram, -1) + 2.0f * triu(gram, 1), chosen, sum(h) + mean(h) + max(h) + var(h, false) + sum(var(h, {0, 1}))};
   }
   std::shared_ptr<nn::LayerNorm<float>> norm;
   Tensor<float> scale;
@@ -332,6 +333,101 @@ std::vector<Case> cases() {
                      return std::vector<Tensor<float>>{m->forward(in.tensor(0), {}, {}, true)};
                    },
                    {tensor("src", {"batch", "seq", "8"})}, {"y"}, kBatchSeq});
+  }
+  {
+    // models::GPT: token and position embeddings, 2 causal pre-norm GELU blocks, ln_f, the head tied
+    // to wte (a matmul with wte.weight transposed); tokens int64 (batch, seq)
+    models::GPTConfig config;
+    config.vocab_size = 11, config.block_size = 16, config.n_layer = 2, config.n_head = 2, config.n_embd = 8;
+    config.dropout = 0.1;
+    auto m = std::make_shared<models::GPT<float>>(config);
+    out.push_back({"gpt", m,
+                   [m](const onnx::Inputs& in) { return std::vector<Tensor<float>>{m->forward(in.indices(0))}; },
+                   {{InputSpec::Index, "idx", {"batch", "seq"}, 11}}, {"logits"},
+                   {{{"batch", 2}, {"seq", 5}}, {{"batch", 3}, {"seq", 16}}, {{"batch", 1}, {"seq", 1}}}});
+  }
+  {
+    // the same with the tiled (flash) attention path forced: traced as the same composite op
+    models::GPTConfig config;
+    config.vocab_size = 11, config.block_size = 16, config.n_layer = 1, config.n_head = 2, config.n_embd = 8;
+    auto m = std::make_shared<models::GPT<float>>(config);
+    out.push_back({"gpt_tiled_attention", m,
+                   [m](const onnx::Inputs& in) {
+                     const AttentionPath before = get_attention_path();
+                     set_attention_path(AttentionPath::Tiled);
+                     std::vector<Tensor<float>> y;
+                     try {
+                       y = {m->forward(in.indices(0))};
+                     } catch (...) {
+                       set_attention_path(before);
+                       throw;
+                     }
+                     set_attention_path(before);
+                     return y;
+                   },
+                   {{InputSpec::Index, "idx", {"batch", "seq"}, 11}}, {"logits"},
+                   {{{"batch", 2}, {"seq", 5}}, {{"batch", 3}, {"seq", 9}}, {{"batch", 1}, {"seq", 2}}}});
+  }
+  {
+    // post-norm ReLU decoder layer, (T, N, E): bool tgt_mask (T, T) and memory_mask (T, S), key
+    // padding masks of both (the first target's keys all masked)
+    auto m = std::make_shared<nn::TransformerDecoderLayer<float>>(
+        nn::TransformerDecoderLayerOptions(8, 2).dim_feedforward(16));
+    out.push_back({"decoder_layer_masks", m,
+                   [m](const onnx::Inputs& in) {
+                     return std::vector<Tensor<float>>{m->forward(in.tensor(0), in.tensor(1), in.mask(2), in.mask(3),
+                                                                  in.mask(4), in.mask(5))};
+                   },
+                   {tensor("tgt", {"tgt", "batch", "8"}), tensor("memory", {"src", "batch", "8"}),
+                    mask("tgt_mask", {"tgt", "tgt"}), mask("memory_mask", {"tgt", "src"}),
+                    mask("tgt_key_padding_mask", {"batch", "tgt"}), mask("memory_key_padding_mask", {"batch", "src"})},
+                   {"y"},
+                   {{{"batch", 2}, {"tgt", 3}, {"src", 5}}, {{"batch", 3}, {"tgt", 6}, {"src", 2}},
+                    {{"batch", 1}, {"tgt", 2}, {"src", 7}}},
+                   [](std::vector<Input>& in) {
+                     BoolArray& kpm = std::get<BoolArray>(in[4]);
+                     for (std::size_t j = 0; j < kpm.shape()[1]; ++j) kpm(0, j) = true;
+                   }});
+  }
+  {
+    // pre-norm GELU decoder, batch_first, causal self-attention, float memory mask (T, S) and a bool
+    // memory key padding mask, final LayerNorm
+    auto layer = std::make_shared<nn::TransformerDecoderLayer<float>>(
+        nn::TransformerDecoderLayerOptions(8, 2).dim_feedforward(16).activation("gelu").batch_first(true).norm_first(
+            true));
+    auto m = std::make_shared<nn::TransformerDecoder<float>>(layer, 2, std::make_shared<nn::LayerNorm<float>>(8));
+    out.push_back({"decoder_pre_norm_causal", m,
+                   [m](const onnx::Inputs& in) {
+                     return std::vector<Tensor<float>>{
+                         m->forward(in.tensor(0), in.tensor(1), {}, in.tensor(2).value(), {}, in.mask(3), true)};
+                   },
+                   {tensor("tgt", {"batch", "tgt", "8"}), tensor("memory", {"batch", "src", "8"}),
+                    tensor("memory_mask", {"tgt", "src"}), mask("memory_key_padding_mask", {"batch", "src"})},
+                   {"y"},
+                   {{{"batch", 2}, {"tgt", 3}, {"src", 5}}, {{"batch", 3}, {"tgt", 6}, {"src", 2}},
+                    {{"batch", 1}, {"tgt", 2}, {"src", 7}}}});
+  }
+  {
+    // nn::Transformer (S, N, E) / (T, N, E): src key padding, a float causal tgt_mask (an input),
+    // bool memory_mask
+    auto m = std::make_shared<nn::Transformer<float>>(
+        nn::TransformerOptions<float>(8, 2).num_encoder_layers(1).num_decoder_layers(2).dim_feedforward(16));
+    out.push_back({"transformer", m,
+                   [m](const onnx::Inputs& in) {
+                     return std::vector<Tensor<float>>{m->forward(in.tensor(0), in.tensor(1), {}, in.tensor(2).value(),
+                                                                  in.mask(3), in.mask(4))};
+                   },
+                   {tensor("src", {"src", "batch", "8"}), tensor("tgt", {"tgt", "batch", "8"}),
+                    tensor("tgt_mask", {"tgt", "tgt"}), mask("memory_mask", {"tgt", "src"}),
+                    mask("src_key_padding_mask", {"batch", "src"})},
+                   {"y"},
+                   {{{"batch", 2}, {"tgt", 3}, {"src", 5}}, {{"batch", 3}, {"tgt", 6}, {"src", 2}},
+                    {{"batch", 1}, {"tgt", 2}, {"src", 7}}},
+                   [](std::vector<Input>& in) {  // tgt_mask: causal, -1e4 above the diagonal (JSON has no -inf)
+                     Array<float>& t = std::get<Tensor<float>>(in[2]).mutable_value();
+                     for (std::size_t i = 0; i < t.shape()[0]; ++i)
+                       for (std::size_t j = 0; j < t.shape()[1]; ++j) t(i, j) = j > i ? -1e4f : 0.0f;
+                   }});
   }
   return out;
 }

@@ -439,6 +439,9 @@ void Exporter::emit(const trace::Op& op) {
     if (n_in == 3) y = gb_.op("Add", {y, input(2)});
     return set_output(0, y);
   }
+  if (t == "tril" || t == "triu")  // Trilu keeps j - i <= k (upper = 0) or j - i >= k (upper = 1)
+    return set_output(0, gb_.op("Trilu", {input(0), gb_.scalar_int(op.integer("diagonal"))},
+                                {gb_.attr("upper", i64(t == "triu"))}));
   if (t == "softmax" || t == "log_softmax")
     return set_output(0, gb_.op(t == "softmax" ? "Softmax" : "LogSoftmax", {input(0)},
                                 {gb_.attr("axis", op.integer("dim"))}));

@@ -13,6 +13,7 @@
 
 #include <xgrad/backend/strided.hpp>
 #include <xgrad/core/gradcheck_registry.hpp>
+#include <xgrad/core/trace.hpp>
 #include <xgrad/ops/ops.hpp>
 #include <xgrad/ops/sampling.hpp>
 
@@ -102,11 +103,13 @@ Tensor<T> triangle(const char* op, const Tensor<T>& a, std::int64_t diagonal, bo
 
 template <class T>
 Tensor<T> tril(const Tensor<T>& a, std::int64_t diagonal) {
+  XGRAD_TRACE_NOTE("tril", {"diagonal", diagonal});
   return triangle("tril", a, diagonal, /*lower=*/true);
 }
 
 template <class T>
 Tensor<T> triu(const Tensor<T>& a, std::int64_t diagonal) {
+  XGRAD_TRACE_NOTE("triu", {"diagonal", diagonal});
   return triangle("triu", a, diagonal, /*lower=*/false);
 }
 
