@@ -18,6 +18,11 @@
 //   build/release/examples/train_gpt                          # about 5 minutes on 2 cores
 //   build/release/examples/train_gpt --sample "In the beginning" --temperature 0.8 --top-k 40
 //
+// Long contexts: attention runs the tiled kernel (memory linear in the context) from 256 positions
+// up, so --block-size 4096 or 8192 trains in a few hundred MiB (docs/examples.md has the measured
+// peaks); --attention materialized forces the quadratic kernel, for comparison.
+//   build/release/examples/train_gpt --block-size 4096 --batch-size 1 --eval-iters 2
+//
 // --export-onnx FILE writes the trained model as ONNX (xgrad::onnx::export_model), its vocabulary
 // and context to FILE.vocab.json (for examples/onnx/gpt_sample.mjs) and a sample of inputs with
 // this program's logits to FILE.sample.json.
@@ -636,11 +641,20 @@ int main(int argc, char** argv) {
                  "past the context, keep generating from the last W characters; 0: refuse going past it "
                  "(default: the context length)")
       ->check(cli::integer_in(0, 65536));
+  std::string attention = "auto";
+  app.add_option("--attention", attention,
+                 "attention kernel: auto (tiled from 256 causal positions), tiled (memory linear in "
+                 "--block-size) or materialized (quadratic; for comparison)")
+      ->check(CLI::IsMember({"auto", "tiled", "materialized"}))
+      ->capture_default_str();
   std::string onnx_path;
   app.add_option("--export-onnx", onnx_path,
                  "after training, export the model to this ONNX file (with FILE.vocab.json, and a sample of inputs "
                  "with their logits in FILE.sample.json)");
   CLI11_PARSE(app, argc, argv);
+  xgrad::set_attention_path(attention == "tiled"          ? xgrad::AttentionPath::Tiled
+                            : attention == "materialized" ? xgrad::AttentionPath::Materialized
+                                                          : xgrad::AttentionPath::Auto);
   if (app.count("--seed") > 0) sampling.seed = c.seed;  // --sample draws from its own --seed (default 1)
 #ifdef XGRAD_WITH_MPI
   const std::unique_ptr<train::World> world = xgrad::distributed::make_world();

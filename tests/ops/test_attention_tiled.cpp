@@ -233,6 +233,16 @@ TEST(AttentionTiled, MaterializedPathChecksMemoryFirst) {
   EXPECT_EQ(get_attention_path(), AttentionPath::Auto);
   EXPECT_EQ(scaled_dot_product_attention(q, k, v, {}, 0.0, true).shape(), Shape({2, 300, 4}));
   XGRAD_EXPECT_THROW_MSG(scaled_dot_product_attention(q, k, v), "(B, L, S) = (2, 300, 300)");
+  // From 64 MiB of arrays up, the check is against what the process can still get.
+  {
+    PathGuard guard(AttentionPath::Materialized);
+    const T64 lq = input({1, 4096, 2}, 4), lk = input({1, 4096, 2}, 5), lv = input({1, 4096, 2}, 6);
+    XGRAD_EXPECT_THROW_MSG(scaled_dot_product_attention(lq, lk, lv), "(B, L, S) = (1, 4096, 4096)",
+                           "134217728 bytes", "1048576 bytes this process can still get");
+  }
   detail::set_process_memory_limit_for_testing(0);
   EXPECT_GT(detail::process_memory_limit(), std::size_t(1) << 24);
+  // Real values: what it can still get is below its limit, and more than nothing.
+  EXPECT_LT(detail::process_memory_available(), detail::process_memory_limit());
+  EXPECT_GT(detail::process_memory_available(), std::size_t(1) << 20);
 }

@@ -1,5 +1,6 @@
 // process_memory_limit: physical memory from sysconf, capped by the limit of the cgroup named in
 // /proc/self/cgroup (v2: memory.max; v1: the memory controller's memory.limit_in_bytes).
+// process_memory_available: that limit minus the resident set, capped by MemAvailable, less a reserve.
 #include <xgrad/backend/memory_limit.hpp>
 
 #include <unistd.h>
@@ -58,6 +59,29 @@ std::size_t process_memory_limit() {
   if (const std::size_t t = test_limit.load()) return t;
   static const std::size_t limit = std::min(physical_memory(), cgroup_limit());
   return limit;
+}
+
+std::size_t process_memory_available() {
+  if (const std::size_t t = test_limit.load()) return t;
+  const std::size_t limit = process_memory_limit();
+  const long page = ::sysconf(_SC_PAGE_SIZE);
+  std::size_t size_pages = 0, resident_pages = 0;
+  std::ifstream statm("/proc/self/statm");
+  const std::size_t resident = statm >> size_pages >> resident_pages && page > 0
+                                   ? resident_pages * static_cast<std::size_t>(page)
+                                   : 0;
+  std::size_t available = limit - std::min(limit, resident);
+  std::ifstream meminfo("/proc/meminfo");
+  for (std::string key; meminfo >> key;) {
+    std::size_t kib = 0;
+    if (key == "MemAvailable:" && meminfo >> kib) {
+      available = std::min(available, kib * 1024);
+      break;
+    }
+    meminfo.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  const std::size_t reserve = limit / 16;
+  return available - std::min(available, reserve);
 }
 
 void set_process_memory_limit_for_testing(std::size_t bytes) { test_limit.store(bytes); }

@@ -11,7 +11,15 @@ namespace xgrad::detail {
 // cgroup when one is set (cgroup v2 memory.max, or v1 memory.limit_in_bytes). Read once.
 std::size_t process_memory_limit();
 
-// For tests: makes process_memory_limit() return `bytes` (0: the real limit again).
+// What the process can still get: process_memory_limit() minus its resident set (/proc/self/statm),
+// and no more than the machine's MemAvailable (/proc/meminfo), which other processes' memory lowers,
+// less a reserve of 1/16 of the limit for what the caller allocates next to the checked array (a
+// model's other activations: a GPT layer at 8,192 tokens adds about 300 MiB beside its 3 GiB of P).
+// Reads the two files at each call (tens of microseconds): for checks of large allocations only.
+std::size_t process_memory_available();
+
+// For tests: makes process_memory_limit() and process_memory_available() return `bytes` (0: the
+// real values again).
 void set_process_memory_limit_for_testing(std::size_t bytes);
 
 }  // namespace xgrad::detail

@@ -198,18 +198,29 @@ std::atomic<AttentionPath> attention_path{AttentionPath::Auto};
 constexpr std::size_t kTiledFromScoresCausal = std::size_t(256) * 256;
 constexpr std::size_t kTiledFromScores = std::size_t(1024) * 1024;
 
+// Arrays from this size up are checked against what the process can still get (reading /proc at
+// each call); smaller ones only against its whole limit, so that small attention pays nothing.
+constexpr std::size_t kCheckAvailableFrom = std::size_t(64) << 20;
+
 // Throws, naming the shape and the bytes, when the materialized path's (B, L, S) arrays (P, the
-// dropout multipliers D, the weights W) would not fit in the memory the process can have.
+// dropout multipliers D, the weights W) would not fit in the memory the process can have: its
+// limit (physical memory or its cgroup's), and for large arrays what it can still get (the limit
+// minus what it holds, at most the machine's available memory), so that a model whose layers each
+// fit but whose saved probabilities together do not is refused at the layer that would not fit.
 void check_materialized_fits(const Dims& n, std::size_t element_size, bool dropping, bool weights) {
   const std::size_t arrays = 1 + (dropping ? 1 : 0) + (weights ? 1 : 0);
-  const std::size_t limit = detail::process_memory_limit();
   const std::size_t per_array = n.B * n.L * n.S * element_size;
+  const bool large = per_array >= kCheckAvailableFrom / arrays;
+  const std::size_t limit = large ? detail::process_memory_available() : detail::process_memory_limit();
   XGRAD_CHECK(per_array <= limit / arrays, kOp, ": the materialized path needs ", arrays, " arrays of (B, L, S) = (",
               n.B, ", ", n.L, ", ", n.S, ") elements of ", element_size, " bytes (the probabilities",
               dropping ? ", the dropout multipliers" : "", weights ? ", the returned weights" : "", "), ",
               arrays * per_array, " bytes in all, more than the ", limit,
-              " bytes this process can have (physical memory or its cgroup's limit); without need_weights the "
-              "tiled path (xgrad::set_attention_path(xgrad::AttentionPath::Tiled)) needs O(B L) bytes");
+              large ? " bytes this process can still get (physical memory or its cgroup's limit, less what it holds, "
+                      "at most the machine's available memory)"
+                    : " bytes this process can have (physical memory or its cgroup's limit)",
+              "; without need_weights the tiled path (xgrad::set_attention_path(xgrad::AttentionPath::Tiled)) "
+              "needs O(B L) bytes");
 }
 
 // The op: one node over `inputs`, its value laid out as l.value, O and W where l.o and l.w say. The
