@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
 #include <xgrad/backend/gemm.hpp>
 #include <xgrad/ops/attention_kernels.hpp>
 
@@ -36,36 +38,29 @@ struct Options {
 
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "bench_attention_long: %s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--path") o.path = next();
-    else if (a == "--L") o.L = std::stoul(next());
-    else if (a == "--heads") o.heads = std::stoul(next());
-    else if (a == "--dim") o.dim = std::stoul(next());
-    else if (a == "--reps") o.reps = std::stoul(next());
-    else if (a == "--causal") o.causal = next() != "0";
-    else if (a == "--dropout") o.dropout = std::stod(next());
-    else if (a == "--threads") o.threads = std::stoi(next());
-    else if (a == "--no-gemm") o.gemm = false;
-    else if (a == "--tiles") {
-      const std::string t = next();
-      o.query_rows = std::stoul(t.substr(0, t.find(',')));
-      o.key_rows = std::stoul(t.substr(t.find(',') + 1));
-    } else {
-      std::fprintf(stderr, "bench_attention_long: unknown argument %s (see the comment at the top)\n", a.c_str());
-      std::exit(2);
-    }
+  std::vector<std::size_t> tiles;
+  CLI::App app{"Long-context scaled_dot_product_attention forward + backward on one path."};
+  app.add_option("--path", o.path)->check(CLI::IsMember({"tiled", "materialized"}))->capture_default_str();
+  app.add_option("--L", o.L)->check(CLI::Range(1, 100000000))->capture_default_str();
+  app.add_option("--heads", o.heads)->check(CLI::Range(1, 100000000))->capture_default_str();
+  app.add_option("--dim", o.dim)->check(CLI::Range(1, 100000000))->capture_default_str();
+  app.add_option("--reps", o.reps)->check(CLI::Range(1, 100000000))->capture_default_str();
+  app.add_option("--causal", o.causal)->capture_default_str();
+  app.add_option("--dropout", o.dropout)->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  app.add_option("--threads", o.threads)->check(CLI::Range(1, 100000000))->capture_default_str();
+  app.add_flag("--no-gemm", "skip the sgemm rate measurement")->each([&](const std::string&) { o.gemm = false; });
+  app.add_option("--tiles", tiles, "Q,K: the tiled path's query and key block rows")
+      ->delimiter(',')
+      ->expected(2)
+      ->check(CLI::Range(1, 100000000));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e));
   }
-  if (o.path != "tiled" && o.path != "materialized") {
-    std::fprintf(stderr, "bench_attention_long: --path is tiled or materialized, got %s\n", o.path.c_str());
-    std::exit(2);
+  if (tiles.size() == 2) {
+    o.query_rows = tiles[0];
+    o.key_rows = tiles[1];
   }
   return o;
 }

@@ -25,6 +25,8 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
 #include <xgrad/models/gpt.hpp>
 
 namespace {
@@ -37,35 +39,19 @@ struct Options {
 
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "bench_gpt_long: %s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--path") o.path = next();
-    else if (a == "--L") o.L = std::stol(next());
-    else if (a == "--layers") o.layers = std::stol(next());
-    else if (a == "--heads") o.heads = std::stol(next());
-    else if (a == "--embd") o.embd = std::stol(next());
-    else if (a == "--vocab") o.vocab = std::stol(next());
-    else if (a == "--threads") o.threads = std::stoi(next());
-    else if (a == "--steps") o.steps = std::stoi(next());
-    else {
-      std::fprintf(stderr, "bench_gpt_long: unknown argument %s (see the comment at the top)\n", a.c_str());
-      std::exit(2);
-    }
-  }
-  if (o.path != "tiled" && o.path != "materialized" && o.path != "auto") {
-    std::fprintf(stderr, "bench_gpt_long: --path is tiled, materialized or auto, got %s\n", o.path.c_str());
-    std::exit(2);
-  }
-  if (o.steps < 1) {
-    std::fprintf(stderr, "bench_gpt_long: --steps must be at least 1, got %d\n", o.steps);
-    std::exit(2);
+  CLI::App app{"One GPT training step at long context on one attention path."};
+  app.add_option("--path", o.path)->check(CLI::IsMember({"tiled", "materialized", "auto"}))->capture_default_str();
+  app.add_option("--L", o.L)->check(CLI::Range(1, 100000000))->capture_default_str();
+  app.add_option("--layers", o.layers)->check(CLI::Range(1, 100000000))->capture_default_str();
+  app.add_option("--heads", o.heads)->check(CLI::Range(1, 100000000))->capture_default_str();
+  app.add_option("--embd", o.embd)->check(CLI::Range(1, 100000000))->capture_default_str();
+  app.add_option("--vocab", o.vocab)->check(CLI::Range(1, 100000000))->capture_default_str();
+  app.add_option("--threads", o.threads)->check(CLI::Range(1, 100000000))->capture_default_str();
+  app.add_option("--steps", o.steps)->check(CLI::Range(1, 100000000))->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e));
   }
   return o;
 }
