@@ -12,7 +12,7 @@
 // backward recomputes q k^T: 14 L^2 E flops of work, counted as 12). Prints one line of JSON.
 #include <xgrad/xgrad.hpp>
 
-#include <sys/resource.h>
+#include "bench_util.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -25,6 +25,9 @@
 
 #include <xgrad/backend/gemm.hpp>
 #include <xgrad/ops/attention_kernels.hpp>
+
+using xgrad::bench::seconds_since;
+using xgrad::bench::peak_rss_mib;
 
 namespace {
 
@@ -63,17 +66,6 @@ Options parse(int argc, char** argv) {
     o.key_rows = tiles[1];
   }
   return o;
-}
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-// The process's peak resident set so far, MiB.
-double peak_rss_mib() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_maxrss) / 1024.0;
 }
 
 // sgemm 1024^3 through xgrad's gemm entry point (the pool's split, oneDNN by default): best of 5.

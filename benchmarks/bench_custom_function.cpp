@@ -3,6 +3,8 @@
 // microseconds per call of each and their ratio, for a small, a medium and a large tensor.
 #include <xgrad/xgrad.hpp>
 
+#include "bench_util.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -13,6 +15,9 @@ using xgrad::Array;
 using xgrad::Node;
 using xgrad::Tensor;
 using xgrad::autograd::AutogradContext;
+
+using xgrad::bench::median;
+using xgrad::bench::time_us;
 
 namespace {
 
@@ -51,18 +56,6 @@ struct SiLU : xgrad::autograd::Function<SiLU> {
     return {Tensor<float>(std::move(dx))};
   }
 };
-
-template <class F>
-double time_us(F&& step, int calls) {
-  auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < calls; ++i) step();
-  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / calls;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 }  // namespace
 

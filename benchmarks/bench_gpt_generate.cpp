@@ -7,7 +7,6 @@
 //   bench_gpt_generate --n-layer 6 --n-head 6 --n-embd 384 --vocab 65 --context 1024 --tokens 500 --no-cache
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -15,17 +14,9 @@
 #include <xgrad/models/gpt.hpp>
 #include <xgrad/xgrad.hpp>
 
-namespace {
+#include "bench_util.hpp"
 
-// VmHWM of /proc/self/status, in MiB.
-double peak_rss_mib() {
-  std::ifstream status("/proc/self/status");
-  for (std::string line; std::getline(status, line);)
-    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
-  return 0;
-}
-
-}  // namespace
+using xgrad::bench::peak_rss_mib;
 
 int main(int argc, char** argv) {
   xgrad::allocator_tuning_from_env();

@@ -15,7 +15,7 @@
 // probabilities would not fit ends with the path's memory guard message on stderr and exit 3.
 #include <xgrad/xgrad.hpp>
 
-#include <sys/resource.h>
+#include "bench_util.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -28,6 +28,9 @@
 #include <CLI/CLI.hpp>
 
 #include <xgrad/models/gpt.hpp>
+
+using xgrad::bench::seconds_since;
+using xgrad::bench::peak_rss_mib;
 
 namespace {
 
@@ -54,17 +57,6 @@ Options parse(int argc, char** argv) {
     std::exit(app.exit(e));
   }
   return o;
-}
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-// The process's peak resident set so far, MiB.
-double peak_rss_mib() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_maxrss) / 1024.0;
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 // interleaved rounds. No flags: build/release/benchmarks/bench_kv_cache.
 #include <xgrad/xgrad.hpp>
 
+#include "bench_util.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -13,21 +15,8 @@
 using xgrad::Tensor;
 namespace nn = xgrad::nn;
 
-namespace {
-
-template <class F>
-double time_us(F&& step, int calls) {
-  auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < calls; ++i) step();
-  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / calls;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-}  // namespace
+using xgrad::bench::median;
+using xgrad::bench::time_us;
 
 int main() {
   xgrad::manual_seed(0);
