@@ -522,9 +522,12 @@ void save_together(const std::string& dir, std::vector<Staged>& files) {
     if (::rename(files[i].staging.c_str(), files[i].target.c_str()) != 0) {
       const int error = errno;
       unstage();
+      std::string replaced;  // the files renamed before it
+      for (std::size_t k = 0; k < i; ++k) replaced += (k ? ", " : "") + files[k].name;
       throw std::runtime_error(detail::concat(kSave, ": cannot rename the new '", join(dir, files[i].name),
                                               "' into place: ", std::strerror(error),
-                                              i == 0 ? " (the folder's files are unchanged)" : ""));
+                                              i == 0 ? " (the folder's files are unchanged)"
+                                                     : " (" + replaced + " already replaced)"));
     }
     files[i].staged = false;
   }
