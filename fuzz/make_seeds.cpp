@@ -3,7 +3,7 @@
 // overflows or exceeds the file, truncated archives, lengths claiming 2^60 items). Each hostile
 // file must be refused with xgrad::FormatError before it becomes a seed: fuzz_seeds exits 1 naming
 // the file when one loads (or throws anything else), so fuzz/run.sh fails when a fix regresses.
-//   fuzz_seeds OUT_DIR   ->   OUT_DIR/safetensors/*.safetensors, OUT_DIR/checkpoint/*
+//   fuzz_seeds OUT_DIR   ->   OUT_DIR/safetensors/*.safetensors, OUT_DIR/checkpoint/*, OUT_DIR/hf_gpt2/*
 #include <cstdint>
 #include <exception>
 #include <filesystem>
@@ -19,6 +19,8 @@
 #include <xgrad/serialize/checkpoint.hpp>
 #include <xgrad/serialize/safetensors.hpp>
 #include <xgrad/serialize/serialize.hpp>
+
+#include "hf_gpt2_folder.hpp"
 
 namespace {
 
@@ -177,6 +179,44 @@ void hostile_archives(const std::filesystem::path& dir) {
           forge(bytes, shape, le64(2) + le64(1ull << 32) + le64(1ull << 32)), load);
 }
 
+// Hugging Face GPT-2 folders (fuzz_hf_gpt2's input: config.json, then after a NUL byte the
+// index): the tiny model's config alone and with an index, and one hostile input per refusal.
+void hf_gpt2_seeds(const std::filesystem::path& dir) {
+  std::filesystem::create_directories(dir);
+  xgrad_fuzz::HFGPT2Folder folder;
+  const std::string config = folder.tiny_config(), nul(1, '\0');
+  // The index of the one shard, as save_pretrained writes it (the names are plain ASCII).
+  std::string index = R"({"metadata": {"total_size": 0}, "weight_map": {)";
+  const auto header = xgrad::read_safetensors_header((folder.dir() / "model-00001-of-00001.safetensors").string());
+  for (std::size_t i = 0; i < header.tensors.size(); ++i)
+    index += (i ? ", \"" : "\"") + header.tensors[i].name + "\": \"model-00001-of-00001.safetensors\"";
+  index += "}}";
+  write(dir / "config.json", config);
+  write(dir / "config_and_index.json", config + nul + index);
+  write(dir / "config_no_defaults.json", R"({"model_type": "gpt2", "vocab_size": 8, "n_positions": 4, "n_embd": 4, )"
+                                         R"("n_layer": 1, "n_head": 2, "attn_pdrop": 0, "embd_pdrop": 0, "resid_pdrop": 0})");
+  const auto load = [&](const std::string& bytes) {
+    folder.write(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size());
+    xgrad::models::load_hf_gpt2<float>(folder.dir().string());
+  };
+  // The index leaves out a tensor of the shard: refused (each must be listed).
+  hostile(dir / "hostile_index_partial.json", config + nul + forge(index, "\"transformer.wpe.weight\"", "\"wpe\""), load);
+  hostile(dir / "hostile_model_type.json", forge(config, "\"gpt2\"", "\"bert\""), load);
+  hostile(dir / "hostile_n_layer_huge.json", forge(config, "\"n_layer\": 1", "\"n_layer\": 2147483647"), load);
+  hostile(dir / "hostile_n_embd_huge.json", forge(config, "\"n_embd\": 4", "\"n_embd\": 2147483646"), load);
+  hostile(dir / "hostile_n_head.json", forge(config, "\"n_head\": 2", "\"n_head\": 3"), load);
+  hostile(dir / "hostile_n_inner.json", forge(config, "\"n_inner\": null", "\"n_inner\": 4294967296"), load);
+  hostile(dir / "hostile_activation.json", forge(config, "\"gelu_new\"", "\"gelu_fast\""), load);
+  hostile(dir / "hostile_inverse_layer_idx.json",
+          forge(config, "\"scale_attn_by_inverse_layer_idx\": false", "\"scale_attn_by_inverse_layer_idx\": true"), load);
+  hostile(dir / "hostile_deep.json", std::string(1000, '[') + std::string(1000, ']'), load);
+  hostile(dir / "hostile_not_utf8.json", forge(config, "\"gpt2\"", "\"gpt2\xff\""), load);
+  hostile(dir / "hostile_index_outside.json",
+          config + nul + R"({"weight_map": {"transformer.wte.weight": "../model.safetensors"}})", load);
+  hostile(dir / "hostile_index_nul_name.json",
+          config + nul + R"({"weight_map": {"transformer.wte.weight": "model\u0000.safetensors"}})", load);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -189,5 +229,6 @@ int main(int argc, char** argv) {
   checkpoint_seeds(out / "checkpoint");
   hostile_safetensors(out / "safetensors");
   hostile_archives(out / "checkpoint");
+  hf_gpt2_seeds(out / "hf_gpt2");
   return failures == 0 ? 0 : 1;
 }

@@ -18,6 +18,7 @@
 #include <xgrad/ops/sampling.hpp>
 #include <xgrad/nn/nn.hpp>
 #include <xgrad/models/gpt.hpp>
+#include <xgrad/models/hf_gpt2.hpp>
 #include <xgrad/optim/optim.hpp>
 #include <xgrad/data/data.hpp>
 #include <xgrad/serialize/serialize.hpp>

@@ -25,19 +25,22 @@ GPT<T>::GPT(const GPTConfig& config, Generator* generator) : nn::Module<T>("GPT"
               ", ", config.block_size, ", ", config.n_layer, ", ", config.n_head, ", ", config.n_embd);
   XGRAD_CHECK(config.n_embd % config.n_head == 0, "GPT: n_head (", config.n_head, ") must divide n_embd (",
               config.n_embd, ")");
+  XGRAD_CHECK(config.n_inner >= 0, "GPT: n_inner must be positive, or 0 for 4 * n_embd, got ", config.n_inner);
+  XGRAD_CHECK(config.layer_norm_eps >= 0, "GPT: layer_norm_eps must be non-negative, got ", config.layer_norm_eps);
   const std::int64_t C = config.n_embd;
   wte = this->register_module("wte", std::make_shared<nn::Embedding<T>>(config.vocab_size, C));
   wpe = this->register_module("wpe", std::make_shared<nn::Embedding<T>>(config.block_size, C));
   drop = this->register_module("drop", std::make_shared<nn::Dropout<T>>(config.dropout));
   const auto block = std::make_shared<nn::TransformerEncoderLayer<T>>(nn::TransformerEncoderLayerOptions(C, config.n_head)
-                                                                          .dim_feedforward(4 * C)
+                                                                          .dim_feedforward(config.n_inner > 0 ? config.n_inner : 4 * C)
                                                                           .dropout(config.dropout)
-                                                                          .activation("gelu")
+                                                                          .activation(config.activation)
+                                                                          .layer_norm_eps(config.layer_norm_eps)
                                                                           .batch_first(true)
                                                                           .norm_first(true)
                                                                           .bias(config.bias));
   h = this->register_module("h", std::make_shared<nn::TransformerEncoder<T>>(block, config.n_layer));
-  ln_f = this->register_module("ln_f", std::make_shared<nn::LayerNorm<T>>(nn::LayerNormOptions(C).bias(config.bias)));
+  ln_f = this->register_module("ln_f", std::make_shared<nn::LayerNorm<T>>(nn::LayerNormOptions(C).eps(config.layer_norm_eps).bias(config.bias)));
 
   // nanoGPT's _init_weights, then its scaled init of the projections into the residual stream.
   const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(config.n_layer));

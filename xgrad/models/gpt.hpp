@@ -6,7 +6,8 @@
 //              -> drop                     dropout on the embeddings
 //              -> h                        TransformerEncoder of n_layer pre-norm causal blocks
 //                                          (TransformerEncoderLayer(C, n_head, 4 C, dropout, "gelu",
-//                                          batch_first, norm_first), keys h.layers.{i}.*)
+//                                          batch_first, norm_first), keys h.layers.{i}.*; the width
+//                                          4 C, the activation and LayerNorm's eps are options)
 //              -> ln_f                     final LayerNorm
 //              -> x @ wte.weight^T         logits (N, T, V): the head is tied to the token embedding
 //
@@ -22,6 +23,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <xgrad/base/random.hpp>
@@ -44,6 +46,11 @@ struct GPTConfig {
   std::int64_t n_embd = 768;
   double dropout = 0.0;
   bool bias = true;  // biases in the linears and LayerNorms
+  // GPT-2's options beyond nanoGPT's (models/hf_gpt2.hpp reads them from Hugging Face's config.json);
+  // the defaults are nanoGPT's.
+  double layer_norm_eps = 1e-5;      // every LayerNorm's eps (layer_norm_epsilon)
+  std::int64_t n_inner = 0;          // the MLP's hidden width; 0: 4 * n_embd (n_inner = null)
+  std::string activation = "gelu";   // the MLP's: "gelu" (erf), "gelu_tanh" (GPT-2's gelu_new) or "relu"
 };
 
 template <class T = float>

@@ -184,7 +184,7 @@ Tensor<T> layer_step(const char* who, TransformerEncoderLayer<T>& layer, const T
   const auto sa = [&](const Tensor<T>& h) { return cached_self_attention(who, *layer.self_attn, h, cache); };
   const auto ff = [&](const Tensor<T>& h) {
     Tensor<T> a = layer.linear1->forward(h);
-    a = layer.options().activation() == "relu" ? relu(a) : gelu(a);
+    a = transformer_activation(who, layer.options().activation(), a);
     return layer.linear2->forward(a);
   };
   if (layer.options().norm_first()) {

@@ -29,10 +29,20 @@ void append_clones(ModuleList<T>& layers, const Layer& layer, std::int64_t num_l
 }  // namespace
 
 template <class T>
+Tensor<T> transformer_activation(const char* who, const std::string& activation, const Tensor<T>& x) {
+  if (activation == "relu") return relu(x);
+  if (activation == "gelu") return gelu(x);
+  XGRAD_CHECK(activation == "gelu_tanh", who, ": activation should be relu/gelu, not ", activation,
+              " (or gelu_tanh: GELU(approximate=\"tanh\"))");
+  return gelu(x, "tanh");
+}
+
+template <class T>
 TransformerEncoderLayer<T>::TransformerEncoderLayer(const TransformerEncoderLayerOptions& options)
     : Module<T>("TransformerEncoderLayer"), options_(options) {
-  XGRAD_CHECK(options.activation() == "relu" || options.activation() == "gelu",
-              "TransformerEncoderLayer: activation should be relu/gelu, not ", options.activation());
+  XGRAD_CHECK(options.activation() == "relu" || options.activation() == "gelu" || options.activation() == "gelu_tanh",
+              "TransformerEncoderLayer: activation should be relu/gelu, not ", options.activation(),
+              " (or gelu_tanh: GELU(approximate=\"tanh\"))");
   const std::int64_t d = options.d_model(), ff = options.dim_feedforward();
   self_attn = this->register_module("self_attn", std::make_shared<MultiheadAttention<T>>(
       MultiheadAttentionOptions(d, options.nhead()).dropout(options.dropout()).bias(options.bias())
@@ -58,7 +68,7 @@ Tensor<T> TransformerEncoderLayer<T>::sa_block(const Tensor<T>& x, const AttnMas
 template <class T>
 Tensor<T> TransformerEncoderLayer<T>::ff_block(const Tensor<T>& x) {
   Tensor<T> h = linear1->forward(x);
-  h = options_.activation() == "relu" ? relu(h) : gelu(h);
+  h = transformer_activation("TransformerEncoderLayer", options_.activation(), h);
   return dropout2->forward(linear2->forward(dropout->forward(h)));
 }
 
@@ -111,8 +121,9 @@ Tensor<T> TransformerEncoder<T>::forward(const Tensor<T>& src, const AttnMask<T>
 template <class T>
 TransformerDecoderLayer<T>::TransformerDecoderLayer(const TransformerDecoderLayerOptions& options)
     : Module<T>("TransformerDecoderLayer"), options_(options) {
-  XGRAD_CHECK(options.activation() == "relu" || options.activation() == "gelu",
-              "TransformerDecoderLayer: activation should be relu/gelu, not ", options.activation());
+  XGRAD_CHECK(options.activation() == "relu" || options.activation() == "gelu" || options.activation() == "gelu_tanh",
+              "TransformerDecoderLayer: activation should be relu/gelu, not ", options.activation(),
+              " (or gelu_tanh: GELU(approximate=\"tanh\"))");
   const std::int64_t d = options.d_model(), ff = options.dim_feedforward();
   const auto attention_options = MultiheadAttentionOptions(d, options.nhead()).dropout(options.dropout())
                                      .bias(options.bias()).batch_first(options.batch_first());
@@ -150,7 +161,7 @@ Tensor<T> TransformerDecoderLayer<T>::mha_block(const Tensor<T>& x, const Tensor
 template <class T>
 Tensor<T> TransformerDecoderLayer<T>::ff_block(const Tensor<T>& x) {
   Tensor<T> h = linear1->forward(x);
-  h = options_.activation() == "relu" ? relu(h) : gelu(h);
+  h = transformer_activation("TransformerDecoderLayer", options_.activation(), h);
   return dropout3->forward(linear2->forward(dropout->forward(h)));
 }
 
@@ -287,6 +298,8 @@ Tensor<T> Transformer<T>::generate_square_subsequent_mask(std::int64_t sz) {
   return Tensor<T>(std::move(mask));
 }
 
+template Tensor<float> transformer_activation<float>(const char*, const std::string&, const Tensor<float>&);
+template Tensor<double> transformer_activation<double>(const char*, const std::string&, const Tensor<double>&);
 template class TransformerEncoderLayer<float>;
 template class TransformerEncoderLayer<double>;
 template class TransformerEncoder<float>;

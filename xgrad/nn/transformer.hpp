@@ -15,7 +15,8 @@
 //   post-norm: x = norm1(x + sa(x));  x = norm2(x + mha(x));  x = norm3(x + ff(x))
 //   pre-norm:  x = x + sa(norm1(x));  x = x + mha(norm2(x));  x = x + ff(norm3(x))
 //
-// activation: "relu" or "gelu" (the exact erf form). Submodules are registered in PyTorch's
+// activation: "relu", "gelu" (the exact erf form) or "gelu_tanh" (GELU(approximate="tanh"), GPT-2's
+// gelu_new; PyTorch spells it as the callable partial(F.gelu, approximate="tanh")). Submodules are registered in PyTorch's
 // order, so the keys are PyTorch's: self_attn.{in_proj_weight, in_proj_bias, out_proj.weight,
 // out_proj.bias}, (multihead_attn.*,) linear1.*, linear2.*, norm1.*, norm2.*(, norm3.*).
 // bias=false (an option of PyTorch 2.1, not of 1.13) drops the biases of the attentions, the
@@ -50,6 +51,11 @@
 #include <xgrad/nn/sequential.hpp>
 
 namespace xgrad::nn {
+
+// The feed-forward activation an `activation` option names ("relu", "gelu" or "gelu_tanh") applied
+// to x; `who` names the layer in the error for another name.
+template <class T>
+Tensor<T> transformer_activation(const char* who, const std::string& activation, const Tensor<T>& x);
 
 struct TransformerEncoderLayerOptions {
   TransformerEncoderLayerOptions(std::int64_t d_model, std::int64_t nhead) : d_model_(d_model), nhead_(nhead) {}

@@ -1,0 +1,595 @@
+// Hugging Face GPT-2 folders. Loading trusts the folder for nothing: config.json is checked key by
+// key, then every tensor's name, dtype and shape in the safetensors headers against the config,
+// and only then is the model built and are the tensors read (a forged config cannot make it
+// allocate more than the files hold). Saving stages both files before renaming either into place.
+#include <xgrad/models/hf_gpt2.hpp>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <limits>
+#include <map>
+#include <set>
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include <xgrad/serialize/atomic_file.hpp>
+#include <xgrad/serialize/format_error.hpp>
+#include <xgrad/serialize/safetensors.hpp>
+
+namespace xgrad::models {
+
+namespace {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+constexpr const char* kLoad = "load_hf_gpt2";
+constexpr const char* kSave = "save_hf_gpt2";
+// config.json and the index are a few kilobytes; a larger file is not one of them.
+constexpr std::uint64_t kMaxJsonBytes = std::uint64_t(64) << 20;
+constexpr int kMaxJsonDepth = 64;
+// Every size of the config (the model's dims) must fit a 32-bit int, as in transformers' kernels.
+constexpr std::int64_t kMaxSize = std::numeric_limits<std::int32_t>::max();
+
+template <class... Args>
+[[noreturn]] void malformed(const std::string& file, const Args&... args) {
+  throw FormatError(detail::concat(kLoad, ": '", file, "': ", args...));
+}
+
+// A string as a JSON literal (control characters escaped, invalid UTF-8 replaced).
+std::string quote(const std::string& s) { return json(s).dump(-1, ' ', false, json::error_handler_t::replace); }
+
+// A JSON value for an error message, cut to a readable length.
+std::string excerpt(const json& v) {
+  const std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  return s.size() <= 40 ? s : s.substr(0, 37) + "...";
+}
+
+std::string join(const std::string& dir, const std::string& name) { return (fs::path(dir) / name).string(); }
+
+bool is_file(const std::string& path) {
+  std::error_code ec;
+  return fs::exists(fs::status(path, ec));
+}
+
+// A whole JSON file (config.json, the index): a regular file of at most kMaxJsonBytes, nesting at
+// most kMaxJsonDepth levels (the parser's work and memory stay bounded on hostile input).
+json read_json(const std::string& path) {
+  const RegularFile file(kLoad, path);
+  if (file.size() > kMaxJsonBytes)
+    malformed(path, "the file is ", file.size(), " bytes long, more than the ", kMaxJsonBytes, " a config or index may be");
+  std::string text(static_cast<std::size_t>(file.size()), '\0');
+  text.resize(static_cast<std::size_t>(file.read_at(0, file.size(), text.data())));
+  const auto callback = [&](int depth, json::parse_event_t event, json&) {
+    if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
+        depth >= kMaxJsonDepth)
+      malformed(path, "the JSON nests deeper than ", kMaxJsonDepth, " levels");
+    return true;
+  };
+  try {
+    return json::parse(text, callback);
+  } catch (const json::exception& e) {
+    malformed(path, "not valid JSON: ", e.what());
+  }
+}
+
+// ---- config.json -----------------------------------------------------------------------------
+
+// The keys of config.json, each absent one taking GPT2Config's default.
+class ConfigReader {
+ public:
+  ConfigReader(std::string path, const json& root) : path_(std::move(path)), root_(root) {}
+
+  const json* find(const char* key) const {
+    const auto it = root_.find(key);
+    return it == root_.end() ? nullptr : &*it;
+  }
+
+  // A size in [1, kMaxSize].
+  std::int64_t size(const char* key, std::int64_t fallback) const {
+    const json* v = find(key);
+    if (v == nullptr) return fallback;
+    if (v->is_number_unsigned() && v->get<std::uint64_t>() >= 1 && v->get<std::uint64_t>() <= std::uint64_t(kMaxSize))
+      return static_cast<std::int64_t>(v->get<std::uint64_t>());
+    if (v->is_number_integer() && !v->is_number_unsigned() && v->get<std::int64_t>() >= 1 &&
+        v->get<std::int64_t>() <= kMaxSize)
+      return v->get<std::int64_t>();
+    malformed(path_, quote(key), " must be an integer in [1, ", kMaxSize, "], got ", excerpt(*v));
+  }
+
+  // A finite number in [lo, hi].
+  double number(const char* key, double fallback, double lo, double hi) const {
+    const json* v = find(key);
+    if (v == nullptr) return fallback;
+    if (v->is_number()) {
+      const double x = v->get<double>();
+      if (std::isfinite(x) && x >= lo && x <= hi) return x;
+    }
+    malformed(path_, quote(key), " must be a number in [", lo, ", ", hi, "], got ", excerpt(*v));
+  }
+
+  bool boolean(const char* key, bool fallback) const {
+    const json* v = find(key);
+    if (v == nullptr) return fallback;
+    if (!v->is_boolean()) malformed(path_, quote(key), " must be true or false, got ", excerpt(*v));
+    return v->get<bool>();
+  }
+
+  std::string string(const char* key, const std::string& fallback) const {
+    const json* v = find(key);
+    if (v == nullptr) return fallback;
+    if (!v->is_string()) malformed(path_, quote(key), " must be a string, got ", excerpt(*v));
+    return v->get<std::string>();
+  }
+
+  // An option xgrad implements only at its default value: refused by name otherwise.
+  void require_default(const char* key, bool default_value) const {
+    if (boolean(key, default_value) != default_value)
+      malformed(path_, quote(key), " is ", !default_value ? "true" : "false",
+                ": xgrad's GPT does not implement it (it implements only ", default_value ? "true" : "false", ")");
+  }
+
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  const json& root_;
+};
+
+// transformers' activation_function names that xgrad implements exactly -> GPTConfig::activation.
+const std::map<std::string, std::string>& activations() {
+  static const std::map<std::string, std::string> names = {
+      {"gelu_new", "gelu_tanh"}, {"gelu_pytorch_tanh", "gelu_tanh"}, {"gelu", "gelu"}, {"relu", "relu"}};
+  return names;
+}
+
+GPTConfig parse_config(const std::string& path, const json& root) {
+  if (!root.is_object()) malformed(path, "the config is not a JSON object (it is ", root.type_name(), ")");
+  const ConfigReader r(path, root);
+  const json* model_type = r.find("model_type");
+  if (model_type == nullptr)
+    malformed(path, "no \"model_type\": a GPT-2 config says \"model_type\": \"gpt2\"");
+  if (!model_type->is_string() || model_type->get<std::string>() != "gpt2")
+    malformed(path, "\"model_type\" is ", excerpt(*model_type), ": load_hf_gpt2 reads only \"gpt2\"");
+
+  GPTConfig c;
+  c.vocab_size = r.size("vocab_size", 50257);
+  c.block_size = r.size("n_positions", 1024);
+  c.n_embd = r.size("n_embd", 768);
+  c.n_layer = r.size("n_layer", 12);
+  c.n_head = r.size("n_head", 12);
+  if (c.n_embd % c.n_head != 0)
+    malformed(path, "\"n_head\" (", c.n_head, ") must divide \"n_embd\" (", c.n_embd, ")");
+  const json* n_inner = r.find("n_inner");
+  c.n_inner = n_inner == nullptr || n_inner->is_null() ? 0 : r.size("n_inner", 0);
+  c.layer_norm_eps = r.number("layer_norm_epsilon", 1e-5, 0.0, 1.0);
+  c.bias = true;
+
+  const std::string activation = r.string("activation_function", "gelu_new");
+  const auto it = activations().find(activation);
+  if (it == activations().end())
+    malformed(path, "\"activation_function\" is ", quote(activation),
+              ": xgrad implements gelu_new, gelu_pytorch_tanh, gelu and relu");
+  c.activation = it->second;
+
+  const double attn = r.number("attn_pdrop", 0.1, 0.0, 1.0), embd = r.number("embd_pdrop", 0.1, 0.0, 1.0),
+               resid = r.number("resid_pdrop", 0.1, 0.0, 1.0);
+  if (attn != embd || attn != resid)
+    malformed(path, "\"attn_pdrop\", \"embd_pdrop\" and \"resid_pdrop\" differ (", attn, ", ", embd, ", ", resid,
+              "): xgrad's GPT has one dropout probability");
+  c.dropout = attn;
+
+  r.require_default("scale_attn_weights", true);
+  r.require_default("scale_attn_by_inverse_layer_idx", false);
+  r.require_default("reorder_and_upcast_attn", false);
+  r.require_default("add_cross_attention", false);
+  r.require_default("tie_word_embeddings", true);
+  return c;
+}
+
+// ---- the tensors -------------------------------------------------------------------------------
+
+// One tensor of the checkpoint: its Hugging Face name and stored shape, and GPT's name for it.
+struct Slot {
+  std::string hf;
+  Shape shape;
+  std::string xgrad;
+  bool conv1d = false;  // stored (in, out): GPT's Linear takes the transpose
+};
+
+// Calls fn(slot) for every tensor of a GPT-2 of config c, in GPT's state_dict order; fn may throw
+// to stop (so a forged n_layer costs nothing beyond the first missing tensor).
+template <class Fn>
+void for_each_slot(const GPTConfig& c, const std::string& prefix, Fn&& fn) {
+  const auto C = static_cast<std::size_t>(c.n_embd), V = static_cast<std::size_t>(c.vocab_size),
+             P = static_cast<std::size_t>(c.block_size);
+  const auto F = static_cast<std::size_t>(c.n_inner > 0 ? c.n_inner : 4 * c.n_embd);
+  fn(Slot{prefix + "wte.weight", {V, C}, "wte.weight"});
+  fn(Slot{prefix + "wpe.weight", {P, C}, "wpe.weight"});
+  for (std::int64_t i = 0; i < c.n_layer; ++i) {
+    const std::string hf = prefix + "h." + std::to_string(i) + ".", x = "h.layers." + std::to_string(i) + ".";
+    fn(Slot{hf + "attn.c_attn.weight", {C, 3 * C}, x + "self_attn.in_proj_weight", true});
+    fn(Slot{hf + "attn.c_attn.bias", {3 * C}, x + "self_attn.in_proj_bias"});
+    fn(Slot{hf + "attn.c_proj.weight", {C, C}, x + "self_attn.out_proj.weight", true});
+    fn(Slot{hf + "attn.c_proj.bias", {C}, x + "self_attn.out_proj.bias"});
+    fn(Slot{hf + "mlp.c_fc.weight", {C, F}, x + "linear1.weight", true});
+    fn(Slot{hf + "mlp.c_fc.bias", {F}, x + "linear1.bias"});
+    fn(Slot{hf + "mlp.c_proj.weight", {F, C}, x + "linear2.weight", true});
+    fn(Slot{hf + "mlp.c_proj.bias", {C}, x + "linear2.bias"});
+    fn(Slot{hf + "ln_1.weight", {C}, x + "norm1.weight"});
+    fn(Slot{hf + "ln_1.bias", {C}, x + "norm1.bias"});
+    fn(Slot{hf + "ln_2.weight", {C}, x + "norm2.weight"});
+    fn(Slot{hf + "ln_2.bias", {C}, x + "norm2.bias"});
+  }
+  fn(Slot{prefix + "ln_f.weight", {C}, "ln_f.weight"});
+  fn(Slot{prefix + "ln_f.bias", {C}, "ln_f.bias"});
+}
+
+// Where a tensor is: its file and its header entry.
+struct Source {
+  std::string file;
+  SafetensorsEntry entry;
+};
+
+// The checkpoint's files and tensors, from their headers.
+struct Checkpoint {
+  std::vector<std::string> files;         // in reading order
+  std::map<std::string, Source> tensors;  // Hugging Face name -> where
+  std::string listing;                    // the file that lists the tensors: model.safetensors or the index
+  std::string prefix;                     // "transformer." or ""
+};
+
+// h.{i}.attn.bias or h.{i}.attn.masked_bias with i < n_layer: the causal mask buffers.
+bool is_mask_buffer(const std::string& name, const std::string& prefix, std::int64_t n_layer) {
+  if (name.compare(0, prefix.size() + 2, prefix + "h.") != 0) return false;
+  std::size_t at = prefix.size() + 2, digits = 0;
+  std::int64_t layer = 0;
+  while (at < name.size() && name[at] >= '0' && name[at] <= '9' && digits < 10) {
+    layer = layer * 10 + (name[at++] - '0');
+    ++digits;
+  }
+  if (digits == 0 || (digits > 1 && name[prefix.size() + 2] == '0') || layer >= n_layer) return false;
+  const std::string rest = name.substr(at);
+  return rest == ".attn.bias" || rest == ".attn.masked_bias";
+}
+
+bool loadable_dtype(const std::string& dtype) {
+  return dtype == "F32" || dtype == "F16" || dtype == "BF16" || dtype == "F64";
+}
+
+// A safetensors header; a file that cannot be opened is reported with the entry that names it.
+SafetensorsHeader read_header(const std::string& path, const std::string& listed_in, const std::string& first_key) {
+  try {
+    return read_safetensors_header(path);
+  } catch (const FormatError&) {
+    throw;
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(detail::concat(kLoad, ": '", listed_in, "': tensor ", quote(first_key), " is in '", path,
+                                            "', which cannot be read: ", e.what()));
+  }
+}
+
+// Finds the files (model.safetensors, else the index's shards) and reads their headers.
+Checkpoint read_checkpoint_files(const std::string& dir) {
+  Checkpoint ck;
+  const std::string single = join(dir, "model.safetensors"), index_path = join(dir, "model.safetensors.index.json");
+  if (is_file(single) || !is_file(index_path)) {
+    if (!is_file(single))
+      throw std::runtime_error(detail::concat(kLoad, ": '", dir, "' has neither model.safetensors nor "
+                                              "model.safetensors.index.json (xgrad reads the safetensors format only)"));
+    ck.listing = single;
+    ck.files.push_back(single);
+    SafetensorsHeader header = read_safetensors_header(single);
+    for (auto& e : header.tensors) {
+      const std::string name = e.name;
+      ck.tensors[name] = Source{single, std::move(e)};
+    }
+    return ck;
+  }
+  ck.listing = index_path;
+  const json index = read_json(index_path);
+  if (!index.is_object()) malformed(index_path, "the index is not a JSON object (it is ", index.type_name(), ")");
+  const auto map = index.find("weight_map");
+  if (map == index.end() || !map->is_object())
+    malformed(index_path, "\"weight_map\" must be an object of tensor name -> shard file name",
+              map == index.end() ? " (it is missing)" : ", got " + excerpt(*map));
+  std::map<std::string, std::vector<std::string>> shards;  // file name -> the names the index puts there
+  std::vector<std::string> order;
+  for (const auto& [name, file] : map->items()) {
+    if (!file.is_string()) malformed(index_path, "\"weight_map\" entry ", quote(name), " is not a file name: ", excerpt(file));
+    const std::string f = file.get<std::string>();
+    if (f.empty() || f == "." || f == ".." || f.find('/') != std::string::npos || f.find('\0') != std::string::npos)
+      malformed(index_path, "\"weight_map\" entry ", quote(name), ": ", quote(f), " is not a file name in the folder");
+    if (shards.find(f) == shards.end()) order.push_back(f);
+    shards[f].push_back(name);
+  }
+  if (shards.empty()) malformed(index_path, "\"weight_map\" lists no tensor");
+  std::vector<SafetensorsHeader> headers;  // every shard's first, so that a missing one is named first
+  for (const std::string& f : order) {
+    headers.push_back(read_header(join(dir, f), index_path, shards[f].front()));
+    ck.files.push_back(join(dir, f));
+  }
+  for (std::size_t k = 0; k < order.size(); ++k) {
+    const std::string& path = ck.files[k];
+    const std::vector<std::string>& listed = shards[order[k]];
+    const std::set<std::string> here(listed.begin(), listed.end());
+    for (auto& e : headers[k].tensors) {
+      if (here.count(e.name) == 0)
+        malformed(path, "tensor ", quote(e.name), " is not listed for this shard in the \"weight_map\" of '", index_path,
+                  "'");
+      const std::string name = e.name;
+      ck.tensors[name] = Source{path, std::move(e)};
+    }
+    for (const std::string& name : listed)
+      if (ck.tensors.count(name) == 0)
+        malformed(path, "no tensor ", quote(name), ", which the \"weight_map\" of '", index_path, "' places in it");
+  }
+  return ck;
+}
+
+// Reads the headers and checks every tensor against config c (`origin`: where c comes from).
+Checkpoint read_checkpoint(const std::string& dir, const GPTConfig& c, const char* origin) {
+  Checkpoint ck = read_checkpoint_files(dir);
+  ck.prefix = ck.tensors.count("wte.weight") != 0 && ck.tensors.count("transformer.wte.weight") == 0 ? ""
+                                                                                                    : "transformer.";
+  std::set<std::string> used;
+  const auto check = [&](const std::string& name, const Shape& shape) {
+    const auto it = ck.tensors.find(name);
+    if (it == ck.tensors.end())
+      malformed(ck.listing, "missing tensor ", quote(name), " (of shape ", shape_str(shape), " ", origin, ")");
+    const Source& s = it->second;
+    if (s.entry.shape != shape)
+      malformed(s.file, "tensor ", quote(name), " has shape ", shape_str(s.entry.shape), ", expected ",
+                shape_str(shape), " ", origin);
+    if (!loadable_dtype(s.entry.dtype))
+      malformed(s.file, "tensor ", quote(name), " has dtype ", s.entry.dtype, ": xgrad loads F32, F16, BF16 and F64");
+    used.insert(name);
+  };
+  for_each_slot(c, ck.prefix, [&](const Slot& slot) { check(slot.hf, slot.shape); });
+  for (const auto& [name, source] : ck.tensors) {
+    if (used.count(name) != 0 || is_mask_buffer(name, ck.prefix, c.n_layer)) continue;
+    if (name == "lm_head.weight") {
+      check(name, {static_cast<std::size_t>(c.vocab_size), static_cast<std::size_t>(c.n_embd)});
+      continue;
+    }
+    malformed(source.file, "unexpected tensor ", quote(name), ": not one of GPT-2's (names ",
+              ck.prefix.empty() ? "without a prefix, as wte.weight" : "with the prefix \"transformer.\"", ")");
+  }
+  return ck;
+}
+
+template <class T>
+Array<T> transposed(const Array<T>& a) {  // (rows, cols) -> (cols, rows)
+  const std::size_t rows = a.shape(0), cols = a.shape(1);
+  Array<T> t = Array<T>::from_shape({cols, rows});
+  for (std::size_t i = 0; i < rows; ++i)
+    for (std::size_t j = 0; j < cols; ++j) t.data()[j * rows + i] = a.data()[i * cols + j];
+  return t;
+}
+
+// Reads the tensors of a checked checkpoint into GPT's state_dict.
+template <class T>
+nn::StateDict<T> read_state(const Checkpoint& ck, const GPTConfig& c) {
+  std::map<std::string, Array<T>> values;  // the tensors GPT takes, and lm_head.weight
+  for (const std::string& file : ck.files)
+    for (auto& [name, array] : load_safetensors<T>(file))
+      if (!is_mask_buffer(name, ck.prefix, c.n_layer)) values[name] = std::move(array);
+  const auto value = [&](const std::string& name, const Shape& shape) -> Array<T>& {
+    const auto it = values.find(name);
+    if (it == values.end() || shape_of(it->second) != shape)  // the file changed since its header was read
+      malformed(ck.listing, "tensor ", quote(name), " changed while the checkpoint was read");
+    return it->second;
+  };
+  nn::StateDict<T> state;
+  for_each_slot(c, ck.prefix, [&](const Slot& slot) {
+    Array<T>& v = value(slot.hf, slot.shape);
+    state.insert(slot.xgrad, slot.conv1d ? transposed(v) : std::move(v));
+  });
+  if (ck.tensors.count("lm_head.weight") != 0) {
+    const Array<T>& wte = state.at("wte.weight");
+    const Array<T>& head = value("lm_head.weight", shape_of(wte));
+    if (!std::equal(head.begin(), head.end(), wte.begin()))
+      malformed(ck.tensors.at("lm_head.weight").file, "tensor \"lm_head.weight\" differs from \"", ck.prefix,
+                "wte.weight\": xgrad's GPT ties the head to the token embedding");
+  }
+  return state;
+}
+
+// ---- saving ------------------------------------------------------------------------------------
+
+// GPTConfig::activation -> transformers' activation_function.
+std::string hf_activation(const std::string& activation) {
+  if (activation == "gelu_tanh") return "gelu_new";
+  XGRAD_CHECK(activation == "gelu" || activation == "relu", kSave, ": activation \"", activation,
+              "\" has no GPT-2 name (gelu_tanh is gelu_new; gelu and relu keep theirs)");
+  return activation;
+}
+
+// config.json as GPT2Config.save_pretrained writes it for this model (its keys sorted, 2-space indent).
+std::string hf_config_text(const GPTConfig& c) {
+  json j = json::object();
+  j["activation_function"] = hf_activation(c.activation);
+  j["add_cross_attention"] = false;
+  j["architectures"] = json::array({"GPT2LMHeadModel"});
+  j["attn_pdrop"] = c.dropout;
+  j["bos_token_id"] = 50256;
+  j["dtype"] = "float32";
+  j["embd_pdrop"] = c.dropout;
+  j["eos_token_id"] = 50256;
+  j["initializer_range"] = 0.02;
+  j["layer_norm_epsilon"] = c.layer_norm_eps;
+  j["model_type"] = "gpt2";
+  j["n_embd"] = c.n_embd;
+  j["n_head"] = c.n_head;
+  j["n_inner"] = c.n_inner == 0 || c.n_inner == 4 * c.n_embd ? json(nullptr) : json(c.n_inner);
+  j["n_layer"] = c.n_layer;
+  j["n_positions"] = c.block_size;
+  j["pad_token_id"] = nullptr;
+  j["reorder_and_upcast_attn"] = false;
+  j["resid_pdrop"] = c.dropout;
+  j["scale_attn_by_inverse_layer_idx"] = false;
+  j["scale_attn_weights"] = true;
+  j["summary_activation"] = nullptr;
+  j["summary_first_dropout"] = 0.1;
+  j["summary_proj_to_labels"] = true;
+  j["summary_type"] = "cls_index";
+  j["summary_use_proj"] = true;
+  j["tie_word_embeddings"] = true;
+  j["use_cache"] = true;
+  j["vocab_size"] = c.vocab_size;
+  return j.dump(2) + "\n";
+}
+
+// T -> float, rounding to nearest; beyond float's range gives +-inf (a plain cast would be undefined).
+template <class T>
+Array<float> to_float(const Array<T>& a) {
+  if constexpr (std::is_same_v<T, float>) {
+    return a;
+  } else {
+    Array<float> f = Array<float>::from_shape(shape_of(a));
+    constexpr double kMax = static_cast<double>(std::numeric_limits<float>::max());
+    const double overflow = std::ldexp(2.0 - std::ldexp(1.0, -24), 127);  // FLT_MAX + half an ulp: rounds to inf
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      const double v = a.data()[i];
+      const double clamped = std::abs(v) >= overflow ? std::copysign(HUGE_VAL, v)  // infinities too
+                             : std::abs(v) > kMax    ? std::copysign(kMax, v)
+                                                     : v;
+      f.data()[i] = static_cast<float>(clamped);
+    }
+    return f;
+  }
+}
+
+// A file to write into the folder with the others, all or none.
+struct Staged {
+  std::string name;                               // "config.json"
+  std::function<void(std::ostream&)> write;
+  std::string target, staging;                    // the final path (links resolved) and the new file's
+  bool staged = false;
+};
+
+// Writes every file to a temporary name beside its target, then renames them into place: a failure
+// before the renames leaves every old file as it was.
+void save_together(const std::string& dir, std::vector<Staged>& files) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw std::runtime_error(detail::concat(kSave, ": cannot create the folder '", dir, "': ", ec.message()));
+  if (!fs::is_directory(dir, ec)) throw std::runtime_error(detail::concat(kSave, ": '", dir, "' is not a folder"));
+  static std::atomic<unsigned> counter{0};
+  const std::string tag = ".xgrad-save-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+  for (Staged& f : files) {
+    const fs::path path = fs::path(dir) / f.name;
+    fs::path target = path;
+    if (fs::is_symlink(fs::symlink_status(path, ec))) {
+      target = fs::canonical(path, ec);
+      if (ec)
+        throw std::runtime_error(detail::concat(kSave, ": cannot save '", path.string(),
+                                                "': it is a symbolic link that points nowhere (", ec.message(), ")"));
+    }
+    const fs::file_status status = fs::status(target, ec);
+    if (fs::exists(status) && !fs::is_regular_file(status))
+      throw std::runtime_error(detail::concat(kSave, ": cannot save '", path.string(),
+                                              "': it exists and is not a regular file"));
+    f.target = target.string();
+    f.staging = (target.parent_path() / ("." + target.filename().string() + tag)).string();
+  }
+  const auto unstage = [&] {
+    for (Staged& f : files)
+      if (f.staged) fs::remove(f.staging, ec);
+  };
+  for (Staged& f : files) {
+    try {
+      write_file_atomically(f.staging, f.write);
+      f.staged = true;
+    } catch (const std::exception& e) {
+      unstage();
+      throw std::runtime_error(detail::concat(kSave, ": cannot write '", join(dir, f.name), "': ", e.what(),
+                                              " (the folder's files are unchanged)"));
+    }
+  }
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    if (::rename(files[i].staging.c_str(), files[i].target.c_str()) != 0) {
+      const int error = errno;
+      unstage();
+      std::string replaced;  // the files renamed before it
+      for (std::size_t k = 0; k < i; ++k) replaced += (k ? ", " : "") + files[k].name;
+      throw std::runtime_error(detail::concat(kSave, ": cannot rename the new '", join(dir, files[i].name),
+                                              "' into place: ", std::strerror(error),
+                                              i == 0 ? " (the folder's files are unchanged)"
+                                                     : " (" + replaced + " already replaced)"));
+    }
+    files[i].staged = false;
+  }
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    ::fsync(fd);  // best effort, so the renames survive a power loss
+    ::close(fd);
+  }
+}
+
+}  // namespace
+
+GPTConfig load_hf_gpt2_config(const std::string& dir) {
+  const std::string path = join(dir, "config.json");
+  if (!is_file(path))
+    throw std::runtime_error(detail::concat(kLoad, ": '", path, "' does not exist: a Hugging Face model folder holds "
+                                            "config.json and model.safetensors"));
+  return parse_config(path, read_json(path));
+}
+
+template <class T>
+std::shared_ptr<GPT<T>> load_hf_gpt2(const std::string& dir, Generator* generator) {
+  const GPTConfig config = load_hf_gpt2_config(dir);
+  const Checkpoint ck = read_checkpoint(dir, config, "from config.json");
+  auto model = std::make_shared<GPT<T>>(config, generator);
+  model->load_state_dict(read_state<T>(ck, config));
+  return model;
+}
+
+template <class T>
+void load_hf_gpt2_weights(GPT<T>& model, const std::string& dir) {
+  XGRAD_CHECK(model.config().bias, kLoad, ": the model has bias=false; GPT-2 has biases in every linear and LayerNorm");
+  const Checkpoint ck = read_checkpoint(dir, model.config(), "for the model's config");
+  model.load_state_dict(read_state<T>(ck, model.config()));
+}
+
+template <class T>
+void save_hf_gpt2(const GPT<T>& model, const std::string& dir) {
+  const GPTConfig& c = model.config();
+  XGRAD_CHECK(c.bias, kSave, ": the model has bias=false; GPT-2 has biases in every linear and LayerNorm");
+  const std::string config_text = hf_config_text(c);  // refuses an activation GPT-2 has no name for
+  const nn::StateDict<T> state = model.state_dict();
+  NamedArrays<float> tensors;
+  for_each_slot(c, "transformer.", [&](const Slot& slot) {
+    const Array<T>& v = state.at(slot.xgrad);
+    tensors.emplace_back(slot.hf, to_float<T>(slot.conv1d ? transposed(v) : v));
+  });
+  // safetensors' Python writer orders the tensors by name (within a dtype).
+  std::sort(tensors.begin(), tensors.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<Staged> files(2);
+  files[0].name = "config.json";
+  files[0].write = [&](std::ostream& out) { out.write(config_text.data(), static_cast<std::streamsize>(config_text.size())); };
+  files[1].name = "model.safetensors";
+  files[1].write = [&](std::ostream& out) { write_safetensors(out, tensors, {{"format", "pt"}}); };
+  save_together(dir, files);
+}
+
+template std::shared_ptr<GPT<float>> load_hf_gpt2<float>(const std::string&, Generator*);
+template std::shared_ptr<GPT<double>> load_hf_gpt2<double>(const std::string&, Generator*);
+template void load_hf_gpt2_weights<float>(GPT<float>&, const std::string&);
+template void load_hf_gpt2_weights<double>(GPT<double>&, const std::string&);
+template void save_hf_gpt2<float>(const GPT<float>&, const std::string&);
+template void save_hf_gpt2<double>(const GPT<double>&, const std::string&);
+
+}  // namespace xgrad::models
