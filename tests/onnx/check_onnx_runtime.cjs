@@ -49,6 +49,7 @@ async function main() {
         }
       }
     }
+    await session.release();  // a thousand sessions held at once crash the process
     const verdict = bad ? 'FAIL' : 'ok';
     console.log(`${verdict} ${path.basename(file, '.json')}: inputs ${shapes.join(' | ')}, ` +
                 `largest difference ${caseWorst.toExponential(2)}`);

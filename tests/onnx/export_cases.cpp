@@ -3,13 +3,19 @@
 // DIR/<case>.json: the inputs and xgrad's own outputs (eval mode) at three sizes of every dynamic
 // axis, the first being the example the model was exported with.
 //
-//   xgrad_onnx_export_cases DIR
+// Besides the written cases, random_00 ... random_29: random forwards (a property test, a fixed
+// seed per case) chaining modules and ops over (batch, seq, 8) values with random masks and
+// dynamic axes; the program of each is printed beside its name, to reproduce a failure.
+//
+//   xgrad_onnx_export_cases DIR [RANDOM_CASES]     (30 random cases unless told; CI runs 30)
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <iostream>
 #include <map>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -44,6 +50,7 @@ struct Case {
   std::vector<std::string> outputs;
   std::vector<Sizes> runs;  // runs[0]: the export example
   std::function<void(std::vector<Input>&)> adjust = nullptr;  // e.g. a fully masked row
+  std::string about = "";  // printed after the name (the random cases' programs)
 };
 
 Shape shape_at(const InputSpec& spec, const Sizes& sizes) {
@@ -182,7 +189,213 @@ InputSpec mask(std::string name, std::vector<std::string> dims) { return {InputS
 const std::vector<Sizes> kBatchSeq = {
     {{"batch", 2}, {"seq", 5}}, {{"batch", 3}, {"seq", 7}}, {{"batch", 1}, {"seq", 2}}};
 
-std::vector<Case> cases() {
+// ---- random forwards (the property test) ------------------------------------------------------
+
+constexpr i64 kE = 8;  // the width of every value of a random forward
+// Normalizations use a large eps: a value with almost no variance (log_softmax of a softmax) would
+// otherwise turn float rounding into differences beyond the comparison's tolerance.
+
+// A random forward over x (batch, seq, 8) and the masks it was given: a chain of steps, each
+// reading one or two earlier values (all (batch, seq, 8), x being value 0) and adding one; the
+// outputs are the last value and, sometimes, an earlier one or attention weights.
+class RandomNet : public nn::Module<float> {
+ public:
+  enum Kind {
+    kLinear, kLayerNorm, kGelu, kGeluTanh, kRelu, kTanh, kSigmoid, kSilu, kAdd, kSub, kMulTanh, kScale,
+    kCenter, kSplitHeads, kFlattenLinear, kSeqSoftmax, kSoftmax, kLogSoftmax, kPermute, kCatNarrow, kDetach,
+    kAttention, kSdpa, kVarNorm, kStackSum, kMaskedFill, kTril, kUnsqueezeExpand, kKinds
+  };
+  struct Step {
+    Kind kind;
+    std::size_t a = 0, b = 0;      // the values read
+    std::shared_ptr<nn::Module<float>> module;
+    float scalar = 1.0f;
+    i64 offset = 0;                // kCatNarrow: where the narrowed part starts
+    bool key_padding = false, attn_bool = false, attn_float = false, causal = false, weights = false;
+    bool average = true;
+  };
+  // inputs: x, then the masks present: key padding (batch, seq) bool, attention (seq, seq) bool,
+  // attention (seq, seq) float
+  bool has_kpm = false, has_bool_mask = false, has_float_mask = false;
+  std::vector<Step> steps;
+  std::size_t extra_output = 0;  // 0: none, else 1 + the value given as a second output
+
+  RandomNet() : Module("RandomNet") {}
+
+  std::vector<Tensor<float>> run(const onnx::Inputs& in) {
+    std::vector<Tensor<float>> v{in.tensor(0)};
+    std::size_t next = 1;
+    AttnMask<float> kpm, bool_mask, float_mask;
+    if (has_kpm) kpm = in.mask(next++);
+    if (has_bool_mask) bool_mask = in.mask(next++);
+    if (has_float_mask) float_mask = in.tensor(next++).value();
+    std::vector<Tensor<float>> weights;
+    for (const Step& st : steps) {
+      const Tensor<float>& a = v[st.a];
+      const Tensor<float>& b = v[st.b];
+      const i64 B = a.size(0), L = a.size(1);
+      switch (st.kind) {
+        case kLinear: case kLayerNorm: v.push_back(st.module->forward(a)); break;
+        case kGelu: v.push_back(gelu(a)); break;
+        case kGeluTanh: v.push_back(gelu(a, "tanh")); break;
+        case kRelu: v.push_back(relu(a)); break;
+        case kTanh: v.push_back(tanh(a)); break;
+        case kSigmoid: v.push_back(sigmoid(a)); break;
+        case kSilu: v.push_back(silu(a)); break;
+        case kAdd: v.push_back(a + b); break;
+        case kSub: v.push_back(a - b); break;
+        case kMulTanh: v.push_back(a * tanh(b)); break;
+        case kScale: v.push_back(a * st.scalar + 0.5f); break;
+        case kCenter: v.push_back(a - mean(a, {-1}, true) + amax(b, {1}, true)); break;
+        case kSplitHeads:  // (B, L, 2, 4) -> (B, L, 4, 2) -> (B, L, 8)
+          v.push_back(reshape(transpose(reshape(a, {B, L, 2, kE / 2}), 2, 3), {B, L, kE}));
+          break;
+        case kFlattenLinear: v.push_back(view(st.module->forward(reshape(a, {B * L, kE})), {B, L, kE})); break;
+        case kSeqSoftmax: v.push_back(transpose(softmax(transpose(a, 1, 2), -1), 1, 2)); break;
+        case kSoftmax: v.push_back(softmax(a, -1)); break;
+        case kLogSoftmax: v.push_back(log_softmax(a, 1)); break;
+        case kPermute: v.push_back(permute(permute(a, {1, 0, 2}) * st.scalar, {1, 0, 2})); break;
+        case kCatNarrow: v.push_back(narrow(cat(std::vector<Tensor<float>>{a, b}, -1), 2, st.offset, kE)); break;
+        case kDetach: v.push_back(a.detach()); break;
+        case kAttention: {
+          auto& mha = static_cast<nn::MultiheadAttention<float>&>(*st.module);
+          const AttnMask<float>& attn = st.attn_bool ? bool_mask : st.attn_float ? float_mask : AttnMask<float>();
+          auto [y, w] = mha.forward(a, b, b, st.key_padding ? kpm : AttnMask<float>(), st.weights, attn,
+                                    st.average, st.causal);
+          v.push_back(y);
+          if (st.weights) weights.push_back(w);
+          break;
+        }
+        case kSdpa:
+          v.push_back(scaled_dot_product_attention(a, b, b, st.attn_bool ? bool_mask : AttnMask<float>(), 0.0,
+                                                   st.causal));
+          break;
+        case kVarNorm: v.push_back((a - mean(a, {-1}, true)) / sqrt(var(a, {-1}, st.average, true) + 0.1f)); break;
+        case kStackSum: v.push_back(sum(stack(std::vector<Tensor<float>>{a, b}, 1), {1})); break;
+        case kMaskedFill: {
+          BoolArray pattern = BoolArray::from_shape({static_cast<std::size_t>(kE)});
+          for (i64 e = 0; e < kE; ++e) pattern(static_cast<std::size_t>(e)) = (e + st.offset) % 3 == 0;
+          v.push_back(masked_fill(a, pattern, st.scalar));
+          break;
+        }
+        case kTril: v.push_back(tril(a, st.offset - kE / 2)); break;
+        case kUnsqueezeExpand:  // the mean over features, broadcast back: (B, L, 1, 1) -> (B, L, 1, 8) -> (B, L, 8)
+          v.push_back(b + squeeze(expand(unsqueeze(mean(a, {-1}, true), 2), {-1, -1, 1, kE}), 2));
+          break;
+        case kKinds: break;
+      }
+    }
+    std::vector<Tensor<float>> out{v.back()};
+    if (extra_output > 0) out.push_back(v[extra_output - 1]);
+    if (!weights.empty()) out.push_back(weights.front());
+    return out;
+  }
+};
+
+const char* kind_name(RandomNet::Kind k) {
+  static const char* names[] = {"linear", "layer_norm", "gelu", "gelu_tanh", "relu", "tanh", "sigmoid", "silu",
+                                "add", "sub", "mul_tanh", "scale", "center", "split_heads", "flatten_linear",
+                                "seq_softmax", "softmax", "log_softmax", "permute", "cat_narrow", "detach",
+                                "attention", "sdpa", "var_norm", "stack_sum", "masked_fill", "tril",
+                                "unsqueeze_expand"};
+  return names[k];
+}
+
+Case random_case(int index) {
+  std::mt19937 rng(29000 + index);
+  auto pick = [&](int n) { return std::uniform_int_distribution<int>(0, n - 1)(rng); };
+  auto coin = [&](double p) { return std::bernoulli_distribution(p)(rng); };
+  auto m = std::make_shared<RandomNet>();
+  m->has_kpm = coin(0.4), m->has_bool_mask = coin(0.4), m->has_float_mask = coin(0.3);
+  std::ostringstream about;
+  const int n_steps = 3 + pick(6);
+  for (int i = 0; i < n_steps; ++i) {
+    RandomNet::Step st;
+    st.kind = static_cast<RandomNet::Kind>(pick(RandomNet::kKinds));
+    const std::size_t have = static_cast<std::size_t>(i) + 1;  // values so far
+    st.a = coin(0.6) ? have - 1 : static_cast<std::size_t>(pick(static_cast<int>(have)));
+    st.b = static_cast<std::size_t>(pick(static_cast<int>(have)));
+    st.scalar = std::uniform_real_distribution<float>(-2.0f, 2.0f)(rng);
+    st.offset = pick(static_cast<int>(kE) + 1);
+    const std::string key = "step" + std::to_string(i);
+    switch (st.kind) {
+      case RandomNet::kLinear: case RandomNet::kFlattenLinear:
+        st.module = m->register_module(key, std::make_shared<nn::Linear<float>>(
+                                                nn::LinearOptions(kE, kE).bias(coin(0.7))));
+        break;
+      case RandomNet::kLayerNorm:
+        st.module = m->register_module(
+            key, std::make_shared<nn::LayerNorm<float>>(nn::LayerNormOptions(kE).eps(0.1).elementwise_affine(coin(0.7))));
+        break;
+      case RandomNet::kAttention: {
+        const i64 heads = i64(1) << pick(3);  // 1, 2 or 4
+        st.module = m->register_module(key, std::make_shared<nn::MultiheadAttention<float>>(
+                                                nn::MultiheadAttentionOptions(kE, heads).batch_first(true)
+                                                    .bias(coin(0.8)).dropout(0.1)));
+        st.key_padding = m->has_kpm && coin(0.6);
+        st.attn_bool = m->has_bool_mask && coin(0.5);
+        st.attn_float = !st.attn_bool && m->has_float_mask && coin(0.6);
+        st.causal = coin(0.3);
+        st.weights = coin(0.4);
+        st.average = coin(0.5);
+        break;
+      }
+      case RandomNet::kSdpa:
+        st.attn_bool = m->has_bool_mask && coin(0.5);
+        st.causal = !st.attn_bool && coin(0.5);
+        break;
+      default: break;
+    }
+    about << (i ? " " : "") << kind_name(st.kind) << "(" << st.a;
+    if (st.kind == RandomNet::kAdd || st.kind == RandomNet::kSub || st.kind == RandomNet::kMulTanh ||
+        st.kind == RandomNet::kCenter || st.kind == RandomNet::kCatNarrow || st.kind == RandomNet::kAttention ||
+        st.kind == RandomNet::kSdpa || st.kind == RandomNet::kStackSum || st.kind == RandomNet::kUnsqueezeExpand)
+      about << "," << st.b;
+    if (st.key_padding) about << ",kpm";
+    if (st.attn_bool) about << ",bool_mask";
+    if (st.attn_float) about << ",float_mask";
+    if (st.causal) about << ",causal";
+    if (st.weights) about << (st.average ? ",weights" : ",head_weights");
+    about << ")";
+    m->steps.push_back(std::move(st));
+  }
+  if (coin(0.3)) m->extra_output = 1 + static_cast<std::size_t>(pick(n_steps + 1));
+
+  // Dynamic axes: batch and seq, batch only, or none.
+  const int dynamic = pick(3);
+  const std::string batch = dynamic >= 1 ? "batch" : "2", seq = dynamic == 2 ? "seq" : "5";
+  std::vector<InputSpec> inputs{tensor("x", {batch, seq, std::to_string(kE)})};
+  if (m->has_kpm) inputs.push_back(mask("kpm", {batch, seq}));
+  if (m->has_bool_mask) inputs.push_back(mask("attn_mask", {seq, seq}));
+  if (m->has_float_mask) inputs.push_back(tensor("float_mask", {seq, seq}));
+  std::vector<std::string> outputs{"y"};
+  if (m->extra_output > 0) outputs.push_back("y_extra");
+  for (const auto& st : m->steps)
+    if (st.weights) {
+      outputs.push_back("weights");
+      break;
+    }
+  Case c{"random_" + std::string(index < 10 ? "0" : "") + std::to_string(index), m,
+         [m](const onnx::Inputs& in) { return m->run(in); }, inputs, outputs, kBatchSeq};
+  // Key 0 is never masked, so that no query row is fully masked (a rule of its own, covered above).
+  const bool has_kpm = m->has_kpm, has_bool = m->has_bool_mask;
+  c.adjust = [has_kpm, has_bool](std::vector<Input>& in) {
+    std::size_t next = 1;
+    if (has_kpm) {
+      BoolArray& kpm = std::get<BoolArray>(in[next++]);
+      for (std::size_t n = 0; n < kpm.shape()[0]; ++n) kpm(n, 0) = false;
+    }
+    if (has_bool) {
+      BoolArray& attn = std::get<BoolArray>(in[next++]);
+      for (std::size_t i = 0; i < attn.shape()[0]; ++i) attn(i, 0) = false;
+    }
+  };
+  c.about = about.str() + " -> " + std::to_string(outputs.size()) + " outputs, " +
+            (dynamic == 0 ? "static" : dynamic == 1 ? "dynamic batch" : "dynamic batch and seq");
+  return c;
+}
+
+std::vector<Case> cases(int random_cases) {
   std::vector<Case> out;
   {
     auto m = std::make_shared<nn::Sequential<float>>(std::vector<std::shared_ptr<nn::Module<float>>>{
@@ -429,21 +642,23 @@ std::vector<Case> cases() {
                        for (std::size_t j = 0; j < t.shape()[1]; ++j) t(i, j) = j > i ? -1e4f : 0.0f;
                    }});
   }
+  for (int i = 0; i < random_cases; ++i) out.push_back(random_case(i));
   return out;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::cerr << "usage: " << argv[0] << " DIR\n";
+  if (argc != 2 && argc != 3) {
+    std::cerr << "usage: " << argv[0] << " DIR [RANDOM_CASES]\n";
     return 2;
   }
+  const int random_cases = argc == 3 ? std::atoi(argv[2]) : 30;
   manual_seed(1);
   try {
-    for (const Case& c : cases()) {
+    for (const Case& c : cases(random_cases)) {
       write_case(c, argv[1]);
-      std::cout << "exported " << c.name << "\n";
+      std::cout << "exported " << c.name << (c.about.empty() ? "" : ": " + c.about) << "\n";
     }
   } catch (const std::exception& e) {
     std::cerr << "FAIL: " << e.what() << "\n";

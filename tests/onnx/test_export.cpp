@@ -12,6 +12,8 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <xgrad/base/warning.hpp>
+#include <xgrad/core/function.hpp>
 #include <xgrad/nn/nn.hpp>
 #include <xgrad/onnx/export.hpp>
 
@@ -44,6 +46,16 @@ void expect_refused(F f, const std::string& path, const std::vector<std::string>
     for (const std::string& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
   }
   EXPECT_FALSE(exists(path));
+}
+
+// Every value of the graph is assigned once: the inputs, initializers and node outputs are distinct.
+void expect_single_assignment(const ::onnx::ModelProto& model) {
+  std::multiset<std::string> names;
+  for (const auto& v : model.graph().input()) names.insert(v.name());
+  for (const auto& t : model.graph().initializer()) names.insert(t.name());
+  for (const auto& n : model.graph().node())
+    for (const auto& o : n.output()) names.insert(o);
+  for (const std::string& name : names) EXPECT_EQ(names.count(name), 1u) << name;
 }
 
 std::shared_ptr<nn::Sequential<float>> mlp() {
@@ -206,6 +218,199 @@ TEST(OnnxExport, RefusesBadOptions) {
   expect_refused([&] {
     xo::export_model(*m, randn<float>({1, 4}), path, xo::ExportOptions().dynamic_axes({{"input_0", {{0, "n"}}}}));
   }, path, {"must be at least 2, got 1"});
+}
+
+// A custom Function computing outside xgrad's ops (xtensor on the values): its output is unrecorded.
+struct XtensorDouble : autograd::Function<XtensorDouble> {
+  static Tensor<float> forward(autograd::AutogradContext<float>*, Tensor<float> x) {
+    return Tensor<float>(Array<float>(x.value() * 2.0f));
+  }
+  static Tensors backward(autograd::AutogradContext<float>*, Tensors g) {
+    return {Tensor<float>(Array<float>(g[0].value() * 2.0f))};
+  }
+};
+
+// The same written with xgrad ops: recorded (the Function is inlined, as torch.onnx does).
+struct OpsDouble : autograd::Function<OpsDouble> {
+  static Tensor<float> forward(autograd::AutogradContext<float>*, Tensor<float> x) { return x * 2.0f; }
+  static Tensors backward(autograd::AutogradContext<float>*, Tensors g) { return {g[0] * 2.0f}; }
+};
+
+// Issue 29: an output no recorded op computed made the refusal's message read past the recording
+// (a segfault). Now refused naming the output and what it is; no file.
+TEST(OnnxExport, RefusesAnOutputNoRecordedOpComputesNamingIt) {
+  auto m = std::make_shared<nn::Linear<float>>(4, 3);
+  const std::string path = temp_path("unrecorded.onnx");
+  const auto names = xo::ExportOptions().output_names({"y", "doubled"});
+  // a tensor built from a value read into C++
+  expect_refused(
+      [&] {
+        xo::export_model(
+            *m,
+            [&](const xo::Inputs& in) {
+              const Tensor<float> y = m->forward(in.tensor(0));
+              return Tensors{y, Tensor<float>(Array<float>(y.value() * 2.0f))};
+            },
+            {randn<float>({2, 4})}, path, names);
+      },
+      path, {"output 1 ('doubled') of the forward is not computed by a recorded op", "made outside xgrad's ops",
+             "Tensor(x.value() * 2)", "differs when the forward runs again on random inputs of the same sizes",
+             "no constant either"});
+  // a custom Function computing with xtensor, as the only output
+  expect_refused(
+      [&] {
+        xo::export_model(*m, [&](const xo::Inputs& in) { return Tensors{XtensorDouble::apply(m->forward(in.tensor(0)))}; },
+                         {randn<float>({2, 4})}, path, xo::ExportOptions().output_names({"y"}));
+      },
+      path, {"output 0 ('y') of the forward is not computed by a recorded op",
+             "an output of custom autograd::Function '", "XtensorDouble'", "outside xgrad's ops"});
+  // ... and as the input of a later op
+  expect_refused(
+      [&] {
+        xo::export_model(*m, [&](const xo::Inputs& in) { return Tensors{relu(XtensorDouble::apply(in.tensor(0)))}; },
+                         {randn<float>({2, 4})}, path);
+      },
+      path, {"input 0 of op 'relu' (op 1 of 1 recorded) is not computed by a recorded op", "XtensorDouble'"});
+  // the output of the forward's only op taken apart: no op recorded at all
+  expect_refused(
+      [&] {
+        xo::export_model(*m, [&](const xo::Inputs& in) { return Tensors{Tensor<float>(Array<float>(in.tensor(0).value() + 1.0f))}; },
+                         {randn<float>({2, 4})}, path);
+      },
+      path, {"output 0 ('output_0') of the forward is not computed by a recorded op", "Of shape (2, 4), it is made "
+             "inside the forward and differs when the forward runs again on random inputs of the same sizes, so"});
+}
+
+// detach() is recorded (an Identity, as torch.onnx exports it), and a custom Function written with
+// xgrad ops is recorded through its ops.
+TEST(OnnxExport, ExportsDetachAndACustomFunctionMadeOfOps) {
+  auto m = std::make_shared<nn::Linear<float>>(4, 3);
+  const std::string path = temp_path("detach.onnx");
+  xo::export_model(
+      *m,
+      [&](const xo::Inputs& in) {
+        const Tensor<float> y = m->forward(in.tensor(0));
+        return Tensors{y.detach(), OpsDouble::apply(y)};
+      },
+      {randn<float>({2, 4})}, path, xo::ExportOptions().output_names({"detached", "doubled"}));
+  const ::onnx::ModelProto model = load(path);
+  std::remove(path.c_str());
+  std::multiset<std::string> types;
+  for (const auto& n : model.graph().node()) types.insert(n.op_type());
+  EXPECT_EQ(types.count("Identity"), 3u);  // detach, and one per output
+  EXPECT_EQ(types.count("Mul"), 1u);       // OpsDouble's x * 2
+  EXPECT_EQ(model.graph().initializer_size(), 3);  // weight, bias, the scalar 2
+  expect_single_assignment(model);
+}
+
+// Issue 29: names ONNX rejects (empty, shared) are refused up front, naming the option.
+TEST(OnnxExport, RefusesNamesOnnxRejects) {
+  auto m = std::make_shared<nn::Linear<float>>(4, 3);
+  const std::string path = temp_path("names.onnx");
+  const Tensor<float> x = randn<float>({2, 4});
+  auto two_in = [&](const xo::Inputs& in) { return Tensors{m->forward(in.tensor(0)) + m->forward(in.tensor(1))}; };
+  auto two_out = [&](const xo::Inputs& in) {
+    const Tensor<float> y = m->forward(in.tensor(0));
+    return Tensors{y, -y};
+  };
+  expect_refused([&] { xo::export_model(*m, x, path, xo::ExportOptions().input_names({""})); }, path,
+                 {"input_names[0] is empty", "give every input a name"});
+  expect_refused([&] { xo::export_model(*m, x, path, xo::ExportOptions().output_names({""})); }, path,
+                 {"output_names[0] is empty", "give every output a name"});
+  expect_refused([&] { xo::export_model(*m, two_out, {x}, path, xo::ExportOptions().output_names({"y", ""})); }, path,
+                 {"output_names[1] is empty"});
+  expect_refused([&] { xo::export_model(*m, two_in, {x, x}, path, xo::ExportOptions().input_names({"a", "a"})); },
+                 path, {"input_names[1] 'a' is also input_names[0] 'a'", "unique"});
+  expect_refused([&] { xo::export_model(*m, two_out, {x}, path, xo::ExportOptions().output_names({"y", "y"})); },
+                 path, {"output_names[1] 'y' is also output_names[0] 'y'"});
+  expect_refused([&] { xo::export_model(*m, x, path, xo::ExportOptions().input_names({"x"}).output_names({"x"})); },
+                 path, {"output_names[0] 'x' is also input_names[0] 'x'", "an input and an output may not share a name"});
+  // against the default names
+  expect_refused([&] { xo::export_model(*m, x, path, xo::ExportOptions().output_names({"input_0"})); }, path,
+                 {"output_names[0] 'input_0' is also the default name 'input_0' of input 0"});
+  expect_refused([&] { xo::export_model(*m, two_out, {x}, path, xo::ExportOptions().input_names({"output_1"})); },
+                 path, {"the default name 'output_1' of output 1 is also input_names[0] 'output_1'"});
+  // against the initializers (state_dict keys)
+  expect_refused([&] { xo::export_model(*m, x, path, xo::ExportOptions().input_names({"weight"})); }, path,
+                 {"input_names[0] 'weight' is the state_dict key of a parameter or buffer"});
+  expect_refused([&] { xo::export_model(*m, x, path, xo::ExportOptions().output_names({"bias"})); }, path,
+                 {"output_names[0] 'bias' is the state_dict key"});
+}
+
+// Names that the exporter would also generate are kept free for the user's inputs and outputs.
+TEST(OnnxExport, GeneratedNamesAvoidTheInputAndOutputNames) {
+  auto m = std::make_shared<nn::Linear<float>>(4, 3);
+  const std::string path = temp_path("generated.onnx");
+  std::set<std::string> generated;
+  {
+    xo::export_model(*m, randn<float>({2, 4}), path);
+    const ::onnx::ModelProto model = load(path);
+    for (const auto& n : model.graph().node())
+      for (const auto& o : n.output()) generated.insert(o);
+  }
+  generated.erase("output_0");
+  ASSERT_GE(generated.size(), 2u);
+  const std::string in_name = *generated.begin(), out_name = *generated.rbegin();
+  xo::export_model(*m, randn<float>({2, 4}), path, xo::ExportOptions().input_names({in_name}).output_names({out_name}));
+  const ::onnx::ModelProto model = load(path);
+  std::remove(path.c_str());
+  EXPECT_EQ(model.graph().input(0).name(), in_name);
+  EXPECT_EQ(model.graph().output(0).name(), out_name);
+  expect_single_assignment(model);
+}
+
+// Issue 29: a branch on a value read into C++ is traced one way; like PyTorch's TracerWarning, the
+// exporter warns through the warning handler, naming the read.
+class SignBranch : public nn::Module<float> {
+ public:
+  SignBranch() : Module("SignBranch") {}
+  Tensor<float> forward(const Tensor<float>& x) override {
+    if (sum(x).item() > 0) return x * 2.0f;
+    return x * -1.0f;
+  }
+};
+
+std::vector<std::string> warnings_of(const std::function<void()>& f) {
+  std::vector<std::string> got;
+  reset_warnings();
+  auto previous = set_warning_handler([&](const Warning& w) { got.push_back(w.message); });
+  try {
+    f();
+  } catch (...) {
+    set_warning_handler(previous);
+    throw;
+  }
+  set_warning_handler(previous);
+  return got;
+}
+
+TEST(OnnxExport, WarnsWhenTheForwardReadsATensorsValue) {
+  SignBranch m;
+  const std::string path = temp_path("branch.onnx");
+  const auto got = warnings_of([&] { xo::export_model(m, randn<float>({2, 4}), path); });
+  ASSERT_EQ(got.size(), 1u);
+  for (const char* part : {"the forward read a tensor's value into C++ while it was traced",
+                           "item() on the result of 'sum'", "after op 1 of 2 recorded",
+                           "may be wrong for other inputs"})
+    EXPECT_NE(got[0].find(part), std::string::npos) << got[0];
+  EXPECT_TRUE(exists(path));  // a warning, not a refusal
+  std::remove(path.c_str());
+
+  // no read, no warning
+  auto linear = std::make_shared<nn::Linear<float>>(4, 3);
+  EXPECT_TRUE(warnings_of([&] { xo::export_model(*linear, randn<float>({2, 4}), path); }).empty());
+  std::remove(path.c_str());
+
+  // when the branch changes the ops on the second run, the refusal names the read too
+  auto branchy = [&](const xo::Inputs& in) {
+    const Tensor<float>& x = in.tensor(0);
+    return Tensors{sum(x).item() > 50.0f ? relu(x) : neg(x)};
+  };
+  warnings_of([&] {
+    expect_refused([&] { xo::export_model(*linear, branchy, std::vector<xo::Input>{full<float>({2, 4}, 10.0f)}, path); }, path,
+                   {"the forward runs other ops", "the forward reads a tensor's value into C++: item() on the result "
+                    "of 'sum'"});
+  });
 }
 
 }  // namespace

@@ -25,6 +25,7 @@
 #include <xgrad/core/grad_mode.hpp>
 #include <xgrad/core/graph.hpp>
 #include <xgrad/core/tensor.hpp>
+#include <xgrad/core/trace.hpp>
 
 #include <any>
 #include <cstddef>
@@ -116,6 +117,7 @@ struct Function {
       NoGradGuard no_grad;
       return X::forward(ctx.get(), std::forward<Args>(args)...);
     }();
+    if (trace::active()) trace::function_outputs<T>(typeid(X).name(), out);  // for onnx's messages
     if constexpr (std::is_same_v<Out, Tensor<T>>) {
       if (!any_grad || ctx->non_differentiable_.count(out.node().get())) return out;
       return make_result<T>(typeid(X).name(), take_value(out), inputs, [ctx](Node<T>& node) {

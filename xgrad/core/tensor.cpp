@@ -7,6 +7,7 @@
 #include <xgrad/core/node_pool.hpp>
 #include <xgrad/core/factories.hpp>
 #include <xgrad/core/graph.hpp>
+#include <xgrad/core/trace.hpp>
 
 namespace xgrad {
 
@@ -69,6 +70,7 @@ std::int64_t Tensor<T>::size(std::int64_t d) const {
 template <class T>
 T Tensor<T>::item() const {
   XGRAD_CHECK(numel() == 1, "Tensor::item: expected a tensor with one element, got shape ", shape());
+  if (trace::active()) trace::detail::value_read("item()", op());  // an exporter warns (onnx)
   return *value().data();
 }
 
@@ -83,7 +85,9 @@ Tensor<T>& Tensor<T>::requires_grad_(bool requires_grad) {
 
 template <class T>
 Tensor<T> Tensor<T>::detach() const {
-  return Tensor<T>(value(), false);
+  Tensor<T> result(value(), false);
+  if (trace::active()) trace::record_result<T>("detach", this, this + 1, result);  // exported as Identity
+  return result;
 }
 
 template <class T>

@@ -1,6 +1,11 @@
 // The op recorder behind xgrad/core/trace.hpp.
 #include <xgrad/core/trace.hpp>
 
+#include <cstdlib>
+#include <memory>
+
+#include <cxxabi.h>
+
 #include <xgrad/base/check.hpp>
 
 namespace xgrad::trace {
@@ -15,6 +20,8 @@ struct Access {
   static std::string& noted_op() { return detail::current->noted_op_; }
   static std::vector<Arg>& noted() { return detail::current->noted_; }
   static int& depth() { return detail::current->composite_depth_; }
+  static std::vector<ValueRead>& value_reads() { return detail::current->value_reads_; }
+  static std::vector<FunctionOutput>& function_outputs() { return detail::current->function_outputs_; }
 };
 
 Recorder::Recorder() {
@@ -94,6 +101,20 @@ void record_composite(const char* op, std::vector<Tensor<float>> inputs, std::ve
   rec.args = std::move(args);
   rec.index = Access::ops().size();
   Access::ops().push_back(std::move(rec));
+}
+
+void value_read(const char* how, const char* op) {
+  if (Access::depth() > 0) return;
+  Access::value_reads().push_back(ValueRead{how, op, Access::ops().size()});
+}
+
+void function_output(const char* type_name, const Tensor<float>& output) {
+  if (Access::depth() > 0) return;
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> demangled(abi::__cxa_demangle(type_name, nullptr, nullptr, &status),
+                                                   std::free);
+  Access::function_outputs().push_back(
+      FunctionOutput{output, status == 0 && demangled ? demangled.get() : type_name});
 }
 
 }  // namespace detail

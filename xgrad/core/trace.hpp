@@ -10,6 +10,10 @@
 //                    traced.finish({out, weights});                  // recorded as one op
 //
 // Only float tensors are traced: an op on doubles run while recording throws.
+//
+// What leaves the recording is noted too, for the exporter's messages: a value read into C++
+// (Tensor::item) and the outputs of custom autograd::Functions, whose forward may compute outside
+// xgrad's ops. Tensor::detach is recorded as an op ("detach", the identity).
 #pragma once
 
 #include <cstdint>
@@ -71,6 +75,20 @@ struct Op {
   bool has(const std::string& name) const;
 };
 
+// A tensor's value read into C++ while recording (Tensor::item): what the program does with it
+// (a branch, a loop count, a number passed to an op) is invisible to the recording.
+struct ValueRead {
+  std::string how;        // "item()"
+  std::string op;         // the op that made the tensor read ("leaf": an input, a parameter, ...)
+  std::size_t after = 0;  // how many ops were recorded before the read
+};
+
+// An output of a custom autograd::Function run while recording, with the Function's name.
+struct FunctionOutput {
+  Tensor<float> tensor;
+  std::string function;
+};
+
 // Records, on this thread, every op run while it is alive. At most one per thread.
 class Recorder {
  public:
@@ -79,10 +97,14 @@ class Recorder {
   Recorder(const Recorder&) = delete;
   Recorder& operator=(const Recorder&) = delete;
   const std::vector<Op>& ops() const { return ops_; }
+  const std::vector<ValueRead>& value_reads() const { return value_reads_; }
+  const std::vector<FunctionOutput>& function_outputs() const { return function_outputs_; }
 
  private:
   friend struct Access;
   std::vector<Op> ops_;
+  std::vector<ValueRead> value_reads_;
+  std::vector<FunctionOutput> function_outputs_;
   std::string noted_op_;        // the op that noted `noted_` and has not yet made its result
   std::vector<Arg> noted_;
   int composite_depth_ = 0;     // inside a composite, inner ops are not recorded
@@ -97,6 +119,10 @@ void enter_composite();
 void leave_composite();
 void record_composite(const char* op, std::vector<Tensor<float>> inputs, std::vector<Arg> args,
                       std::vector<Tensor<float>> outputs);
+// Tensor::item's report: `how` the value was read, `op` the op that made the tensor.
+void value_read(const char* how, const char* op);
+// autograd::Function::apply's report; `type_name` is typeid's (demangled here).
+void function_output(const char* type_name, const Tensor<float>& output);
 }  // namespace detail
 
 inline bool active() { return detail::current != nullptr; }
@@ -110,6 +136,18 @@ void record_result(const char* op, It first, It last, const Tensor<T>& result) {
   } else {
     detail::reject_double(op);
   }
+}
+
+// autograd::Function::apply's report of its forward's outputs (function.hpp), when recording.
+template <class T>
+void function_outputs(const char* type_name, const Tensor<T>& output) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (output.defined()) detail::function_output(type_name, output);
+  }
+}
+template <class T>
+void function_outputs(const char* type_name, const std::vector<Tensor<T>>& outputs) {
+  for (const Tensor<T>& t : outputs) function_outputs<T>(type_name, t);
 }
 
 // An op made of ops, recorded as one (MultiheadAttention, scaled_dot_product_attention): the ops

@@ -18,6 +18,7 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <xgrad/base/warning.hpp>
 #include <xgrad/core/grad_mode.hpp>
 #include <xgrad/core/trace.hpp>
 #include <xgrad/onnx/graph_builder.hpp>
@@ -62,6 +63,8 @@ Shape shape_of_input(const Input& in) {
 struct Recording {
   std::vector<trace::Op> ops;
   std::vector<Tensor<float>> outputs;
+  std::vector<trace::ValueRead> value_reads;
+  std::vector<trace::FunctionOutput> function_outputs;
 };
 
 Recording record(const Forward& forward, const std::vector<Input>& inputs) {
@@ -70,6 +73,8 @@ Recording record(const Forward& forward, const std::vector<Input>& inputs) {
   Recording r;
   r.outputs = forward(Inputs(inputs));
   r.ops = recorder.ops();
+  r.value_reads = recorder.value_reads();
+  r.function_outputs = recorder.function_outputs();
   return r;
 }
 
@@ -116,9 +121,10 @@ class Exporter {
   // b: the same forward run again on inputs_b (random values, dynamic axes resized), described by rerun.
   Exporter(nn::Module<float>& module, const std::vector<Input>& inputs, const std::vector<std::string>& input_names,
            const Recording& a, const Recording& b, const std::vector<Input>& inputs_b, std::vector<Symbol> symbols,
-           std::string rerun)
+           std::string rerun, const std::set<std::string>& reserved_names)
       : input_names_(input_names), a_(a), b_(b), inputs_b_(inputs_b), symbols_(std::move(symbols)),
         rerun_(std::move(rerun)), g_(*model_.mutable_graph()), gb_(g_) {
+    for (const std::string& name : reserved_names) gb_.reserve(name);
     for (const auto& [key, t] : module.named_parameters()) state_keys_.emplace(t.node().get(), key);
     for (const auto& [key, t] : module.named_buffers()) state_keys_.emplace(t.node().get(), key);
     for (std::size_t k = 0; k < inputs.size(); ++k)
@@ -132,11 +138,15 @@ class Exporter {
     for (cur_ = 0; cur_ < a_.ops.size(); ++cur_) emit(a_.ops[cur_]);
   }
 
-  // The value a forward output reads.
-  std::string output_value(std::size_t k) {
+  // The value a forward output reads (`name`: its output name).
+  std::string output_value(std::size_t k, const std::string& name) {
     const Tensor<float>& t = a_.outputs[k];
-    XGRAD_CHECK(t.defined(), kWho, ": output ", k, " of the forward is undefined");
-    return tensor_value(t, b_.outputs[k], "output");
+    XGRAD_CHECK(t.defined(), kWho, ": output ", k, " ('", name, "') of the forward is undefined");
+    XGRAD_CHECK(b_.outputs[k].defined(), kWho, ": output ", k, " ('", name, "') of the forward is undefined when the "
+                "forward runs again ", rerun_);
+    cur_ = a_.ops.size();  // past the ops: where() names the outputs
+    const std::string what = "output " + std::to_string(k) + " ('" + name + "') of the forward";
+    return tensor_value(t, b_.outputs[k], what);
   }
 
   // A dim of an output: "" when fixed (its size in *fixed), else the symbol (or product) it follows,
@@ -153,7 +163,8 @@ class Exporter {
  private:
   // ---- values ----------------------------------------------------------------------------------
 
-  std::string tensor_value(const Tensor<float>& t, const Tensor<float>& tb, const char* role) {
+  // `what`: "output 0 ('y') of the forward" or "input 1 of op 'add' (op 3 of 5 recorded)".
+  std::string tensor_value(const Tensor<float>& t, const Tensor<float>& tb, const std::string& what) {
     const void* key = t.node().get();
     if (auto it = values_.find(key); it != values_.end()) return it->second;
     if (auto it = state_keys_.find(key); it != state_keys_.end()) {
@@ -163,17 +174,30 @@ class Exporter {
     }
     // A tensor made inside the forward (not by a recorded op): a constant, if it does not change.
     if (!same_array(t.value(), tb.value()))
-      XGRAD_CHECK(false, kWho, ": the ", role, " tensor of shape ", t.shape(), " at ", where(), " ", kChanges,
-                  rerun_, " (then of shape ", tb.shape(), ")", kUnrecordable);
+      XGRAD_CHECK(false, kWho, ": ", what, " is not computed by a recorded op: ", origin(t), ". Of shape ",
+                  t.shape(), ", it ", kChanges, rerun_,
+                  (t.shape() == tb.shape() ? std::string() : detail::concat(" (then of shape ", tb.shape(), ")")),
+                  ", so it is no constant either: ONNX cannot record it (when it follows a dynamic axis, the model "
+                  "fixes that axis)");
     std::string name = gb_.constant(t.value(), "const");
     values_[key] = name;
     return name;
   }
 
+  // Where a tensor that no recorded op made comes from, as far as the recording tells.
+  std::string origin(const Tensor<float>& t) const {
+    for (const trace::FunctionOutput& f : a_.function_outputs)
+      if (f.tensor.same(t))
+        return "it is an output of custom autograd::Function '" + f.function +
+               "', whose forward computes it outside xgrad's ops (only xgrad ops are recorded)";
+    return "it is a tensor made outside xgrad's ops (by a factory such as ones(), or from values read into C++ "
+           "such as Tensor(x.value() * 2))";
+  }
+
   std::string input(std::size_t j) {
     const trace::Op& op = a_.ops[cur_];
-    XGRAD_CHECK(j < op.inputs.size(), kWho, ": ", where(), " has no input ", j);
-    return tensor_value(op.inputs[j], b_.ops[cur_].inputs[j], "input");
+    XGRAD_CHECK(j < op.inputs.size() && j < b_.ops[cur_].inputs.size(), kWho, ": ", where(), " has no input ", j);
+    return tensor_value(op.inputs[j], b_.ops[cur_].inputs[j], "input " + std::to_string(j) + " of " + where());
   }
 
   template <class A>
@@ -230,6 +254,7 @@ class Exporter {
   // ---- sizes that may follow the dynamic axes -----------------------------------------------
 
   std::string where() const {
+    if (cur_ >= a_.ops.size()) return "the forward's outputs (after the " + std::to_string(a_.ops.size()) + " ops recorded)";
     const trace::Op& op = a_.ops[cur_];
     std::ostringstream s;
     s << "op '" << op.type << "' (op " << op.index + 1 << " of " << a_.ops.size() << " recorded";
@@ -351,6 +376,7 @@ void Exporter::emit(const trace::Op& op) {
     if (n_in == 2) return set_output(0, gb_.op(it->second, {input(0), input(1)}));
     return set_output(0, gb_.op(it->second, {input(0), scalar("other")}));  // add(a, s), mul(a, s)
   }
+  if (t == "detach") return set_output(0, gb_.op("Identity", {input(0)}));
   if (t == "rsub") return set_output(0, gb_.op("Sub", {scalar("other"), input(0)}));
   if (t == "rdiv") return set_output(0, gb_.op("Div", {scalar("other"), input(0)}));
   if (t == "pow") return set_output(0, gb_.op("Pow", {input(0), scalar("exponent")}));
@@ -596,6 +622,44 @@ std::vector<std::string> names_or_default(const std::vector<std::string>& given,
   return names;
 }
 
+// The graph's input and output names: non-empty (ONNX reads "" as "no value"), unique, none an
+// output's and an input's at once, none a state_dict key (the initializers' names). `outputs` may
+// be the option as given (before the forward's outputs are counted).
+void check_names(const std::vector<std::string>& inputs, bool inputs_given, const std::vector<std::string>& outputs,
+                 bool outputs_given, const std::set<std::string>& state_keys) {
+  struct Named {
+    const std::string* name;
+    std::string label;  // "input_names[1] 'x'" or "the default name 'input_1' of input 1"
+    bool input;
+  };
+  std::vector<Named> all;
+  for (std::size_t k = 0; k < inputs.size(); ++k)
+    all.push_back({&inputs[k], inputs_given ? "input_names[" + std::to_string(k) + "] '" + inputs[k] + "'"
+                                            : "the default name '" + inputs[k] + "' of input " + std::to_string(k),
+                   true});
+  for (std::size_t k = 0; k < outputs.size(); ++k)
+    all.push_back({&outputs[k], outputs_given ? "output_names[" + std::to_string(k) + "] '" + outputs[k] + "'"
+                                              : "the default name '" + outputs[k] + "' of output " + std::to_string(k),
+                   false});
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    const std::string& name = *all[i].name;
+    XGRAD_CHECK(!name.empty(), kWho, ": ", (all[i].input ? "input_names[" : "output_names["),
+                i - (all[i].input ? 0 : inputs.size()), "] is empty; ONNX reads an empty name as 'no value': give every ",
+                (all[i].input ? "input" : "output"), " a name");
+    for (std::size_t j = 0; j < i; ++j)
+      XGRAD_CHECK(*all[j].name != name, kWho, ": ", all[i].label, " is also ", all[j].label,
+                  (all[i].input == all[j].input ? "" : " (an input and an output may not share a name)"),
+                  "; ONNX needs every input and output name to be unique");
+    XGRAD_CHECK(!state_keys.count(name), kWho, ": ", all[i].label, " is the state_dict key of a parameter or buffer "
+                "of the model, which names its initializer in the graph; choose another name");
+  }
+}
+
+// "item() on the result of 'sum'"
+std::string describe(const trace::ValueRead& r) {
+  return r.how + " on " + (r.op == "leaf" ? std::string("a tensor no op made") : "the result of '" + r.op + "'");
+}
+
 // The example inputs with every dynamic axis resized to its symbol's `b` size, random values.
 std::vector<Input> resized_inputs(const std::vector<Input>& inputs, const std::vector<std::string>& names,
                                   const ExportOptions& options, const std::vector<Symbol>& symbols) {
@@ -643,8 +707,10 @@ void export_model(nn::Module<float>& module, const Forward& forward, const std::
 
   // Symbols of the dynamic axes marked on inputs, each with its example size.
   std::vector<Symbol> symbols;
-  std::set<std::string> used_names(input_names.begin(), input_names.end());
-  XGRAD_CHECK(used_names.size() == input_names.size(), kWho, ": input_names must be unique");
+  std::set<std::string> state_keys;
+  for (const auto& [key, t] : module.named_parameters()) state_keys.insert(key);
+  for (const auto& [key, t] : module.named_buffers()) state_keys.insert(key);
+  check_names(input_names, !options.input_names().empty(), options.output_names(), true, state_keys);
   for (const auto& [name, axes] : options.dynamic_axes()) {
     const auto it = std::find(input_names.begin(), input_names.end(), name);
     if (it == input_names.end()) continue;  // an output's: checked after tracing
@@ -683,6 +749,20 @@ void export_model(nn::Module<float>& module, const Forward& forward, const std::
   }
   const std::vector<std::string> output_names =
       names_or_default(options.output_names(), a.outputs.size(), "output_names", "output_");
+  check_names(input_names, !options.input_names().empty(), output_names, !options.output_names().empty(),
+              state_keys);
+  if (!a.value_reads.empty()) {
+    // PyTorch's TracerWarning ("Converting a tensor to a Python boolean might cause the trace to be
+    // incorrect"): the number read is a constant to the recording.
+    const trace::ValueRead& r = a.value_reads.front();
+    std::ostringstream more;
+    if (a.value_reads.size() > 1) more << ", and " << a.value_reads.size() - 1 << " more read";
+    XGRAD_WARN_ONCE(kWho, ": the forward read a tensor's value into C++ while it was traced (", describe(r),
+                    ", after op ", r.after, " of ", a.ops.size(), " recorded", more.str(), "). The recording cannot "
+                    "follow what C++ does with that number (a branch, a loop count, a scale): the exported graph "
+                    "does what the forward did with the example inputs and may be wrong for other inputs. Compute "
+                    "it with xgrad ops (where, masked_fill, mul, ...) to have it recorded");
+  }
   for (const auto& [name, axes] : options.dynamic_axes())
     XGRAD_CHECK(std::count(input_names.begin(), input_names.end(), name) +
                         std::count(output_names.begin(), output_names.end(), name) > 0,
@@ -704,11 +784,19 @@ void export_model(nn::Module<float>& module, const Forward& forward, const std::
     XGRAD_CHECK(false, kWho, ": ", fixes, "run again ", rerun.str(), ", the forward fails: ", e.what());
   }
   bool same = a.ops.size() == b.ops.size() && a.outputs.size() == b.outputs.size();
-  for (std::size_t i = 0; same && i < a.ops.size(); ++i) same = a.ops[i].type == b.ops[i].type;
+  for (std::size_t i = 0; same && i < a.ops.size(); ++i)
+    same = a.ops[i].type == b.ops[i].type && a.ops[i].inputs.size() == b.ops[i].inputs.size() &&
+           a.ops[i].outputs.size() == b.ops[i].outputs.size();
   XGRAD_CHECK(same, kWho, ": ", fixes, "run again ", rerun.str(), ", the forward runs other ops (", b.ops.size(),
-              " instead of ", a.ops.size(), "): a graph that depends on the inputs cannot be exported");
+              " instead of ", a.ops.size(), (a.outputs.size() != b.outputs.size() ? ", other outputs" : ""),
+              "): a graph that depends on the inputs cannot be exported",
+              (a.value_reads.empty() ? "" : " (the forward reads a tensor's value into C++: " +
+                                                describe(a.value_reads.front()) + ")"));
 
-  Exporter ex(module, example_inputs, input_names, a, b, inputs_b, symbols, rerun.str());
+  std::set<std::string> reserved = state_keys;  // no generated name may take one of these
+  reserved.insert(input_names.begin(), input_names.end());
+  reserved.insert(output_names.begin(), output_names.end());
+  Exporter ex(module, example_inputs, input_names, a, b, inputs_b, symbols, rerun.str(), reserved);
   ex.run();
   GraphBuilder& gb = ex.builder();
 
@@ -730,7 +818,7 @@ void export_model(nn::Module<float>& module, const Forward& forward, const std::
     gb.graph_input(input_names[k], elem, dims);
   }
   for (std::size_t k = 0; k < a.outputs.size(); ++k) {
-    const std::string value = ex.output_value(k);
+    const std::string value = ex.output_value(k, output_names[k]);
     const Shape s = a.outputs[k].shape();
     std::vector<std::pair<i64, std::string>> dims;
     for (std::size_t d = 0; d < s.size(); ++d) {

@@ -6,7 +6,13 @@
 
 namespace xgrad::onnx {
 
-std::string GraphBuilder::fresh(const std::string& hint) { return hint + "_" + std::to_string(counter_++); }
+std::string GraphBuilder::fresh(const std::string& hint) {
+  std::string name;
+  do {
+    name = hint + "_" + std::to_string(counter_++);
+  } while (reserved_.count(name));
+  return name;
+}
 
 std::vector<std::string> GraphBuilder::ops(const std::string& type, const std::vector<std::string>& inputs,
                                            std::size_t n, const std::vector<Attribute>& attributes) {

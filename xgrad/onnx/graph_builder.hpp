@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,6 +22,9 @@ using Attribute = pb::AttributeProto;
 class GraphBuilder {
  public:
   explicit GraphBuilder(pb::GraphProto& graph) : g_(graph) {}
+
+  // A name the graph's generated names must avoid (a graph input or output, an initializer).
+  void reserve(const std::string& name) { reserved_.insert(name); }
 
   // A node of the default domain with one output; returns the output's name.
   std::string op(const std::string& type, const std::vector<std::string>& inputs,
@@ -61,6 +65,7 @@ class GraphBuilder {
   pb::GraphProto& g_;
   std::size_t counter_ = 0;
   std::map<std::string, std::string> shared_;  // key of a small constant -> its name
+  std::set<std::string> reserved_;
 };
 
 }  // namespace xgrad::onnx
