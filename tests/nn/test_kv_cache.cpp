@@ -261,8 +261,8 @@ TYPED_TEST(KVCacheTest, Errors) {
   manual_seed(1);
   nn::TransformerEncoderLayer<T> seq_first(layer_options({false, false}));
   seq_first.eval();
-  XGRAD_EXPECT_THROW_MSG(nn::forward_cached(seq_first, zeros<T>({1, 2, 8}), cache), "layout mismatch",
-                         "batch_first=true layer");
+  XGRAD_EXPECT_THROW_MSG(nn::forward_cached(seq_first, zeros<T>({1, 2, 8}), cache), "holds the keys and values of",
+                         "one cache per layer");
   EXPECT_EQ(cache.length(), 3);
   // One cache per layer.
   caches.resize(1);
@@ -270,6 +270,123 @@ TYPED_TEST(KVCacheTest, Errors) {
   caches.resize(2);
   caches[1] = cache;
   XGRAD_EXPECT_THROW_MSG(nn::forward_cached(*encoder, x, caches), "same positions", "cache 1 holds 3");
+}
+
+// A reserve() that cannot be served (2^41 positions of 2 x 2 heads of 4: 2^45 elements, beyond
+// any address space) throws OutOfMemoryError and leaves the cache as it was: it keeps growing as
+// before and its results are right. A reservation made before the first use that cannot be met
+// throws at that use and is dropped, so the next call works; clear() forgets a pending one.
+TYPED_TEST(KVCacheTest, FailedReserveLeavesTheCacheUsable) {
+  using T = TypeParam;
+  const Config c{true, true};
+  auto encoder = make_encoder<T>(c, 5);
+  auto& layer = *encoder->layer(0);
+  const Tensor<T> x = make_input<T>(c, 6, 15);
+  NoGradGuard no_grad;
+  const Tensor<T> full = layer.forward(x, {}, {}, /*is_causal=*/true);
+  const std::int64_t huge = std::int64_t{1} << 41;
+
+  nn::KVCache<T> cache;
+  nn::forward_cached(layer, slice(x, 1, 0, 2), cache);
+  EXPECT_EQ(cache.capacity(), 2);
+  EXPECT_THROW(cache.reserve(huge), OutOfMemoryError);
+  EXPECT_EQ(cache.capacity(), 2);
+  EXPECT_EQ(cache.length(), 2);
+  EXPECT_LE(error(nn::forward_cached(layer, slice(x, 1, 2, 6), cache), slice(full, 1, 2, 6)), tolerance<T>());
+  EXPECT_EQ(cache.capacity(), 6);  // max(needed 6, twice 2): the failed reservation left no trace
+
+  nn::KVCache<T> pending;
+  pending.reserve(huge);
+  EXPECT_THROW(nn::forward_cached(layer, slice(x, 1, 0, 2), pending), OutOfMemoryError);
+  EXPECT_EQ(pending.length(), 0);
+  EXPECT_EQ(pending.batch_size(), 0);
+  EXPECT_LE(error(nn::forward_cached(layer, x, pending), full), tolerance<T>());
+  EXPECT_EQ(pending.capacity(), 6);
+
+  nn::KVCache<T> cleared;
+  cleared.reserve(huge);
+  cleared.clear();
+  EXPECT_LE(error(nn::forward_cached(layer, x, cleared), full), tolerance<T>());
+  EXPECT_EQ(cleared.capacity(), 6);
+}
+
+// A cache belongs to the layer that first used it: passing it with another layer (alone, or as
+// another layer's cache of an encoder, or swapped) throws naming both, and appends nothing;
+// clear() frees it for another layer.
+TYPED_TEST(KVCacheTest, OneCacheServesOneLayer) {
+  using T = TypeParam;
+  const Config c{false, true};
+  auto encoder = make_encoder<T>(c, 6);
+  auto other = make_encoder<T>(c, 7);
+  auto &first = *encoder->layer(0), &second = *encoder->layer(1);
+  const Tensor<T> x = make_input<T>(c, 3, 16);
+  NoGradGuard no_grad;
+
+  nn::KVCache<T> cache;
+  nn::forward_cached(first, x, cache);
+  XGRAD_EXPECT_THROW_MSG(nn::forward_cached(second, x, cache),
+                         "this cache holds the keys and values of the TransformerEncoderLayer at",
+                         ", not of the TransformerEncoderLayer at", "use one cache per layer");
+  EXPECT_EQ(cache.length(), 3);
+  nn::forward_cached(first, slice(x, 1, 0, 1), cache);  // its own layer still works
+  EXPECT_EQ(cache.length(), 4);
+  cache.clear();
+  EXPECT_LE(error(nn::forward_cached(second, x, cache), second.forward(x, {}, {}, true)), tolerance<T>());
+
+  std::vector<nn::KVCache<T>> caches;
+  nn::forward_cached(*encoder, x, caches);
+  std::vector<nn::KVCache<T>> swapped{caches[1], caches[0]};
+  XGRAD_EXPECT_THROW_MSG(nn::forward_cached(*encoder, x, swapped), "holds the keys and values of layer 1 of the "
+                         "TransformerEncoder at", "not of layer 0 of the TransformerEncoder at");
+  XGRAD_EXPECT_THROW_MSG(nn::forward_cached(*other, x, caches), "layer 0 of the TransformerEncoder at",
+                         "not of layer 0 of the TransformerEncoder at");
+  EXPECT_EQ(caches[0].length(), 3);
+  for (auto& cache_i : caches) cache_i.clear();
+  EXPECT_LE(error(nn::forward_cached(*other, x, caches), other->forward(x, {}, {}, true)), tolerance<T>());
+}
+
+// A NaN or Inf input position p reaches the positions that see its key (>= p) and no other, the
+// same whether the prompt is prefilled at once or fed one position at a time: the positions
+// causality hides contribute nothing, not even 0 x NaN (the full forward's rule too).
+TYPED_TEST(KVCacheTest, NonFinitePositionFollowsCausality) {
+  using T = TypeParam;
+  for (const Config& c : kConfigs) {
+    for (const T bad : {std::numeric_limits<T>::quiet_NaN(), std::numeric_limits<T>::infinity()}) {
+      SCOPED_TRACE(name(c) + (std::isnan(bad) ? ", NaN" : ", Inf"));
+      auto encoder = make_encoder<T>(c, 8);
+      Tensor<T> x = make_input<T>(c, 5, 17);
+      x.mutable_value()(c.batch_first ? 0 : 2, c.batch_first ? 2 : 0, 3) = bad;  // sequence 0, position 2
+      const std::int64_t sd = seq_dim(c);
+      NoGradGuard no_grad;
+      const Tensor<T> full = encoder->forward(x, {}, {}, /*is_causal=*/true);
+      std::vector<nn::KVCache<T>> prefilled, stepped;
+      const Tensor<T> whole = nn::forward_cached(*encoder, x, prefilled);
+      std::vector<Tensor<T>> steps;
+      for (std::int64_t p = 0; p < 5; ++p) steps.push_back(nn::forward_cached(*encoder, slice(x, sd, p, p + 1), stepped));
+      const Tensor<T> one_by_one = cat<T>(steps, sd);
+      // Before p and in the other sequence: finite. At p: NaN (its LayerNorm sees the Inf or NaN).
+      // After p: NaN as the full forward says (a NaN key poisons, an Inf one may score -inf).
+      for (const Tensor<T>* got : {&full, &whole, &one_by_one}) {
+        const Array<T>& y = got->value();
+        const Array<T>& want = full.value();
+        for (std::size_t p = 0; p < 5; ++p)
+          for (std::size_t n = 0; n < 2; ++n)
+            for (std::size_t e = 0; e < 8; ++e) {
+              const T value = c.batch_first ? y(n, p, e) : y(p, n, e);
+              const bool nan_wanted = n == 1 || p < 2             ? false
+                                      : p == 2 || std::isnan(bad) ? true
+                                                                  : std::isnan(c.batch_first ? want(n, p, e) : want(p, n, e));
+              EXPECT_EQ(std::isnan(value), nan_wanted) << "position " << p << ", sequence " << n;
+              if (n == 1 || p < 2) {
+                EXPECT_TRUE(std::isfinite(value)) << "position " << p;
+              }
+            }
+      }
+      // The finite positions agree as without the bad input.
+      EXPECT_LE(error(slice(whole, sd, 0, 2), slice(full, sd, 0, 2)), tolerance<T>());
+      EXPECT_LE(error(slice(one_by_one, sd, 0, 2), slice(full, sd, 0, 2)), tolerance<T>());
+    }
+  }
 }
 
 }  // namespace

@@ -139,6 +139,62 @@ TEST(AttentionTiled, FullyMaskedRowGivesZeros) {
     for (std::size_t e = 0; e < 4; ++e) EXPECT_EQ(r[1].data()[(b * 7 + 2) * 4 + e], 0.0);  // dq of query 2
 }
 
+// A query row whose keys all carry one large finite mask value (-1e9, or the type's lowest, as
+// padding masks do) attends uniformly; the tiled backward used to rebuild P as exp(A - lse) with
+// lse = m + log(l), which loses log(l) at |m| ~ 1e9 (dq ~ S times too large). Tiled and
+// materialized agree on values and every gradient, through a float attn_mask and through
+// nn.MultiheadAttention's bool attn_mask plus a float key_padding_mask that pads a whole sequence.
+template <class T>
+void expect_large_finite_masks_agree(double rel) {
+  for (const T big : {T(-1e9), std::numeric_limits<T>::lowest()}) {
+    SCOPED_TRACE("mask value " + std::to_string(static_cast<double>(big)));
+    Generator g(21);
+    Array<T> mask = randn<T>({7, 9}, g).value();
+    for (std::size_t j = 0; j < 9; ++j) mask(1, j) = mask(5, j) = big;  // rows 1 and 5: every key
+    mask(3, 2) = mask(3, 7) = big;                                      // row 3: two keys
+    {
+      SCOPED_TRACE("float attn_mask");
+      const Case<T> c("", {2, 3, 7, 4}, {2, 3, 9, 4}, {2, 3, 9, 5}, mask);
+      const auto want = sdpa_run(c, AttentionPath::Materialized);
+      for (auto [qr, kr] : {std::pair<std::size_t, std::size_t>{2, 3}, {4, 4}, {0, 0}}) {
+        SCOPED_TRACE("blocks " + std::to_string(qr) + " x " + std::to_string(kr));
+        expect_close(sdpa_run(c, AttentionPath::Tiled, qr, kr), want, rel);
+      }
+    }
+    // nn.MultiheadAttention: bool attn_mask (a few keys), float key_padding_mask: sequence 1 padded
+    // with `big` everywhere, sequence 0 on its last two keys.
+    constexpr std::int64_t E = 8, H = 2, N = 2, L = 6;
+    manual_seed(1);
+    nn::MultiheadAttention<T> mha(nn::MultiheadAttentionOptions(E, H).batch_first(true));
+    Array<T> padding = zeros<T>({N, L}).value();
+    for (std::size_t j = 0; j < L; ++j) padding(1, j) = big;
+    padding(0, L - 1) = padding(0, L - 2) = big;
+    BoolArray attn = BoolArray::from_shape({L, L});
+    std::fill(attn.begin(), attn.end(), false);
+    attn(0, 3) = attn(2, 1) = attn(4, 0) = true;
+    auto run = [&](AttentionPath path, std::size_t qr, std::size_t kr) {
+      PathGuard guard(path, qr, kr);
+      mha.zero_grad();
+      Generator gx(8);
+      Tensor<T> x = randn<T>({N, L, E}, gx, true);
+      auto [y, w] = mha.forward(x, x, x, padding, /*need_weights=*/false, attn, true, /*is_causal=*/false);
+      auto r = outputs_and_grads(y, {x});
+      r.push_back(mha.in_proj_weight.grad());
+      r.push_back(mha.in_proj_bias.grad());
+      return r;
+    };
+    const auto want = run(AttentionPath::Materialized, 0, 0);
+    for (auto [qr, kr] : {std::pair<std::size_t, std::size_t>{2, 3}, {4, 4}, {0, 0}}) {
+      SCOPED_TRACE("MultiheadAttention, blocks " + std::to_string(qr) + " x " + std::to_string(kr));
+      expect_close(run(AttentionPath::Tiled, qr, kr), want, rel);
+    }
+  }
+}
+
+TEST(AttentionTiled, LargeFiniteMaskRowsMatchInDouble) { expect_large_finite_masks_agree<double>(1e-12); }
+
+TEST(AttentionTiled, LargeFiniteMaskRowsMatchInFloat) { expect_large_finite_masks_agree<float>(1e-5); }
+
 TEST(AttentionTiled, MultiheadAttentionInBothLayouts) {
   constexpr std::int64_t E = 8, H = 2, N = 2, L = 6, S = 9;
   for (bool batch_first : {false, true})

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include <xgrad/backend/autocast.hpp>
@@ -15,16 +17,34 @@
 #include <xgrad/backend/parallel.hpp>
 #include <xgrad/backend/signals.hpp>
 #include <xgrad/core/grad_mode.hpp>
+#include <xgrad/ops/attention_kernels.hpp>
 #include <xgrad/ops/ops.hpp>
 
 namespace xgrad::nn {
 
 // ---- KVCache ------------------------------------------------------------------------------------
 
+namespace {
+
+// "layer 1 of the TransformerEncoder at 0x..." or "the TransformerEncoderLayer at 0x...".
+std::string describe(const void* layer, const void* encoder, std::int64_t index) {
+  std::ostringstream s;
+  if (encoder)
+    s << "layer " << index << " of the TransformerEncoder at " << encoder;
+  else
+    s << "the TransformerEncoderLayer at " << layer;
+  return s.str();
+}
+
+}  // namespace
+
 template <class T>
 void KVCache<T>::clear() {
   length_ = 0;
   in_use_ = false;
+  reserved_ = 0;
+  nonfinite_values_ = false;
+  owner_ = Owner();
 }
 
 template <class T>
@@ -32,13 +52,14 @@ void KVCache<T>::crop(std::int64_t length) {
   XGRAD_CHECK(length >= 0 && length <= length_, "KVCache::crop: length must be in [0, ", length_,
               "] (the positions cached), got ", length);
   length_ = length;
+  if (length_ == 0) nonfinite_values_ = false;
 }
 
 template <class T>
 void KVCache<T>::reserve(std::int64_t capacity) {
   XGRAD_CHECK(capacity >= 0, "KVCache::reserve: capacity must be >= 0, got ", capacity);
+  if (in_use_ && capacity > capacity_) grow(static_cast<std::size_t>(capacity));  // throws: nothing changed
   reserved_ = std::max(reserved_, capacity);
-  if (in_use_ && capacity > capacity_) grow(static_cast<std::size_t>(capacity));
 }
 
 template <class T>
@@ -62,7 +83,7 @@ template <class T>
 Array<T> KVCache<T>::copy_of(const Array<T>& buffer) const {
   const std::size_t length = static_cast<std::size_t>(length_);
   const std::size_t batch = in_use_ ? batch_ : 0;
-  Array<T> out = Array<T>::from_shape({batch, heads_, length, head_dim_});
+  Array<T> out = empty_array<T>({batch, heads_, length, head_dim_}, "KVCache");
   for (std::size_t nh = 0; nh < batch * heads_; ++nh)
     std::copy_n(buffer.data() + nh * static_cast<std::size_t>(capacity_) * head_dim_, length * head_dim_,
                 out.data() + nh * length * head_dim_);
@@ -70,20 +91,12 @@ Array<T> KVCache<T>::copy_of(const Array<T>& buffer) const {
 }
 
 template <class T>
-std::int64_t KVCache<T>::prepare(const char* who, std::size_t batch, std::size_t heads, std::size_t head_dim,
-                                 bool batch_first, std::size_t t) {
-  if (!in_use_) {
-    if (batch != batch_ || heads != heads_ || head_dim != head_dim_) {  // the kept buffers do not fit
-      k_ = Array<T>();
-      v_ = Array<T>();
-      capacity_ = 0;
-    }
-    batch_ = batch;
-    heads_ = heads;
-    head_dim_ = head_dim;
-    batch_first_ = batch_first;
-    in_use_ = true;
-  } else {
+std::int64_t KVCache<T>::prepare(const char* who, const Owner& owner, std::size_t batch, std::size_t heads,
+                                 std::size_t head_dim, bool batch_first, std::size_t t) {
+  if (in_use_) {
+    XGRAD_CHECK(owner.layer == owner_.layer, who, ": this cache holds the keys and values of ",
+                describe(owner_.layer, owner_.encoder, owner_.index), ", not of ",
+                describe(owner.layer, owner.encoder, owner.index), " (use one cache per layer, or clear() it first)");
     XGRAD_CHECK(batch_first == batch_first_, who, ": layout mismatch: the cache holds the keys of a batch_first=",
                 batch_first_ ? "true" : "false", " layer, this layer has batch_first=", batch_first ? "true" : "false",
                 " (use one cache per layer, or clear() it)");
@@ -92,9 +105,31 @@ std::int64_t KVCache<T>::prepare(const char* who, std::size_t batch, std::size_t
                 "to start another batch)");
     XGRAD_CHECK(heads == heads_ && head_dim == head_dim_, who, ": the cache holds ", heads_, " heads of size ",
                 head_dim_, ", this layer has ", heads, " of size ", head_dim, " (use one cache per layer)");
+    const auto needed = static_cast<std::int64_t>(static_cast<std::size_t>(length_) + t);
+    if (needed > capacity_) grow(static_cast<std::size_t>(std::max({needed, 2 * capacity_, reserved_})));
+    return length_;
   }
-  const auto needed = static_cast<std::int64_t>(static_cast<std::size_t>(length_) + t);
-  if (needed > capacity_) grow(static_cast<std::size_t>(std::max({needed, 2 * capacity_, reserved_})));
+  // First use (length_ is 0): the buffers kept from an earlier use serve when the shapes match.
+  if (batch != batch_ || heads != heads_ || head_dim != head_dim_) {
+    k_ = Array<T>();
+    v_ = Array<T>();
+    capacity_ = 0;
+    batch_ = batch;
+    heads_ = heads;
+    head_dim_ = head_dim;
+  }
+  const auto needed = std::max(static_cast<std::int64_t>(t), reserved_);
+  if (needed > capacity_) {
+    try {
+      grow(static_cast<std::size_t>(needed));
+    } catch (...) {
+      reserved_ = 0;  // a reservation that cannot be met is dropped, so that the cache stays usable
+      throw;
+    }
+  }
+  batch_first_ = batch_first;
+  owner_ = owner;
+  in_use_ = true;
   return length_;
 }
 
@@ -133,21 +168,26 @@ Tensor<T> to_batch_first(const char* who, const Tensor<T>& x, const TransformerE
 //   O_{n,h} = softmax(q_{n,h} K_{n,h}^T / sqrt(d), causal) V_{n,h}   (t, d) against (S, d)
 //   out = concat_h(O_{n,h}) out_proj.weight^T + out_proj.bias
 template <class T>
-Tensor<T> cached_self_attention(const char* who, MultiheadAttention<T>& mha, const Tensor<T>& h, KVCache<T>& cache) {
+Tensor<T> cached_self_attention(const char* who, const typename KVCache<T>::Owner& owner, MultiheadAttention<T>& mha,
+                                const Tensor<T>& h, KVCache<T>& cache) {
   const Shape s = h.shape();
   const std::size_t N = s[0], t = s[1], E = s[2];
   const auto H = static_cast<std::size_t>(mha.options().num_heads()), d = E / H;
-  const auto start = static_cast<std::size_t>(cache.prepare(who, N, H, d, mha.options().batch_first(), t));
+  const auto start = static_cast<std::size_t>(cache.prepare(who, owner, N, H, d, mha.options().batch_first(), t));
   const std::size_t S = start + t;
   const Tensor<T> qkv = linear(h, mha.in_proj_weight, mha.in_proj_bias);  // (N, t, 3E): q | k | v
   const T* p = qkv.value().data();
+  bool finite = true;
   for (std::size_t n = 0; n < N; ++n)
     for (std::size_t i = 0; i < t; ++i)
       for (std::size_t hh = 0; hh < H; ++hh) {
         const T* row = p + (n * t + i) * 3 * E + hh * d;
         std::copy_n(row + E, d, cache.key(n, hh, start + i));
         std::copy_n(row + 2 * E, d, cache.value(n, hh, start + i));
+        for (std::size_t c = 0; c < d; ++c) finite = finite && std::isfinite(row[2 * E + c]);
       }
+  if (!finite) cache.note_nonfinite_values();
+  const bool nonfinite = cache.may_hold_nonfinite_values();
   Array<T> attn = empty_array<T>({N, t, E}, who);
   const T scale = T(1) / std::sqrt(static_cast<T>(d));
   // Under autocast the products run in bf16, as in the full forward's attention; decided here, on
@@ -160,17 +200,21 @@ Tensor<T> cached_self_attention(const char* who, MultiheadAttention<T>& mha, con
       const std::size_t n = nh / H, hh = nh % H;
       detail::gemm_autocast<T>(bf16, false, true, t, S, d, scale, p + n * t * 3 * E + hh * d, 3 * E,
                                cache.key(n, hh, 0), d, T(0), scores.data(), S);
+      // P = softmax over the visible keys, by the attention op's rule (attention_kernels.hpp), so
+      // that Inf and NaN come out as on the full forward; 0 for the keys causality hides
       for (std::size_t i = 0; i < t; ++i) {
         T* row = scores.data() + i * S;
         const std::size_t visible = start + i + 1;
-        const T top = *std::max_element(row, row + visible);
-        T total = 0;
-        for (std::size_t j = 0; j < visible; ++j) total += (row[j] = std::exp(row[j] - top));
-        for (std::size_t j = 0; j < visible; ++j) row[j] /= total;
+        detail::softmax_row(row, visible);
         std::fill(row + visible, row + S, T(0));
       }
-      detail::gemm_autocast<T>(bf16, false, false, t, d, S, T(1), scores.data(), S, cache.value(n, hh, 0), d, T(0),
-                               attn.data() + n * t * E + hh * d, E);
+      // O = P V: a probability 0 reads nothing of its value (a hidden NaN value stays hidden)
+      if (nonfinite)
+        detail::gemm_zeros_pass_nothing<T>(bf16, false, t, d, S, T(1), scores.data(), S, cache.value(n, hh, 0), d,
+                                           T(0), attn.data() + n * t * E + hh * d, E);
+      else
+        detail::gemm_autocast<T>(bf16, false, false, t, d, S, T(1), scores.data(), S, cache.value(n, hh, 0), d, T(0),
+                                 attn.data() + n * t * E + hh * d, E);
     }
   });
   cache.commit(t);
@@ -180,8 +224,9 @@ Tensor<T> cached_self_attention(const char* who, MultiheadAttention<T>& mha, con
 // One layer on x (N, t, E), as TransformerEncoderLayer::forward without dropout:
 //   post-norm: x = norm1(x + sa(x)); x = norm2(x + ff(x));  pre-norm: x = x + sa(norm1(x)); x = x + ff(norm2(x))
 template <class T>
-Tensor<T> layer_step(const char* who, TransformerEncoderLayer<T>& layer, const Tensor<T>& x, KVCache<T>& cache) {
-  const auto sa = [&](const Tensor<T>& h) { return cached_self_attention(who, *layer.self_attn, h, cache); };
+Tensor<T> layer_step(const char* who, const typename KVCache<T>::Owner& owner, TransformerEncoderLayer<T>& layer,
+                     const Tensor<T>& x, KVCache<T>& cache) {
+  const auto sa = [&](const Tensor<T>& h) { return cached_self_attention(who, owner, *layer.self_attn, h, cache); };
   const auto ff = [&](const Tensor<T>& h) {
     Tensor<T> a = layer.linear1->forward(h);
     a = transformer_activation(who, layer.options().activation(), a);
@@ -202,7 +247,7 @@ Tensor<T> forward_cached(TransformerEncoderLayer<T>& layer, const Tensor<T>& x_n
   const char* who = "forward_cached(TransformerEncoderLayer)";
   check_inference(who, layer);
   const detail::AsyncSignalScope one_signal_block;  // as TransformerEncoderLayer::forward
-  const Tensor<T> y = layer_step(who, layer, to_batch_first(who, x_new, layer.options()), cache);
+  const Tensor<T> y = layer_step(who, {&layer, nullptr, -1}, layer, to_batch_first(who, x_new, layer.options()), cache);
   return layer.options().batch_first() ? y : transpose(y, 0, 1);
 }
 
@@ -224,8 +269,11 @@ Tensor<T> forward_cached(TransformerEncoder<T>& encoder, const Tensor<T>& x_new,
     // The layers are copies of one layer: they share its options, hence its layout.
     const TransformerEncoderLayerOptions& o = encoder.layer(0)->options();
     x = to_batch_first(who, x, o);
-    for (std::size_t i = 0; i < layers; ++i)
-      x = layer_step(who, *encoder.layer(static_cast<std::int64_t>(i)), x, caches[i]);
+    for (std::size_t i = 0; i < layers; ++i) {
+      const auto index = static_cast<std::int64_t>(i);
+      TransformerEncoderLayer<T>& layer = *encoder.layer(index);
+      x = layer_step(who, {&layer, &encoder, index}, layer, x, caches[i]);
+    }
     if (!o.batch_first()) x = transpose(x, 0, 1);
   }
   if (encoder.norm) x = encoder.norm->forward(x);

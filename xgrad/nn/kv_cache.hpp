@@ -22,8 +22,9 @@
 namespace xgrad::nn {
 
 // The keys and values one TransformerEncoderLayer's self-attention has seen, for generation.
-// Empty at first: the first forward_cached fixes its batch size N, heads H, head size d and
-// layout (batch_first or not); clear() forgets them and the positions.
+// Empty at first: the first forward_cached fixes its layer, batch size N, heads H, head size d and
+// layout (batch_first or not); clear() forgets them and the positions. A cache belongs to one
+// layer: passing it with another layer throws, naming both.
 template <class T = float>
 class KVCache {
  public:
@@ -31,13 +32,16 @@ class KVCache {
 
   // Positions seen (the length of every sequence of the batch).
   std::int64_t length() const { return length_; }
-  // Forgets every position (and the batch size and layout); keeps the memory for the next use.
+  // Forgets every position, the layer, the batch size and layout, and a pending reserve(); keeps
+  // the memory for the next use.
   void clear();
   // Keeps the first `length` positions (0 <= length <= length()), as Hugging Face's
   // DynamicCache.crop: generation can go back and continue from there.
   void crop(std::int64_t length);
-  // Makes room for `capacity` positions, so that no append up to it reallocates. Before the first
-  // use it is remembered and applied once the shapes are known.
+  // Makes room for `capacity` positions, so that no append up to it reallocates; when the memory
+  // cannot be had it throws and leaves the cache as it was. Before the first use it is remembered
+  // and applied once the shapes are known: if it cannot be met then, that forward_cached throws,
+  // the cache stays empty and the reservation is dropped.
   void reserve(std::int64_t capacity);
   // Positions the buffers hold without growing.
   std::int64_t capacity() const { return capacity_; }
@@ -49,12 +53,24 @@ class KVCache {
   Array<T> keys() const { return copy_of(k_); }
   Array<T> values() const { return copy_of(v_); }
 
-  // For forward_cached: checks x's shape (N, E) against what the cache holds (names `who`), fixes
-  // the shapes on first use, makes room for `t` more positions and returns the position the new
-  // ones start at. The caller then writes them with key()/value() and calls commit(t).
-  std::int64_t prepare(const char* who, std::size_t batch, std::size_t heads, std::size_t head_dim, bool batch_first,
-                       std::size_t t);
+  // For forward_cached. The layer a cache serves: its address, and for messages the encoder
+  // holding it and its index there (null and -1 for a layer called alone).
+  struct Owner {
+    const void* layer = nullptr;
+    const void* encoder = nullptr;
+    std::int64_t index = -1;
+  };
+  // Checks the layer and x's shape (N, E) against what the cache holds (names `who`), fixes them
+  // on first use, makes room for `t` more positions and returns the position the new ones start
+  // at; when it throws the cache is as before. The caller then writes them with key()/value(),
+  // calls note_nonfinite_values() if a value it wrote is Inf or NaN, and commit(t).
+  std::int64_t prepare(const char* who, const Owner& owner, std::size_t batch, std::size_t heads,
+                       std::size_t head_dim, bool batch_first, std::size_t t);
   void commit(std::size_t t) { length_ += static_cast<std::int64_t>(t); }
+  void note_nonfinite_values() { nonfinite_values_ = true; }
+  // Whether a value written since the cache was last empty may be Inf or NaN (then the attention
+  // must keep it out of the positions whose probability is 0, kv_cache.cpp).
+  bool may_hold_nonfinite_values() const { return nonfinite_values_; }
   // Row `pos` of head h of sequence n: d contiguous values; consecutive positions are d apart.
   T* key(std::size_t n, std::size_t h, std::size_t pos) { return k_.data() + offset(n, h, pos); }
   T* value(std::size_t n, std::size_t h, std::size_t pos) { return v_.data() + offset(n, h, pos); }
@@ -72,7 +88,9 @@ class KVCache {
   std::int64_t reserved_ = 0;  // asked for by reserve() before the shapes were known
   std::size_t batch_ = 0, heads_ = 0, head_dim_ = 0;
   bool batch_first_ = false;
-  bool in_use_ = false;  // the shapes above are fixed
+  bool in_use_ = false;  // the shapes above and owner_ are fixed
+  bool nonfinite_values_ = false;
+  Owner owner_;
 };
 
 // Incremental causal forward of one layer (norm_first or not, batch_first or not, any

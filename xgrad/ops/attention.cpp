@@ -11,10 +11,11 @@
 // Per batch b (batch = product of the leading dims), q: (L, E), k: (S, E), v: (S, Ev):
 //   A  = scale * q k^T + M        (L, S)   M: the float mask, or -inf where masked (bool, causal)
 //   P  = softmax(A) along S       (L, S)   max-subtracted; a row whose keys are all masked gets
-//                                          P = 0 (PyTorch gives NaN there on some paths)
+//                                          P = 0 (PyTorch gives NaN there on some paths); NaN
+//                                          and zeros by the rule of attention_kernels.hpp
 //   Pd = P * D                    (L, S)   D: dropout mask, 0 or 1/(1-p), from Philox (the same
 //                                          on both paths, AttentionDropout); D = 1 when p = 0
-//   O  = Pd v                     (L, Ev)
+//   O  = Pd v                     (L, Ev)  an entry Pd = 0 reads nothing of v (no 0 x NaN)
 //   W  = Pd                       (L, S)   the weights, returned when asked for
 // A float mask is a constant array: it gets no gradient. A bool mask follows
 // nn.MultiheadAttention's convention, true = may NOT attend (ops.hpp); note that
@@ -49,6 +50,131 @@
 
 namespace xgrad {
 
+// ---- the probability rule and the gemm that skips zeros (attention_kernels.hpp) ----------------
+
+template <class T>
+T detail::row_max(const T* x, std::size_t n) {
+  // select(x > acc, x, acc) keeps acc where x is NaN (xsimd::max's result would depend on the order)
+  using B = simd_batch<T>;
+  constexpr std::size_t W = B::size;
+  T m = -std::numeric_limits<T>::infinity();
+  std::size_t j = 0;
+  if (n >= W) {
+    B acc(m);
+    for (; j + W <= n; j += W) {
+      const B v = B::load_unaligned(x + j);
+      acc = xsimd::select(v > acc, v, acc);
+    }
+    alignas(64) T lanes[W];
+    acc.store_aligned(lanes);
+    for (std::size_t l = 0; l < W; ++l) m = lanes[l] > m ? lanes[l] : m;
+  }
+  for (; j < n; ++j) m = x[j] > m ? x[j] : m;
+  return m;
+}
+
+template <class T>
+bool detail::has_nan(const T* x, std::size_t n) {
+  for (std::size_t j = 0; j < n; ++j)
+    if (std::isnan(x[j])) return true;
+  return false;
+}
+
+template <class T>
+void detail::probabilities(T* row, std::size_t n, T m, T inv_l) {
+  if (m == -std::numeric_limits<T>::infinity()) {  // no key the row may see
+    for (std::size_t j = 0; j < n; ++j) row[j] = std::isnan(row[j]) ? row[j] : T(0);
+    return;
+  }
+  detail::simd_exp_sub_sum(row, m, row, n);
+  if (std::isnan(inv_l)) {  // a NaN logit: NaN but where e = 0
+    for (std::size_t j = 0; j < n; ++j) row[j] = row[j] == T(0) ? T(0) : inv_l;
+    return;
+  }
+  for (std::size_t j = 0; j < n; ++j) row[j] *= inv_l;
+}
+
+template <class T>
+void detail::softmax_row(T* row, std::size_t n) {
+  const T m = row_max(row, n);
+  if (m == -std::numeric_limits<T>::infinity()) {
+    probabilities(row, n, m, T(0));
+    return;
+  }
+  // probabilities() without recomputing e: l is NaN exactly when some logit is (m is finite)
+  const T inv = T(1) / detail::simd_exp_sub_sum(row, m, row, n);
+  if (std::isnan(inv)) {
+    for (std::size_t j = 0; j < n; ++j) row[j] = row[j] == T(0) ? T(0) : inv;
+    return;
+  }
+  for (std::size_t j = 0; j < n; ++j) row[j] *= inv;
+}
+
+namespace {
+
+// Whether x[0, n) is all finite: x * 0 is 0 for a finite x, NaN for an Inf or a NaN.
+template <class T>
+bool all_finite(const T* x, std::size_t n) {
+  using B = detail::simd_batch<T>;
+  constexpr std::size_t W = B::size;
+  B acc(T(0));
+  std::size_t j = 0;
+  for (; j + W <= n; j += W) acc += B::load_unaligned(x + j) * B(T(0));
+  T total = xsimd::hadd(acc);
+  for (; j < n; ++j) total += x[j] * T(0);
+  return total == T(0);
+}
+
+}  // namespace
+
+template <class T>
+void detail::gemm_zeros_pass_nothing(bool bf16, bool trans_a, std::size_t m, std::size_t n, std::size_t k, T alpha,
+                                     const T* a, std::size_t lda, const T* b, std::size_t ldb, T beta, T* c,
+                                     std::size_t ldc) {
+  if (!std::isfinite(alpha)) {  // alpha x 0 is NaN too (scale = NaN): fold alpha into op(A) first
+    std::vector<T> scaled(m * k);
+    for (std::size_t i = 0; i < m; ++i)
+      for (std::size_t p = 0; p < k; ++p) {
+        const T x = trans_a ? a[p * lda + i] : a[i * lda + p];
+        scaled[i * k + p] = x == T(0) ? T(0) : alpha * x;
+      }
+    gemm_zeros_pass_nothing<T>(bf16, false, m, n, k, T(1), scaled.data(), k, b, ldb, beta, c, ldc);
+    return;
+  }
+  std::vector<std::size_t> bad;  // rows of B holding an Inf or a NaN
+  for (std::size_t p = 0; p < k; ++p)
+    if (!all_finite(b + p * ldb, n)) bad.push_back(p);
+  if (bad.empty()) {
+    gemm_autocast<T>(bf16, trans_a, false, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  // C = alpha op(A) B0 + beta C with B's bad rows zeroed, then the bad rows' terms where op(A) != 0
+  std::vector<T> b0(k * n);
+  for (std::size_t p = 0; p < k; ++p) std::copy_n(b + p * ldb, n, b0.data() + p * n);
+  for (std::size_t p : bad) std::fill_n(b0.data() + p * n, n, T(0));
+  gemm_autocast<T>(bf16, trans_a, false, m, n, k, alpha, a, lda, b0.data(), n, beta, c, ldc);
+  for (std::size_t p : bad) {
+    const T* bp = b + p * ldb;
+    for (std::size_t i = 0; i < m; ++i) {
+      const T x = trans_a ? a[p * lda + i] : a[i * lda + p];
+      if (x == T(0)) continue;
+      T* ci = c + i * ldc;
+      for (std::size_t col = 0; col < n; ++col) ci[col] += alpha * x * bp[col];
+    }
+  }
+}
+
+#define XGRAD_INSTANTIATE(T)                                                                                       \
+  template T detail::row_max<T>(const T*, std::size_t);                                                             \
+  template bool detail::has_nan<T>(const T*, std::size_t);                                                          \
+  template void detail::probabilities<T>(T*, std::size_t, T, T);                                                    \
+  template void detail::softmax_row<T>(T*, std::size_t);                                                            \
+  template void detail::gemm_zeros_pass_nothing<T>(bool, bool, std::size_t, std::size_t, std::size_t, T, const T*, \
+                                                   std::size_t, const T*, std::size_t, T, T*, std::size_t);
+XGRAD_INSTANTIATE(float)
+XGRAD_INSTANTIATE(double)
+#undef XGRAD_INSTANTIATE
+
 namespace {
 
 constexpr const char* kOp = detail::kAttentionOp;
@@ -62,18 +188,6 @@ using detail::Qkv;
 using detail::read_qkv;
 
 // ---- the kernels --------------------------------------------------------------------------------
-
-// row <- softmax(row), max-subtracted; all zeros when every entry is -inf.
-template <class T>
-void softmax_row(T* row, std::size_t n) {
-  const T m = detail::simd_max(row, n);
-  if (m == -std::numeric_limits<T>::infinity()) {
-    std::fill(row, row + n, T(0));
-    return;
-  }
-  const T inv = T(1) / detail::simd_exp_sub_sum(row, m, row, n);
-  for (std::size_t j = 0; j < n; ++j) row[j] *= inv;
-}
 
 // Batches per thread chunk: at least ~64K multiply-adds of score work, so that tiny attention stays
 // on one thread. Each batch (one head of one sequence) is independent, with its own gemms.
@@ -102,7 +216,7 @@ void attention_forward(const Mat<T*>& out, const Mat<T*>& w, T* P, const Qkv<con
         // A += M
         mask.apply(b, i, 0, S, row);
         // P = softmax(A)
-        softmax_row(row, S);
+        detail::softmax_row(row, S);
       }
       // Pd = P * D;  W = Pd
       const T* pd = pb;
@@ -122,19 +236,22 @@ void attention_forward(const Mat<T*>& out, const Mat<T*>& w, T* P, const Qkv<con
         }
         pd = dst;
       }
-      // O = Pd v
-      detail::gemm_autocast<T>(bf16, false, false, L, Ev, S, T(1), pd, ld_pd, in.v.at(b), in.v.ld, T(0), out.at(b),
-                               out.ld);
+      // O = Pd v  (a probability 0 reads nothing of its value, be it NaN)
+      detail::gemm_zeros_pass_nothing<T>(bf16, false, L, Ev, S, T(1), pd, ld_pd, in.v.at(b), in.v.ld, T(0), out.at(b),
+                                         out.ld);
     }
   });
 }
 
 // From dO (B, L, Ev) and, when its base is set, dW (B, L, S)
 //   -> d.q (B, L, E), d.k (B, S, E), d.v (B, S, Ev), each overwritten; null ones are skipped.
-// P, in = (q, k, v), D, the sizes and bf16 are attention_forward's.
+// P, in = (q, k, v), D, the sizes and bf16 are attention_forward's; out and w its O and W.
+// Zeros pass nothing, as in the forward: where P, D or dA is 0 the products leave out the other
+// factor, NaN or not (gemm_zeros_pass_nothing), so a masked or dropped key gets and gives no NaN.
 template <class T>
-void attention_backward(const Qkv<T*>& d, const Mat<const T*>& dout, const Mat<const T*>& dw, const T* P,
-                        const Qkv<const T*>& in, const T* D, const Dims& n, T alpha, bool bf16) {
+void attention_backward(const Qkv<T*>& d, const Mat<const T*>& dout, const Mat<const T*>& dw, const Mat<const T*>& out,
+                        const Mat<const T*>& w, const T* P, const Qkv<const T*>& in, const T* D, const Dims& n, T alpha,
+                        bool bf16) {
   const std::size_t L = n.L, S = n.S, E = n.E, Ev = n.Ev;
   const bool need_scores = d.q.base || d.k.base;
   detail::parallel_for(n.B, batch_grain(n), [&](std::size_t b0, std::size_t b1) {
@@ -151,7 +268,7 @@ void attention_backward(const Qkv<T*>& d, const Mat<const T*>& dout, const Mat<c
           for (std::size_t m = 0; m < L * S; ++m) dropped[m] = pb[m] * db[m];
           pd = dropped.data();
         }
-        detail::gemm_autocast<T>(bf16, true, false, S, Ev, L, T(1), pd, S, dOb, dout.ld, T(0), d.v.at(b), d.v.ld);
+        detail::gemm_zeros_pass_nothing<T>(bf16, true, S, Ev, L, T(1), pd, S, dOb, dout.ld, T(0), d.v.at(b), d.v.ld);
       }
       if (!need_scores) continue;
       // dPd = dO v^T + dW                       <- O = Pd v;  W = Pd
@@ -161,27 +278,29 @@ void attention_backward(const Qkv<T*>& d, const Mat<const T*>& dout, const Mat<c
       for (std::size_t i = 0; i < L; ++i) {
         T* g = dA.data() + i * S;
         const T* p = pb + i * S;
+        // Dr = rowsum(dP * P) = dO O + dW W    (as the tiled path computes it)
+        T dr = detail::simd_dot(dout.row(b, i), out.row(b, i), Ev);
         if (dWb) {
           const T* dwi = dWb + i * dw.ld;
           for (std::size_t j = 0; j < S; ++j) g[j] += dwi[j];
+          dr += detail::simd_dot(dwi, w.row(b, i), S);
         }
         // dP = dPd * D                          <- Pd = P * D
         if (db) {
           const T* m = db + i * S;
-          for (std::size_t j = 0; j < S; ++j) g[j] *= m[j];
+          for (std::size_t j = 0; j < S; ++j) g[j] = m[j] == T(0) ? T(0) : g[j] * m[j];
         }
-        // dA = P * (dP - rowsum(dP * P))        <- P = softmax(A); zero wherever P = 0: masked
+        // dA = P * (dP - Dr)                    <- P = softmax(A); 0 wherever P = 0: masked
         //                                          keys and fully masked rows pass no gradient
-        const T gp = detail::simd_dot(g, p, S);
-        for (std::size_t j = 0; j < S; ++j) g[j] = p[j] * (g[j] - gp);
+        for (std::size_t j = 0; j < S; ++j) g[j] = p[j] == T(0) ? T(0) : p[j] * (g[j] - dr);
       }
       // dQ = scale * dA k;  dK = scale * dA^T q  <- A = scale * q k^T
       if (d.q.base)
-        detail::gemm_autocast<T>(bf16, false, false, L, E, S, alpha, dA.data(), S, in.k.at(b), in.k.ld, T(0),
-                                 d.q.at(b), d.q.ld);
+        detail::gemm_zeros_pass_nothing<T>(bf16, false, L, E, S, alpha, dA.data(), S, in.k.at(b), in.k.ld, T(0),
+                                           d.q.at(b), d.q.ld);
       if (d.k.base)
-        detail::gemm_autocast<T>(bf16, true, false, S, E, L, alpha, dA.data(), S, in.q.at(b), in.q.ld, T(0),
-                                 d.k.at(b), d.k.ld);
+        detail::gemm_zeros_pass_nothing<T>(bf16, true, S, E, L, alpha, dA.data(), S, in.q.at(b), in.q.ld, T(0),
+                                           d.k.at(b), d.k.ld);
     }
   });
 }
@@ -243,7 +362,7 @@ Tensor<T> attention_node(std::vector<Tensor<T>> inputs, const NodeLayout& l, con
 
   Array<T> D;  // dropout multipliers (B, L, S), the decisions of AttentionDropout; unused when p = 0
   if (dropping) {
-    D = empty_array<T>({n.B, n.L, n.S});
+    D = empty_array<T>({n.B, n.L, n.S}, kOp);
     T* pd = D.data();
     const std::size_t rows = n.B * n.L, grain = std::max<std::size_t>(1, 4096 / std::max<std::size_t>(1, n.S));
     detail::parallel_for(rows, grain, [&](std::size_t r0, std::size_t r1) {
@@ -251,8 +370,8 @@ Tensor<T> attention_node(std::vector<Tensor<T>> inputs, const NodeLayout& l, con
     });
   }
 
-  Array<T> out = empty_array<T>(l.value);
-  Array<T> P = empty_array<T>({n.B, n.L, n.S});
+  Array<T> out = empty_array<T>(l.value, kOp);
+  Array<T> P = empty_array<T>({n.B, n.L, n.S}, kOp);
   const bool bf16 = detail::autocast_gemm<T>();  // here, not on the pool threads; recorded for the backward
   attention_forward<T>(l.o.at(out.data()), weights ? l.w.at(out.data()) : Mat<T*>{}, P.data(),
                        read_qkv<T>(l, [&](std::size_t i) { return inputs[i].value().data(); }),
@@ -265,11 +384,13 @@ Tensor<T> attention_node(std::vector<Tensor<T>> inputs, const NodeLayout& l, con
         std::vector<Array<T>> g(count);  // each input's gradient, when it needs one
         std::vector<char> need(count);   // (a default Array is 0-d, one element: not "none")
         for (std::size_t i = 0; i < count; ++i)
-          if ((need[i] = node.input_needs_grad(i))) g[i] = Array<T>::from_shape(node.input_shape(i));
+          if ((need[i] = node.input_needs_grad(i))) g[i] = empty_array<T>(node.input_shape(i), kOp);
         auto grad = [&](const Place& p) { return need[p.input] ? p.at(g[p.input].data()) : Mat<T*>{}; };
         const T* dy = node.grad.data();
+        const T* y = node.output_value().data();
         attention_backward<T>(Qkv<T*>{grad(l.q), grad(l.k), grad(l.v)}, l.o.at(dy),
-                              weights ? l.w.at(dy) : Mat<const T*>{}, P.data(),
+                              weights ? l.w.at(dy) : Mat<const T*>{}, l.o.at(y),
+                              weights ? l.w.at(y) : Mat<const T*>{}, P.data(),
                               read_qkv<T>(l, [&](std::size_t i) { return node.input_value(i).data(); }),
                               dropping ? D.data() : nullptr, l.n, alpha, bf16);
         for (std::size_t i = 0; i < count; ++i)

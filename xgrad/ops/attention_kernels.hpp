@@ -67,8 +67,9 @@ struct MaskView {
     batch_stride = m.per_batch() ? L * S : 0;
   }
 
-  // row[0, j1 - j0) holds the logits A[b, i, j0 : j1]: adds the mask (-inf where a bool mask or
-  // causality masks, the float mask's values otherwise).
+  // row[0, j1 - j0) holds the scores scale q_i k_j^T of keys j0 : j1 -> the logits A[b, i, j0 : j1]:
+  // -inf where a bool mask, causality or a float mask of -inf masks (replacing the score, so that
+  // a NaN or Inf score of a masked key is hidden), score + the float mask's value elsewhere.
   void apply(std::size_t b, std::size_t i, std::size_t j0, std::size_t j1, T* row) const {
     const T neg_inf = -std::numeric_limits<T>::infinity();
     const std::size_t at = b * batch_stride + i * S;
@@ -77,8 +78,9 @@ struct MaskView {
       for (std::size_t j = j0; j < j1; ++j)
         if (m[j]) row[j - j0] = neg_inf;
     } else if (float_mask) {
+      // -inf masks as a bool mask does: it replaces the score (a NaN score stays hidden)
       const T* m = float_mask + at;
-      for (std::size_t j = j0; j < j1; ++j) row[j - j0] += m[j];
+      for (std::size_t j = j0; j < j1; ++j) row[j - j0] = m[j] == neg_inf ? neg_inf : row[j - j0] + m[j];
     }
     if (causal)
       for (std::size_t j = std::max(j0, i + 1); j < j1; ++j) row[j - j0] = neg_inf;
@@ -125,6 +127,44 @@ struct AttentionDropout {
     }
   }
 };
+
+// ---- the probability rule, the same on every path (materialized, tiled, KV cache) ----------------
+//
+// Row i of the logits A (scores plus mask; a masked key is -inf) gives
+//   m = the largest logit that is not NaN (-inf when none),  e_j = exp(A_j - m),  l = sum_j e_j,
+//   P_j = e_j / l, except that P_j = 0 wherever e_j = 0 (a masked key, or one whose logit is so far
+//   below m that exp underflows), even when l is NaN;
+//   m = -inf (no key the row may see): P = 0, or NaN at the NaN logits when there are some.
+// A NaN logit thus makes the row's P NaN except at its zeros; every path computes P the same way,
+// so that the paths agree on which entries are exactly 0 and which are NaN. docs/reliability.md
+// states the rule for users.
+
+// max_j x[j] over the entries that are not NaN: -inf when there is none.
+template <class T>
+T row_max(const T* x, std::size_t n);
+
+// Whether some x[j] is NaN.
+template <class T>
+bool has_nan(const T* x, std::size_t n);
+
+// row (n logits) <- P by the rule above, given the row's m and 1 / l (NaN when l is).
+template <class T>
+void probabilities(T* row, std::size_t n, T m, T inv_l);
+
+// row (n logits) <- P: row_max, the sum and probabilities() in one.
+template <class T>
+void softmax_row(T* row, std::size_t n);
+
+// C (m, n) = alpha op(A) B + beta C with B (k, n) row-major and op(A) (m, k) = A or A^T, as
+// gemm_autocast, except that a zero entry of op(A) passes nothing: a term op(A)_ip B_pc with
+// op(A)_ip == 0 is left out even where row p of B holds an Inf or a NaN (IEEE would give NaN). So
+// a probability 0 never reads its key's value, nor a gradient 0 its query or key; nor does alpha
+// (a NaN scale) reach them. When alpha and B are finite (the common case) this is one
+// gemm_autocast after a scan of B.
+template <class T>
+void gemm_zeros_pass_nothing(bool bf16, bool trans_a, std::size_t m, std::size_t n, std::size_t k, T alpha,
+                             const T* a, std::size_t lda, const T* b, std::size_t ldb, T beta, T* c,
+                             std::size_t ldc);
 
 // A Mat of the node with an offset in place of the base pointer: into input `input` (q, k, v) or
 // into the node's value (O, W).

@@ -27,7 +27,7 @@ template <class T>
 Array<T> additive(const AttnMask<T>& m) {
   if (!m.is_bool()) return m.float_mask();
   const BoolArray& b = m.bool_mask();
-  Array<T> f = Array<T>::from_shape(b.shape());
+  Array<T> f = empty_array<T>(shape_of(b), "attention mask");
   std::transform(b.begin(), b.end(), f.begin(),
                  [](bool masked) { return masked ? -std::numeric_limits<T>::infinity() : T(0); });
   return f;

@@ -4,20 +4,23 @@
 // Per batch b, q: (L, E), k: (S, E), v: (S, Ev), blocks of Br query rows i and Bc key rows j:
 //   forward, per query block (parallel over (b, query block)):
 //     A_ij = scale * q_i k_j^T + M_ij                 (Br, Bc)  one block of logits, masked
-//     m_i' = max(m_i, rowmax(A_ij))                             running max
+//     m_i' = max(m_i, rowmax(A_ij))                             running max (NaN ignored)
 //     P~   = exp(A_ij - m_i')                                   unnormalised probabilities
 //     l_i  = l_i exp(m_i - m_i') + rowsum(P~)                   running sum (before dropout)
 //     O~_i = O~_i exp(m_i - m_i') + (P~ * D_ij) v_j             D: the dropout multipliers
-//   then O_i = O~_i / l_i and lse_i = m_i + log(l_i), the one number per query kept for the
-//   backward. A row with every key masked keeps m = -inf: O = 0 and lse = -inf.
+//   then O_i = O~_i / l_i; m_i and 1 / l_i are kept for the backward (not lse = m + log l, which
+//   loses log l when |m| is large, as with a -1e9 padding mask on every key of a row). The
+//   probabilities follow the rule of attention_kernels.hpp, as on the materialized path: a row
+//   with every key masked keeps m = -inf (O = 0); a row with a NaN logit has l = NaN (O = NaN);
+//   zeros pass nothing (a P~ of 0 does not read its value, an exp(m - m') of 0 clears O~).
 //   backward, per batch b (parallel over b; each b's key blocks in order, so the sums into dq
 //   have one order whatever the thread count):
 //     Dr_i = rowsum(dO_i * O_i)                                 = rowsum(dP * P) of the
 //                                                                 materialized backward
-//     P_ij = exp(A_ij - lse_i)                                  recomputed (0 when lse = -inf)
+//     P_ij = exp(A_ij - m_i) / l_i                              recomputed (probabilities())
 //     dv_j += (P_ij * D_ij)^T dO_i                              <- O = Pd v
 //     dP_ij = (dO_i v_j^T) * D_ij                               <- Pd = P * D
-//     dA_ij = P_ij * (dP_ij - Dr_i)                             <- P = softmax(A)
+//     dA_ij = P_ij * (dP_ij - Dr_i)                             <- P = softmax(A); 0 where P = 0
 //     dq_i += scale dA_ij k_j;  dk_j += scale dA_ij^T q_i       <- A = scale q k^T
 // Causal attention skips the key blocks wholly above the diagonal (j > i for every pair).
 // The forward's (b, query block) units and the backward's batches are independent and each sums
@@ -83,13 +86,19 @@ std::size_t key_end(const MaskView<T>& mask, std::size_t i1, std::size_t S) {
   return mask.causal ? std::min(S, i1) : S;
 }
 
-// q, k, v -> out (B, L, Ev) where `out` places it, lse (B, L).
+// The softmax statistics the backward keeps per query row, (B, L) each: m and 1 / l.
+template <class Ptr>
+struct RowStats {
+  Ptr m, inv_l;
+};
+
+// q, k, v -> out (B, L, Ev) where `out` places it, stats.
 template <class T>
-void tiled_forward(const Mat<T*>& out, T* lse, const Qkv<const T*>& in, const MaskView<T>& mask,
+void tiled_forward(const Mat<T*>& out, const RowStats<T*>& stats, const Qkv<const T*>& in, const MaskView<T>& mask,
                    const AttentionDropout& dropout, const Dims& n, T alpha, bool bf16, Tiles t) {
   const std::size_t L = n.L, S = n.S, E = n.E, Ev = n.Ev;
   const std::size_t blocks = (L + t.q - 1) / t.q;
-  const T neg_inf = -std::numeric_limits<T>::infinity();
+  const T neg_inf = -std::numeric_limits<T>::infinity(), nan = std::numeric_limits<T>::quiet_NaN();
   detail::parallel_for(n.B * blocks, grain_for(t.q * S * std::max(E, Ev)), [&](std::size_t u0, std::size_t u1) {
     std::vector<T> a(t.q * t.k), acc(t.q * Ev), m(t.q), l(t.q), keep(dropout.on() ? t.k : 0);
     for (std::size_t u = u0; u < u1; ++u) {
@@ -109,8 +118,9 @@ void tiled_forward(const Mat<T*>& out, T* lse, const Qkv<const T*>& in, const Ma
           const std::size_t i = i0 + r;
           // A += M
           mask.apply(b, i, j0, j0 + cols, row);
-          const T m_new = std::max(m[r], detail::simd_max(row, cols));
-          if (m_new == neg_inf) {  // every key so far masked: nothing to add
+          const T m_new = std::max(m[r], detail::row_max(row, cols));
+          if (m_new == neg_inf) {  // every key so far masked: nothing to add, unless a NaN logit
+            if (detail::has_nan(row, cols)) l[r] = nan;
             std::fill(row, row + cols, T(0));
             continue;
           }
@@ -120,7 +130,10 @@ void tiled_forward(const Mat<T*>& out, T* lse, const Qkv<const T*>& in, const Ma
           m[r] = m_new;
           if (shrink != T(1)) {
             T* o = acc.data() + r * Ev;
-            for (std::size_t c = 0; c < Ev; ++c) o[c] *= shrink;
+            if (shrink == T(0))  // zeros pass nothing: a NaN of an earlier value goes too
+              std::fill(o, o + Ev, T(0));
+            else
+              for (std::size_t c = 0; c < Ev; ++c) o[c] *= shrink;
           }
           // P~ * D
           if (dropout.on()) {
@@ -129,17 +142,20 @@ void tiled_forward(const Mat<T*>& out, T* lse, const Qkv<const T*>& in, const Ma
           }
         }
         // O~ += (P~ * D) v_j
-        detail::gemm_autocast<T>(bf16, false, false, rows, Ev, cols, T(1), a.data(), cols, in.v.row(b, j0), in.v.ld,
-                                 T(1), acc.data(), Ev);
+        detail::gemm_zeros_pass_nothing<T>(bf16, false, rows, Ev, cols, T(1), a.data(), cols, in.v.row(b, j0),
+                                           in.v.ld, T(1), acc.data(), Ev);
       }
-      // O = O~ / l;  lse = m + log(l)
+      // O = O~ / l: 0 when every key is masked, NaN when a logit is
       for (std::size_t r = 0; r < rows; ++r) {
         T* o = out.row(b, i0 + r);
         const T* o_acc = acc.data() + r * Ev;
-        const bool masked = m[r] == neg_inf;
-        const T inv = masked ? T(0) : T(1) / l[r];
-        for (std::size_t c = 0; c < Ev; ++c) o[c] = o_acc[c] * inv;
-        lse[b * L + i0 + r] = masked ? neg_inf : m[r] + std::log(l[r]);
+        const T inv = std::isnan(l[r]) ? nan : m[r] == neg_inf ? T(0) : T(1) / l[r];
+        if (std::isnan(inv))
+          std::fill(o, o + Ev, nan);
+        else
+          for (std::size_t c = 0; c < Ev; ++c) o[c] = o_acc[c] * inv;
+        stats.m[b * L + i0 + r] = m[r];
+        stats.inv_l[b * L + i0 + r] = inv;
       }
     }
   });
@@ -151,10 +167,10 @@ void zero_rows(const Mat<T*>& x, std::size_t b, std::size_t r0, std::size_t r1, 
   for (std::size_t r = r0; r < r1; ++r) std::fill(x.row(b, r), x.row(b, r) + cols, T(0));
 }
 
-// From dO (B, L, Ev), the forward's O and lse -> d.q (B, L, E), d.k (B, S, E), d.v (B, S, Ev),
-// each overwritten; null ones are skipped.
+// From dO (B, L, Ev), the forward's O and row statistics -> d.q (B, L, E), d.k (B, S, E),
+// d.v (B, S, Ev), each overwritten; null ones are skipped.
 template <class T>
-void tiled_backward(const Qkv<T*>& d, const Mat<const T*>& dout, const Mat<const T*>& out, const T* lse,
+void tiled_backward(const Qkv<T*>& d, const Mat<const T*>& dout, const Mat<const T*>& out, const RowStats<const T*>& stats,
                     const Qkv<const T*>& in, const MaskView<T>& mask, const AttentionDropout& dropout, const Dims& n,
                     T alpha, bool bf16, Tiles t) {
   const std::size_t L = n.L, S = n.S, E = n.E, Ev = n.Ev;
@@ -163,7 +179,8 @@ void tiled_backward(const Qkv<T*>& d, const Mat<const T*>& dout, const Mat<const
   detail::parallel_for(n.B, grain_for(L * S * std::max(E, Ev)), [&](std::size_t b0, std::size_t b1) {
     std::vector<T> p(t.q * t.k), dp(need_scores ? t.q * t.k : 0), keep(dropout.on() ? t.k : 0), rowdot(L);
     for (std::size_t b = b0; b < b1; ++b) {
-      const T* lse_b = lse + b * L;
+      const T* m_b = stats.m + b * L;
+      const T* inv_b = stats.inv_l + b * L;
       // Dr = rowsum(dO * O)
       for (std::size_t i = 0; i < L; ++i) rowdot[i] = detail::simd_dot(dout.row(b, i), out.row(b, i), Ev);
       if (d.q.base) zero_rows(d.q, b, 0, L, E);
@@ -187,37 +204,41 @@ void tiled_backward(const Qkv<T*>& d, const Mat<const T*>& dout, const Mat<const
             const std::size_t i = i0 + r;
             T* pr = p.data() + r * cols;
             T* dpr = need_scores ? dp.data() + r * cols : nullptr;
-            if (lse_b[i] == neg_inf) {  // every key masked: P = 0, no gradient
+            if (m_b[i] == neg_inf && !std::isnan(inv_b[i])) {  // every key masked: P = 0, no gradient
               std::fill(pr, pr + cols, T(0));
               if (dpr) std::fill(dpr, dpr + cols, T(0));
               continue;
             }
-            // P = exp(A + M - lse)
+            // P = exp(A + M - m) / l
             mask.apply(b, i, j0, j0 + cols, pr);
-            detail::simd_exp_sub_sum(pr, lse_b[i], pr, cols);
+            detail::probabilities(pr, cols, m_b[i], inv_b[i]);
             if (dropout.on()) dropout.multipliers(b, i, j0, j0 + cols, keep.data());
             if (dpr) {
-              // dP = dPd * D;  dA = P * (dP - Dr)
+              // dP = dPd * D;  dA = P * (dP - Dr), 0 where P or D is
               const T dr = rowdot[i];
               if (dropout.on())
-                for (std::size_t j = 0; j < cols; ++j) dpr[j] = pr[j] * (dpr[j] * keep[j] - dr);
+                for (std::size_t j = 0; j < cols; ++j) {
+                  const T g = keep[j] == T(0) ? T(0) : dpr[j] * keep[j];
+                  dpr[j] = pr[j] == T(0) ? T(0) : pr[j] * (g - dr);
+                }
               else
-                for (std::size_t j = 0; j < cols; ++j) dpr[j] = pr[j] * (dpr[j] - dr);
+                for (std::size_t j = 0; j < cols; ++j) dpr[j] = pr[j] == T(0) ? T(0) : pr[j] * (dpr[j] - dr);
             }
             // Pd = P * D, for dv
             if (dropout.on())
               for (std::size_t j = 0; j < cols; ++j) pr[j] *= keep[j];
           }
           // dv_j += Pd^T dO_i;  dq_i += scale dA k_j;  dk_j += scale dA^T q_i
+          //   (zeros pass nothing, as in the forward)
           if (d.v.base)
-            detail::gemm_autocast<T>(bf16, true, false, cols, Ev, rows, T(1), p.data(), cols, dO, dout.ld, T(1),
-                                     d.v.row(b, j0), d.v.ld);
+            detail::gemm_zeros_pass_nothing<T>(bf16, true, cols, Ev, rows, T(1), p.data(), cols, dO, dout.ld, T(1),
+                                               d.v.row(b, j0), d.v.ld);
           if (d.q.base)
-            detail::gemm_autocast<T>(bf16, false, false, rows, E, cols, alpha, dp.data(), cols, in.k.row(b, j0),
-                                     in.k.ld, T(1), d.q.row(b, i0), d.q.ld);
+            detail::gemm_zeros_pass_nothing<T>(bf16, false, rows, E, cols, alpha, dp.data(), cols, in.k.row(b, j0),
+                                               in.k.ld, T(1), d.q.row(b, i0), d.q.ld);
           if (d.k.base)
-            detail::gemm_autocast<T>(bf16, true, false, cols, E, rows, alpha, dp.data(), cols, q, in.q.ld, T(1),
-                                     d.k.row(b, j0), d.k.ld);
+            detail::gemm_zeros_pass_nothing<T>(bf16, true, cols, E, rows, alpha, dp.data(), cols, q, in.q.ld, T(1),
+                                               d.k.row(b, j0), d.k.ld);
         }
       }
     }
@@ -236,25 +257,26 @@ Tensor<T> detail::tiled_attention_node(std::vector<Tensor<T>> inputs, const Node
                                        const AttentionMask<T>& mask, const AttentionDropout& dropout, T alpha) {
   const Dims& n = l.n;
   const Tiles t = tiles();
-  Array<T> out = empty_array<T>(l.value);
-  Array<T> lse = empty_array<T>({n.B, n.L});
+  Array<T> out = empty_array<T>(l.value, kAttentionOp);
+  Array<T> m = empty_array<T>({n.B, n.L}, kAttentionOp), inv_l = empty_array<T>({n.B, n.L}, kAttentionOp);
   const bool bf16 = detail::autocast_gemm<T>();  // here, not on the pool threads; recorded for the backward
-  tiled_forward<T>(l.o.at(out.data()), lse.data(),
+  tiled_forward<T>(l.o.at(out.data()), RowStats<T*>{m.data(), inv_l.data()},
                    read_qkv<T>(l, [&](std::size_t i) { return inputs[i].value().data(); }),
                    MaskView<T>(mask, n.L, n.S), dropout, n, alpha, bf16, t);
 
   const std::size_t count = inputs.size();
   return make_result<T>(
       kAttentionOp, std::move(out), std::move(inputs),
-      [lse = std::move(lse), mask, dropout, alpha, l, bf16, t, count](Node<T>& node) {
+      [m = std::move(m), inv_l = std::move(inv_l), mask, dropout, alpha, l, bf16, t, count](Node<T>& node) {
         std::vector<Array<T>> g(count);  // each input's gradient, when it needs one
         std::vector<char> need(count);   // (a default Array is 0-d, one element: not "none")
         for (std::size_t i = 0; i < count; ++i)
-          if ((need[i] = node.input_needs_grad(i))) g[i] = Array<T>::from_shape(node.input_shape(i));
+          if ((need[i] = node.input_needs_grad(i))) g[i] = empty_array<T>(node.input_shape(i), kAttentionOp);
         auto grad = [&](const Place& p) { return need[p.input] ? p.at(g[p.input].data()) : Mat<T*>{}; };
         const T* dy = node.grad.data();
         const T* y = node.output_value().data();
-        tiled_backward<T>(Qkv<T*>{grad(l.q), grad(l.k), grad(l.v)}, l.o.at(dy), l.o.at(y), lse.data(),
+        tiled_backward<T>(Qkv<T*>{grad(l.q), grad(l.k), grad(l.v)}, l.o.at(dy), l.o.at(y),
+                          RowStats<const T*>{m.data(), inv_l.data()},
                           read_qkv<T>(l, [&](std::size_t i) { return node.input_value(i).data(); }),
                           MaskView<T>(mask, l.n.L, l.n.S), dropout, l.n, alpha, bf16, t);
         for (std::size_t i = 0; i < count; ++i)
