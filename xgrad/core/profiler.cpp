@@ -509,6 +509,13 @@ void Profile::export_chrome_trace(const std::string& path) const {
   if (!file) throw std::runtime_error("profiler::Profile::export_chrome_trace: writing '" + path + "' failed");
 }
 
+std::string save_report(Profile& profile, const std::string& path, int row_limit) {
+  if (profile.recording()) profile.stop();
+  profile.export_chrome_trace(path);
+  return profile.key_averages().table("self_cpu_time_total", row_limit) + "\n" + profile.pool_table() +
+         "Chrome trace (chrome://tracing, https://ui.perfetto.dev): " + path + "\n";
+}
+
 // ---- key_averages' table ---------------------------------------------------------------------
 
 bool EventList::contains(const std::string& key) const {

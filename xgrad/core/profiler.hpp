@@ -153,6 +153,11 @@ class Profile {
   std::vector<std::string> thread_names_;
 };
 
+// What a program's --profile FILE does at its end: stops `profile` if it still records, writes
+// its Chrome trace to `path`, and returns the text to show: key_averages().table() sorted by self
+// time (row_limit rows) and the pool's table. Throws when the file cannot be written.
+std::string save_report(Profile& profile, const std::string& path, int row_limit = 30);
+
 // A user range, as torch.profiler.record_function: times its scope under `name` while a profile
 // records (nothing otherwise).
 //   { xgrad::profiler::RecordFunction r("data"); batch = loader.next(); }
