@@ -21,6 +21,9 @@
 //   --bf16                 the step's forward and loss under xgrad::AutocastGuard (bfloat16 gemms,
 //                          fp32 accumulation; everything else fp32), as torch.autocast on CPU; the
 //                          bf16 gemm path is printed. benchmarks/compare.py runs the same steps in PyTorch beside this program.
+//   --profile FILE         profile the timed steps (xgrad::profiler; the timings include its cost):
+//                          the Chrome trace to FILE (FILE.<config>.json for each of several configs)
+//                          and the op and thread-pool tables to stderr
 #include <dlfcn.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -76,6 +79,7 @@ struct Options {
   std::vector<std::string> configs;  // --configs: the default mode's subset
   bool gemm_only = false, no_gemm = false, json = false, breakdown = false, bf16 = false;
   int threads = 0;                   // --threads: xgrad::set_num_threads (0: the default)
+  std::string profile;               // --profile: the Chrome trace's file
   double min_time = 3.0, warmup_time = 0.5;
   std::size_t min_reps = 5, max_reps = 100000, warmup = 3;
 };
@@ -252,7 +256,12 @@ int run_config(const Config& c, const Options& o) {
     for (int i = 0; i < 4; ++i)
       phase_ms[i].push_back(std::chrono::duration<double, std::milli>(t[i + 1] - t[i]).count());
   };
-  const Stats s = time_calls(step, o, [&] { timing = true; });
+  std::unique_ptr<profiler::Profile> profile;
+  const Stats s = time_calls(step, o, [&] {
+    timing = true;
+    if (!o.profile.empty()) profile = std::make_unique<profiler::Profile>();
+  });
+  if (profile) std::fprintf(stderr, "%s", profiler::save_report(*profile, o.profile).c_str());
   double phase_median[4];
   for (int i = 0; i < 4; ++i) phase_median[i] = summarize(phase_ms[i]).median;
   if (!std::isfinite(loss_value)) {
@@ -322,7 +331,7 @@ void usage() {
   std::fprintf(stderr,
                "usage: bench_train_step [--config NAME | --gemm | --configs A,B,...] [--no-gemm] [--json]\n"
                "                        [--breakdown] [--quick] [--min-time S] [--min-reps R] [--max-reps R]\n"
-               "                        [--warmup W] [--warmup-time S] [--threads N] [--bf16]\n"
+               "                        [--warmup W] [--warmup-time S] [--threads N] [--bf16] [--profile FILE]\n"
                "configurations: tiny small medium large\n");
 }
 
@@ -348,6 +357,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--warmup-time") o.warmup_time = std::stod(value());
     else if (a == "--threads") o.threads = std::stoi(value());
     else if (a == "--bf16") o.bf16 = true;
+    else if (a == "--profile") o.profile = value();
     else throw std::invalid_argument("unknown argument " + a);
   }
   if (o.min_reps < 1) o.min_reps = 1;
@@ -430,6 +440,10 @@ int main(int argc, char** argv) {
     std::vector<std::string> args = base;
     args.push_back("--config");
     args.push_back(name);
+    if (!o.profile.empty()) {
+      args.push_back("--profile");
+      args.push_back(o.configs.size() == 1 ? o.profile : o.profile + "." + name + ".json");
+    }
     failures += run_child(args) != 0;
   }
   return failures == 0 ? 0 : 1;

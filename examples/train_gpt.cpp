@@ -611,6 +611,8 @@ int main(int argc, char** argv) {
   setting("--init-weights", c.init_weights, "start from these weights (safetensors of the same model)");
   cli::add_bf16_flag(app, settings, c.bf16);
   cli::add_run_flags(app, run);
+  std::string profile_path;
+  cli::add_profile_flag(app, profile_path);
   plot::add_flag(app, plot_path);
   app.add_option("--sample", sampling.prompt, "print a continuation of this prompt by --checkpoint's model");
   app.add_option("--temperature", sampling.options.temperature, "divides the logits before sampling")
@@ -652,6 +654,7 @@ int main(int argc, char** argv) {
                  "after training, export the model to this ONNX file (with FILE.vocab.json, and a sample of inputs "
                  "with their logits in FILE.sample.json)");
   CLI11_PARSE(app, argc, argv);
+  const cli::ProfileRun profiling(profile_path);  // --profile: until main returns
   xgrad::set_attention_path(attention == "tiled"          ? xgrad::AttentionPath::Tiled
                             : attention == "materialized" ? xgrad::AttentionPath::Materialized
                                                           : xgrad::AttentionPath::Auto);

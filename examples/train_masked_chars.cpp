@@ -318,6 +318,8 @@ int main(int argc, char** argv) {
   app.add_option("--workers", c.workers, "DataLoader threads preparing batches")->capture_default_str();
   app.add_option("--eval-interval", c.eval_interval, "steps between evaluations")->check(cli::integer_from(1));
   cli::add_run_flags(app, run);
+  std::string profile_path;
+  cli::add_profile_flag(app, profile_path);
   plot::add_flag(app, plot_path);
   app.add_option("--predict", predict_text, "fill the blanks of words like \"h_llo w_rld\" with --checkpoint's model");
   std::string onnx_path;
@@ -325,6 +327,7 @@ int main(int argc, char** argv) {
                  "after training, export the model to this ONNX file (and a sample of inputs with their outputs "
                  "to FILE.sample.json)");
   CLI11_PARSE(app, argc, argv);
+  const cli::ProfileRun profiling(profile_path);  // --profile: until main returns
   return train::guarded("train_masked_chars", [&] {
     return predict_text.empty() ? train_model(c, run, plot_path, settings, app, onnx_path)
                                 : predict(predict_text, run, settings, app, c);

@@ -373,6 +373,8 @@ int main(int argc, char** argv) {
   setting("--eval-size", c.eval_size, "held-out sequences")->check(cli::integer_in(1, 1000000));
   cli::add_bf16_flag(app, settings, c.bf16);
   cli::add_run_flags(app, run);
+  std::string profile_path;
+  cli::add_profile_flag(app, profile_path);
   plot::add_flag(app, plot_path);
   app.add_option("--min-accuracy", min_accuracy, "exit with 1 if the final held-out token accuracy is lower")
       ->check(cli::number_in(0.0, 1.0));
@@ -381,6 +383,7 @@ int main(int argc, char** argv) {
                  "after training, export the model to this ONNX file (and a sample of inputs with their outputs "
                  "to FILE.sample.json)");
   CLI11_PARSE(app, argc, argv);
+  const cli::ProfileRun profiling(profile_path);  // --profile: until main returns
   // Under mpirun -np N > 1 (a build with MPI): the ranks' process group, until main returns.
 #ifdef XGRAD_WITH_MPI
   const std::unique_ptr<train::World> world = xgrad::distributed::make_world();

@@ -13,6 +13,7 @@
 #include <xgrad/core/grad_mode.hpp>
 #include <xgrad/core/gradcheck.hpp>
 #include <xgrad/core/graph.hpp>
+#include <xgrad/core/profiler.hpp>
 #include <xgrad/core/tensor.hpp>
 #include <xgrad/ops/ops.hpp>
 #include <xgrad/ops/sampling.hpp>

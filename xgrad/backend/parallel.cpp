@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <algorithm>
+#include <chrono>
 #include <exception>
 #include <mutex>
 #include <string>
@@ -38,6 +39,16 @@ namespace {
 
 thread_local bool t_in_parallel_region = false;
 std::atomic<void (*)(int)> thread_start_hook{nullptr};
+// The profiler's view (parallel.hpp): the observer, this thread's worker number, and the last job
+// this thread ran a chunk of (to tell a worker's first chunk of a job).
+std::atomic<detail::PoolObserver> pool_observer{nullptr};
+thread_local int t_worker = 0;
+thread_local std::uint64_t t_last_job = ~std::uint64_t(0);
+
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 int default_num_threads() {
   if (const char* env = std::getenv("OMP_NUM_THREADS")) {
@@ -96,7 +107,8 @@ class Pool {
       fn(ctx, 0, n);
       return;
     }
-    job_ = Job{fn, ctx, n / chunks, n % chunks};
+    const detail::PoolObserver observe = pool_observer.load(std::memory_order_relaxed);
+    job_ = Job{fn, ctx, n / chunks, n % chunks, observe, observe ? now_ns() : 0};
     error_ = nullptr;
     pending_.store(chunks, std::memory_order_relaxed);
     generation_ = (generation_ + 1) & kGenMask;
@@ -113,6 +125,8 @@ class Pool {
       if (spins < 4096) XGRAD_CPU_RELAX();
       else std::this_thread::yield();
     }
+    if (observe) observe({detail::PoolEvent::Kind::Job, t_worker, generation_, job_.published_ns, job_.published_ns,
+                          now_ns(), n, false});
     if (error_) std::rethrow_exception(error_);
   }
 
@@ -133,11 +147,19 @@ class Pool {
       if (ticket_.compare_exchange_weak(t, t + 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
         // The job cannot end while this chunk is pending, so job_ is this chunk's job.
         const std::size_t i = next_of(t), begin = i * job_.base + std::min(i, job_.extra);
+        const std::size_t end = begin + job_.base + (i < job_.extra ? 1 : 0);
+        const std::int64_t start_ns = job_.observe ? now_ns() : 0;
         try {
-          job_.fn(job_.ctx, begin, begin + job_.base + (i < job_.extra ? 1 : 0));
+          job_.fn(job_.ctx, begin, end);
         } catch (...) {
           std::lock_guard<std::mutex> lock(error_mutex_);
           if (!error_) error_ = std::current_exception();
+        }
+        if (job_.observe) {
+          const std::uint64_t job = t >> 32;
+          job_.observe({detail::PoolEvent::Kind::Chunk, t_worker, job, job_.published_ns, start_ns, now_ns(),
+                        end - begin, job != t_last_job});
+          t_last_job = job;
         }
         pending_.fetch_sub(1, std::memory_order_acq_rel);
         return true;
@@ -174,7 +196,10 @@ class Pool {
     const detail::AsyncSignalBlock inherited_by_workers;
     for (int i = 1; i < n; ++i) {
       if (auto hook = thread_start_hook.load()) hook(i);
-      workers_.emplace_back([this] { worker_loop(); });
+      workers_.emplace_back([this, i] {
+        t_worker = i;
+        worker_loop();
+      });
     }
     size_.store(n, std::memory_order_relaxed);
   }
@@ -199,6 +224,8 @@ class Pool {
     detail::RangeFn fn = nullptr;
     const void* ctx = nullptr;
     std::size_t base = 0, extra = 0;  // chunk i: [i * base + min(i, extra), + base + (i < extra))
+    detail::PoolObserver observe = nullptr;  // the profiler's, when it watches this job
+    std::int64_t published_ns = 0;
   };
   Job job_;
   std::uint64_t generation_ = 0;
@@ -230,6 +257,8 @@ namespace detail {
 bool in_parallel_region() { return t_in_parallel_region; }
 
 void set_thread_start_hook(void (*hook)(int worker)) { thread_start_hook.store(hook); }
+
+void set_pool_observer(PoolObserver observer) { pool_observer.store(observer); }
 
 void parallel_for_impl(std::size_t n, std::size_t grain, RangeFn fn, const void* ctx) {
   if (n == 0) return;

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 namespace xgrad {
 
@@ -53,6 +54,21 @@ bool in_parallel_region();
 // For tests: hook(i) is called before the pool creates worker thread i (1-based: thread 0 is
 // the caller); a hook that throws stands for a failed thread creation. nullptr removes it.
 void set_thread_start_hook(void (*hook)(int worker));
+
+// What the profiler (core/profiler.cpp) sees of the pool: while an observer is set, each job
+// reports once on its caller when it ends, and each chunk on the thread that ran it. Times are
+// std::chrono::steady_clock nanoseconds. Without an observer the pool pays one relaxed load per job.
+struct PoolEvent {
+  enum class Kind { Job, Chunk } kind;
+  int worker;                  // 0: the job's caller; 1..n-1: the pool's threads
+  std::uint64_t job;           // the job's number
+  std::int64_t publish_ns;     // when the job was published
+  std::int64_t start_ns, end_ns;
+  std::size_t items;           // the job's n, or the chunk's items
+  bool first;                  // a chunk: the first this thread ran of this job
+};
+using PoolObserver = void (*)(const PoolEvent&);
+void set_pool_observer(PoolObserver observer);  // nullptr: none
 
 }  // namespace detail
 }  // namespace xgrad

@@ -12,6 +12,7 @@
 #include <xgrad/core/tensor.hpp>
 #include <xgrad/core/grad_mode.hpp>
 #include <xgrad/core/graph.hpp>
+#include <xgrad/core/profiler.hpp>
 #include <xgrad/core/trace.hpp>
 
 namespace xgrad {
@@ -114,6 +115,14 @@ Tensor<T> make_result_from(const char* op, Array<T>&& value, It first, It last,
   }
   Tensor<T> result(std::move(node));
   if (trace::active()) trace::record_result<T>(op, first, last, result);
+  if (profiler::detail::on() && profiler::detail::wants_shapes()) {
+    std::vector<std::vector<std::int64_t>> shapes;
+    for (It t = first; t != last; ++t) {
+      const Shape shape = t->defined() ? t->shape() : Shape();
+      shapes.emplace_back(shape.begin(), shape.end());
+    }
+    profiler::detail::set_input_shapes(std::move(shapes));
+  }
   return result;
 }
 }  // namespace
@@ -268,6 +277,7 @@ namespace {
 template <class T>
 void run_backward_pass(const std::vector<std::shared_ptr<Node<T>>>& roots, std::vector<Array<T>> seeds,
                        bool retain_graph, Capture<T>* capture) {
+  const profiler::detail::Range profiled("backward", profiler::Event::Kind::Range);
   // Leaf roots take their seed right away.
   for (std::size_t i = 0; i < roots.size(); ++i) {
     Node<T>& r = *roots[i];
@@ -381,6 +391,7 @@ void run_backward_pass(const std::vector<std::shared_ptr<Node<T>>>& roots, std::
       if (run) {
         running_backward_op = node.op;
         try {
+          const profiler::detail::Range profiled(node.op, profiler::Event::Kind::Backward);
           node.backward_fn(node);
         } catch (...) {
           running_backward_op = nullptr;

@@ -24,6 +24,7 @@
 #include <xgrad/base/check.hpp>
 #include <xgrad/core/grad_mode.hpp>
 #include <xgrad/core/graph.hpp>
+#include <xgrad/core/profiler.hpp>
 #include <xgrad/core/tensor.hpp>
 #include <xgrad/core/trace.hpp>
 
@@ -101,6 +102,8 @@ template <class X>
 struct Function {
   template <class... Args>
   static auto apply(Args&&... args) {
+    // The profiler names it after X (its backward: X + "Backward").
+    const profiler::detail::Range profiled(typeid(X).name(), profiler::Event::Kind::Op);
     using T = typename detail::first_tensor<Args...>::type;
     static_assert(!std::is_void_v<T>, "autograd::Function::apply: forward needs a Tensor argument");
     std::vector<Tensor<T>> inputs;

@@ -30,6 +30,7 @@
 #endif
 #include <xgrad/ops/attention_kernels.hpp>
 #include <xgrad/core/gradcheck_registry.hpp>
+#include <xgrad/core/profiler.hpp>
 #include <xgrad/core/trace.hpp>
 
 #include <algorithm>
@@ -499,6 +500,7 @@ AttentionPath get_attention_path() { return attention_path.load(); }
 template <class T>
 std::pair<Tensor<T>, Tensor<T>> detail::attention(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v,
                                                   const AttentionArgs<T>& args) {
+  XGRAD_PROFILE_OP("attention");
   const Shape sq = q.shape(), sk = k.shape(), sv = v.shape();
   const Layout layout = layout_of(QkvShapes{sq, sk, sv});
   check_dropout(args.dropout_p);
@@ -510,6 +512,7 @@ template <class T>
 std::pair<Tensor<T>, Tensor<T>> detail::attention_heads(const std::vector<Tensor<T>>& projections,
                                                         std::size_t num_heads, bool batch_first,
                                                         const AttentionArgs<T>& args) {
+  XGRAD_PROFILE_OP("attention_heads");
   constexpr const char* op = "attention_heads";
   XGRAD_CHECK(!projections.empty() && projections.size() <= 3, op, ": expected 1 to 3 projections, got ",
               projections.size());
@@ -559,6 +562,7 @@ template <class T>
 Tensor<T> scaled_dot_product_attention(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v,
                                        const AttnMask<T>& attn_mask, double dropout_p, bool is_causal,
                                        std::optional<double> scale, Generator* generator) {
+  XGRAD_PROFILE_OP("scaled_dot_product_attention");
   const Shape sq = q.shape(), sk = k.shape(), sv = v.shape();
   const QkvShapes got{sq, sk, sv};
   const Layout layout = layout_of(got);

@@ -3,6 +3,7 @@
 
 #include <xgrad/ops/ops.hpp>
 #include <xgrad/core/gradcheck_registry.hpp>
+#include <xgrad/core/profiler.hpp>
 
 namespace xgrad {
 
@@ -11,6 +12,7 @@ namespace xgrad {
 // Eval or p = 0: y is x itself (the same node, as torch returns its input).
 template <class T>
 Tensor<T> dropout(const Tensor<T>& a, double p, bool training, Generator* generator) {
+  XGRAD_PROFILE_OP("dropout");
   XGRAD_CHECK(p >= 0.0 && p <= 1.0, "dropout: probability has to be between 0 and 1, but got ", p);
   if (!training || p == 0.0) return a;
 

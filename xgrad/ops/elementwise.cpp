@@ -11,6 +11,7 @@
 #include <xgrad/ops/broadcast.hpp>
 #include <xgrad/ops/ops.hpp>
 #include <xgrad/core/gradcheck_registry.hpp>
+#include <xgrad/core/profiler.hpp>
 #include <xgrad/core/trace.hpp>
 #include <xgrad/backend/parallel.hpp>
 
@@ -111,6 +112,7 @@ void gelu_parallel(bool tanh_form, const T* x, const T* g, T* out, std::size_t n
 
 template <class T>
 Tensor<T> add(const Tensor<T>& a, const Tensor<T>& b) {
+  XGRAD_PROFILE_OP("add");
   Array<T> y = binary_map(a.value(), b.value(), "add", [](T x, T z) { return x + z; });
   return make_result<T>("add", std::move(y), {a, b}, [](Node<T>& out) {
     // y = a + b: da = dy, db = dy (summed over broadcast dims); the last use takes dy over.
@@ -124,6 +126,7 @@ Tensor<T> add(const Tensor<T>& a, const Tensor<T>& b) {
 
 template <class T>
 Tensor<T> sub(const Tensor<T>& a, const Tensor<T>& b) {
+  XGRAD_PROFILE_OP("sub");
   Array<T> y = binary_map(a.value(), b.value(), "sub", [](T x, T z) { return x - z; });
   return make_result<T>("sub", std::move(y), {a, b}, [](Node<T>& out) {
     // y = a - b: da = dy, db = -dy; the last use takes dy over.
@@ -141,6 +144,7 @@ Tensor<T> sub(const Tensor<T>& a, const Tensor<T>& b) {
 
 template <class T>
 Tensor<T> mul(const Tensor<T>& a, const Tensor<T>& b) {
+  XGRAD_PROFILE_OP("mul");
   Array<T> y = binary_map(a.value(), b.value(), "mul", [](T x, T z) { return x * z; });
   return make_result<T>("mul", std::move(y), {a, b}, [](Node<T>& out) {
     // y = a * b: da = dy * b, db = dy * a
@@ -155,6 +159,7 @@ Tensor<T> mul(const Tensor<T>& a, const Tensor<T>& b) {
 
 template <class T>
 Tensor<T> div(const Tensor<T>& a, const Tensor<T>& b) {
+  XGRAD_PROFILE_OP("div");
   Array<T> y = binary_map(a.value(), b.value(), "div", [](T x, T z) { return x / z; });
   return make_result<T>("div", std::move(y), {a, b}, [](Node<T>& out) {
     const Array<T>& bv = out.input_value(1);
@@ -176,24 +181,28 @@ Tensor<T> div(const Tensor<T>& a, const Tensor<T>& b) {
 
 template <class T>
 Tensor<T> add(const Tensor<T>& a, Scalar<T> s) {
+  XGRAD_PROFILE_OP("add");
   XGRAD_TRACE_NOTE("add", {"other", static_cast<double>(s)});
   return pointwise<T>("add", a, kNone, [s](T x) { return x + s; }, [](T, T) { return T(1); });
 }
 
 template <class T>
 Tensor<T> mul(const Tensor<T>& a, Scalar<T> s) {
+  XGRAD_PROFILE_OP("mul");
   XGRAD_TRACE_NOTE("mul", {"other", static_cast<double>(s)});
   return pointwise<T>("mul", a, kNone, [s](T x) { return x * s; }, [s](T, T) { return s; });
 }
 
 template <class T>
 Tensor<T> rsub(const Tensor<T>& a, Scalar<T> s) {
+  XGRAD_PROFILE_OP("rsub");
   XGRAD_TRACE_NOTE("rsub", {"other", static_cast<double>(s)});
   return pointwise<T>("rsub", a, kNone, [s](T x) { return s - x; }, [](T, T) { return T(-1); });
 }
 
 template <class T>
 Tensor<T> rdiv(const Tensor<T>& a, Scalar<T> s) {
+  XGRAD_PROFILE_OP("rdiv");
   XGRAD_TRACE_NOTE("rdiv", {"other", static_cast<double>(s)});
   // y = s / x: dy/dx = -s / x^2 = -y / x
   return pointwise<T>("rdiv", a, kXY, [s](T x) { return s / x; }, [](T x, T y) { return -y / x; });
@@ -203,11 +212,13 @@ Tensor<T> rdiv(const Tensor<T>& a, Scalar<T> s) {
 
 template <class T>
 Tensor<T> neg(const Tensor<T>& a) {
+  XGRAD_PROFILE_OP("neg");
   return pointwise<T>("neg", a, kNone, [](T x) { return -x; }, [](T, T) { return T(-1); });
 }
 
 template <class T>
 Tensor<T> pow(const Tensor<T>& a, Scalar<T> p) {
+  XGRAD_PROFILE_OP("pow");
   XGRAD_TRACE_NOTE("pow", {"exponent", static_cast<double>(p)});
   // y = x^p: dy/dx = p x^(p-1)
   if (p == T(2)) return pointwise<T>("pow", a, kX, [](T x) { return x * x; }, [](T x, T) { return 2 * x; });
@@ -217,33 +228,39 @@ Tensor<T> pow(const Tensor<T>& a, Scalar<T> p) {
 
 template <class T>
 Tensor<T> exp(const Tensor<T>& a) {
+  XGRAD_PROFILE_OP("exp");
   return pointwise<T>("exp", a, kY, [](T x) { return std::exp(x); }, [](T, T y) { return y; });
 }
 
 template <class T>
 Tensor<T> log(const Tensor<T>& a) {
+  XGRAD_PROFILE_OP("log");
   return pointwise<T>("log", a, kX, [](T x) { return std::log(x); }, [](T x, T) { return 1 / x; });
 }
 
 template <class T>
 Tensor<T> sqrt(const Tensor<T>& a) {
+  XGRAD_PROFILE_OP("sqrt");
   // y = sqrt(x): dy/dx = 1 / (2 y)
   return pointwise<T>("sqrt", a, kY, [](T x) { return std::sqrt(x); }, [](T, T y) { return T(0.5) / y; });
 }
 
 template <class T>
 Tensor<T> abs(const Tensor<T>& a) {
+  XGRAD_PROFILE_OP("abs");
   return pointwise<T>("abs", a, kX, [](T x) { return std::abs(x); },
                       [](T x, T) { return x > 0 ? T(1) : (x < 0 ? T(-1) : T(0)); });
 }
 
 template <class T>
 Tensor<T> tanh(const Tensor<T>& a) {
+  XGRAD_PROFILE_OP("tanh");
   return pointwise<T>("tanh", a, kY, [](T x) { return std::tanh(x); }, [](T, T y) { return 1 - y * y; });
 }
 
 template <class T>
 Tensor<T> sigmoid(const Tensor<T>& a) {
+  XGRAD_PROFILE_OP("sigmoid");
   // Stable for large |x|: never exponentiates a positive number.
   return pointwise<T>(
       "sigmoid", a, kY,
@@ -257,6 +274,7 @@ Tensor<T> sigmoid(const Tensor<T>& a) {
 
 template <class T>
 Tensor<T> silu(const Tensor<T>& a) {
+  XGRAD_PROFILE_OP("silu");
   // y = x s with s = sigmoid(x): dy/dx = s (1 + x (1 - s)). s never exponentiates a positive number.
   const auto s = [](T x) {
     if (x >= 0) return 1 / (1 + std::exp(-x));
@@ -273,11 +291,13 @@ Tensor<T> silu(const Tensor<T>& a) {
 
 template <class T>
 Tensor<T> relu(const Tensor<T>& a) {
+  XGRAD_PROFILE_OP("relu");
   return pointwise<T>("relu", a, kX, [](T x) { return x > 0 ? x : T(0); }, [](T x, T) { return x > 0 ? T(1) : T(0); });
 }
 
 template <class T>
 Tensor<T> gelu(const Tensor<T>& a, const std::string& approximate) {
+  XGRAD_PROFILE_OP("gelu");
   XGRAD_CHECK(approximate == "none" || approximate == "tanh",
               "gelu: approximate must be \"none\" or \"tanh\", got \"", approximate, "\"");
   const bool tanh_form = approximate == "tanh";
@@ -295,6 +315,7 @@ Tensor<T> gelu(const Tensor<T>& a, const std::string& approximate) {
 
 template <class T>
 Tensor<T> clamp(const Tensor<T>& a, std::optional<Scalar<T>> min, std::optional<Scalar<T>> max) {
+  XGRAD_PROFILE_OP("clamp");
   XGRAD_CHECK(min || max, "clamp: at least one of min and max must be given");
   const T lo = min ? *min : -std::numeric_limits<T>::infinity();
   const T hi = max ? *max : std::numeric_limits<T>::infinity();

@@ -6,6 +6,7 @@
 #include <xgrad/ops/broadcast.hpp>
 #include <xgrad/core/gradcheck_registry.hpp>
 #include <xgrad/ops/ops.hpp>
+#include <xgrad/core/profiler.hpp>
 #include <xgrad/core/trace.hpp>
 #include <xgrad/backend/strided.hpp>
 
@@ -28,6 +29,7 @@ void check_indices(const IndexArray& index, std::size_t size, const char* op, co
 // da[o, index[j]] += dy[o, j].
 template <class T>
 Tensor<T> index_select(const Tensor<T>& a, std::int64_t dim, const IndexArray& index) {
+  XGRAD_PROFILE_OP("index_select");
   XGRAD_CHECK(index.dimension() <= 1, "index_select: index must be 1-D (or 0-d), got shape ", index.shape());
   // A 0-d input is treated as shape (1) and gives a 0-d result, as torch.
   const Shape in = a.dim() == 0 ? Shape{1} : a.shape();
@@ -70,6 +72,7 @@ Tensor<T> index_select(const Tensor<T>& a, std::int64_t dim, const IndexArray& i
 // dweight[indices[i]] += dy[i] except for the padding_idx row.
 template <class T>
 Tensor<T> embedding(const IndexArray& indices, const Tensor<T>& weight, std::optional<std::int64_t> padding_idx) {
+  XGRAD_PROFILE_OP("embedding");
   XGRAD_CHECK(weight.dim() == 2, "embedding: weight must be 2-D (num_embeddings, embedding_dim), got shape ",
               weight.shape());
   const std::size_t n = weight.shape()[0], D = weight.shape()[1];
@@ -110,6 +113,7 @@ Tensor<T> embedding(const IndexArray& indices, const Tensor<T>& weight, std::opt
 // da = mask ? 0 : dy.
 template <class T>
 Tensor<T> masked_fill(const Tensor<T>& a, const BoolArray& mask, Scalar<T> value) {
+  XGRAD_PROFILE_OP("masked_fill");
   const Shape as = a.shape(), ms = shape_of(mask);
   const Shape bs = detail::broadcast_shapes(ms, as, "masked_fill");
   XGRAD_CHECK(bs == as, "masked_fill: mask of shape ", ms, " cannot be broadcast to the input's shape ", as);
@@ -136,6 +140,7 @@ Tensor<T> masked_fill(const Tensor<T>& a, const BoolArray& mask, Scalar<T> value
 // da = sum_to(condition ? dy : 0, a.shape), db = sum_to(condition ? 0 : dy, b.shape).
 template <class T>
 Tensor<T> where(const BoolArray& condition, const Tensor<T>& a, const Tensor<T>& b) {
+  XGRAD_PROFILE_OP("where");
   const Shape cs = shape_of(condition), as = a.shape(), bs = b.shape();
   const Shape out_shape = detail::broadcast_shapes(detail::broadcast_shapes(cs, as, "where"), bs, "where");
   // Strides of condition, a and b inside out_shape.

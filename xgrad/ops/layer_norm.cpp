@@ -18,6 +18,7 @@
 #include <utility>
 
 #include <xgrad/ops/ops.hpp>
+#include <xgrad/core/profiler.hpp>
 #include <xgrad/core/trace.hpp>
 #include <xgrad/core/gradcheck_registry.hpp>
 #include <xgrad/backend/parallel.hpp>
@@ -186,6 +187,7 @@ std::size_t row_pieces(std::size_t rows, std::size_t D) {
 template <class T>
 Tensor<T> layer_norm(const Tensor<T>& x, const Shape& normalized_shape, const Tensor<T>& weight,
                      const Tensor<T>& bias, double eps) {
+  XGRAD_PROFILE_OP("layer_norm");
   const Shape sx = x.shape();
   const std::size_t nn = normalized_shape.size();
   XGRAD_CHECK(nn >= 1, "layer_norm: expected normalized_shape to be at least 1-dimensional, got ",

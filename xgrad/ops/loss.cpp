@@ -13,6 +13,7 @@
 #include <xgrad/core/gradcheck_registry.hpp>
 #include <xgrad/backend/strided.hpp>
 #include <xgrad/base/warning.hpp>
+#include <xgrad/core/profiler.hpp>
 
 namespace xgrad {
 
@@ -45,6 +46,7 @@ Array<T> scalar_array(double v) {
 // https://pytorch.org/docs/stable/generated/torch.nn.functional.mse_loss.html
 template <class T>
 Tensor<T> mse_loss(const Tensor<T>& input, const Tensor<T>& target, const std::string& reduction) {
+  XGRAD_PROFILE_OP("mse_loss");
   const Reduction red = parse_reduction(reduction, "mse_loss");
   if (target.shape() != input.shape())
     XGRAD_WARN_ONCE("mse_loss: using a target size ", target.shape(), " that is different to the input size ",
@@ -122,6 +124,7 @@ struct CrossEntropySaved {
 template <class T>
 Tensor<T> cross_entropy(const Tensor<T>& logits, const IndexArray& target, std::int64_t ignore_index,
                         const std::string& reduction, double label_smoothing) {
+  XGRAD_PROFILE_OP("cross_entropy");
   const Reduction red = parse_reduction(reduction, "cross_entropy");
   XGRAD_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0,
               "cross_entropy: label_smoothing must be between 0.0 and 1.0, got ", label_smoothing);

@@ -12,6 +12,7 @@
 #include <xgrad/ops/ops.hpp>
 #include <xgrad/backend/parallel.hpp>
 #include <xgrad/backend/strided.hpp>
+#include <xgrad/core/profiler.hpp>
 
 namespace xgrad {
 
@@ -94,6 +95,7 @@ Array<T> grad_buffer(const Shape& shape, bool accumulate) {
 // https://pytorch.org/docs/stable/generated/torch.matmul.html
 template <class T>
 Tensor<T> matmul(const Tensor<T>& a, const Tensor<T>& b) {
+  XGRAD_PROFILE_OP("matmul");
   const Shape sa = a.shape(), sb = b.shape();
   auto plan = std::make_shared<const MatmulPlan>(plan_matmul(sa, sb));
   const bool bf16 = detail::autocast_gemm<T>();  // recorded for the backward (autocast.hpp)
@@ -170,6 +172,7 @@ void linear_gemm(bool bf16, bool packed, bool trans_a, bool trans_b, std::size_t
 // https://pytorch.org/docs/stable/generated/torch.nn.functional.linear.html
 template <class T>
 Tensor<T> linear(const Tensor<T>& x, const Tensor<T>& weight, const Tensor<T>& bias) {
+  XGRAD_PROFILE_OP("linear");
   const Shape sx = x.shape(), sw = weight.shape();
   XGRAD_CHECK(sw.size() == 2, "linear: expected a 2-D weight (out_features, in_features), got ", sw);
   XGRAD_CHECK(!sx.empty(), "linear: expected an input with at least 1 dimension (*, in_features), got ", sx);

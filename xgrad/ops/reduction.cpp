@@ -8,6 +8,7 @@
 #include <utility>
 
 #include <xgrad/ops/ops.hpp>
+#include <xgrad/core/profiler.hpp>
 #include <xgrad/core/trace.hpp>
 #include <xgrad/core/gradcheck_registry.hpp>
 #include <xgrad/backend/strided.hpp>
@@ -176,11 +177,13 @@ Tensor<T> max_shared(const char* op, const Tensor<T>& a, ReducePlan plan) {
 
 template <class T>
 Tensor<T> sum(const Tensor<T>& a) {
+  XGRAD_PROFILE_OP("sum");
   return scaled_sum<T>("sum", a, plan_all(a.shape()), Acc(1));
 }
 
 template <class T>
 Tensor<T> sum(const Tensor<T>& a, const std::vector<std::int64_t>& dims, bool keepdim) {
+  XGRAD_PROFILE_OP("sum");
   XGRAD_TRACE_NOTE("sum", {"dim", dims}, {"keepdim", keepdim});
   return scaled_sum<T>("sum", a, plan_reduction("sum", a.shape(), reduced_dims("sum", a.dim(), dims), keepdim), Acc(1));
 }
@@ -188,6 +191,7 @@ Tensor<T> sum(const Tensor<T>& a, const std::vector<std::int64_t>& dims, bool ke
 // mean of n = 0 elements is 0/0 = NaN, as torch.
 template <class T>
 Tensor<T> mean(const Tensor<T>& a) {
+  XGRAD_PROFILE_OP("mean");
   ReducePlan plan = plan_all(a.shape());
   const Acc scale = Acc(1) / static_cast<Acc>(plan.count);
   return scaled_sum<T>("mean", a, std::move(plan), scale);
@@ -195,6 +199,7 @@ Tensor<T> mean(const Tensor<T>& a) {
 
 template <class T>
 Tensor<T> mean(const Tensor<T>& a, const std::vector<std::int64_t>& dims, bool keepdim) {
+  XGRAD_PROFILE_OP("mean");
   XGRAD_TRACE_NOTE("mean", {"dim", dims}, {"keepdim", keepdim});
   ReducePlan plan = plan_reduction("mean", a.shape(), reduced_dims("mean", a.dim(), dims), keepdim);
   const Acc scale = Acc(1) / static_cast<Acc>(plan.count);
@@ -205,12 +210,14 @@ Tensor<T> mean(const Tensor<T>& a, const std::vector<std::int64_t>& dims, bool k
 
 template <class T>
 Tensor<T> var(const Tensor<T>& a, bool unbiased) {
+  XGRAD_PROFILE_OP("var");
   XGRAD_TRACE_NOTE("var", {"unbiased", unbiased});
   return variance<T>(a, plan_all(a.shape()), unbiased);
 }
 
 template <class T>
 Tensor<T> var(const Tensor<T>& a, const std::vector<std::int64_t>& dims, bool unbiased, bool keepdim) {
+  XGRAD_PROFILE_OP("var");
   XGRAD_TRACE_NOTE("var", {"dim", dims}, {"unbiased", unbiased}, {"keepdim", keepdim});
   return variance<T>(a, plan_reduction("var", a.shape(), reduced_dims("var", a.dim(), dims), keepdim), unbiased);
 }
@@ -219,12 +226,14 @@ Tensor<T> var(const Tensor<T>& a, const std::vector<std::int64_t>& dims, bool un
 
 template <class T>
 Tensor<T> amax(const Tensor<T>& a, const std::vector<std::int64_t>& dims, bool keepdim) {
+  XGRAD_PROFILE_OP("amax");
   XGRAD_TRACE_NOTE("amax", {"dim", dims}, {"keepdim", keepdim});
   return max_shared<T>("amax", a, plan_reduction("amax", a.shape(), reduced_dims("amax", a.dim(), dims), keepdim));
 }
 
 template <class T>
 Tensor<T> max(const Tensor<T>& a) {
+  XGRAD_PROFILE_OP("max");
   return max_shared<T>("max", a, plan_all(a.shape()));
 }
 
@@ -232,6 +241,7 @@ Tensor<T> max(const Tensor<T>& a) {
 // dx_{argmax_o} = dy_o, 0 elsewhere.
 template <class T>
 std::pair<Tensor<T>, IndexArray> max(const Tensor<T>& a, std::int64_t dim, bool keepdim) {
+  XGRAD_PROFILE_OP("max");
   const Shape in = a.shape();
   ReducePlan plan = plan_reduction("max", in, reduced_dims("max", in.size(), {dim}), keepdim);
   XGRAD_CHECK(plan.count > 0, "max: cannot reduce over an empty dimension (input shape ", in,

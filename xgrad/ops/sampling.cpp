@@ -13,6 +13,7 @@
 
 #include <xgrad/backend/strided.hpp>
 #include <xgrad/core/gradcheck_registry.hpp>
+#include <xgrad/core/profiler.hpp>
 #include <xgrad/core/trace.hpp>
 #include <xgrad/ops/ops.hpp>
 #include <xgrad/ops/sampling.hpp>
@@ -103,12 +104,14 @@ Tensor<T> triangle(const char* op, const Tensor<T>& a, std::int64_t diagonal, bo
 
 template <class T>
 Tensor<T> tril(const Tensor<T>& a, std::int64_t diagonal) {
+  XGRAD_PROFILE_OP("tril");
   XGRAD_TRACE_NOTE("tril", {"diagonal", diagonal});
   return triangle("tril", a, diagonal, /*lower=*/true);
 }
 
 template <class T>
 Tensor<T> triu(const Tensor<T>& a, std::int64_t diagonal) {
+  XGRAD_PROFILE_OP("triu");
   XGRAD_TRACE_NOTE("triu", {"diagonal", diagonal});
   return triangle("triu", a, diagonal, /*lower=*/false);
 }
@@ -118,6 +121,7 @@ Tensor<T> triu(const Tensor<T>& a, std::int64_t diagonal) {
 // index_{o,c} = the first j maximizing a[o, j, c] (a NaN is the maximum, as torch).
 template <class T>
 IndexArray argmax(const Tensor<T>& a, std::int64_t dim, bool keepdim) {
+  XGRAD_PROFILE_OP("argmax");
   const Shape in = a.shape();
   const AlongDim v = along_dim(in, dim, "argmax");
   XGRAD_CHECK(v.size > 0, "argmax: cannot reduce over an empty dimension (input shape ", in, ", dim ", dim, ")");
@@ -142,6 +146,7 @@ IndexArray argmax(const Tensor<T>& a, std::int64_t dim, bool keepdim) {
 
 template <class T>
 IndexArray argmax(const Tensor<T>& a) {
+  XGRAD_PROFILE_OP("argmax");
   XGRAD_CHECK(a.numel() > 0, "argmax: expected a dim to reduce over for an input without elements (shape ",
               a.shape(), ")");
   const T* pa = a.value().data();
@@ -160,6 +165,7 @@ IndexArray argmax(const Tensor<T>& a) {
 template <class T>
 std::pair<Tensor<T>, IndexArray> topk(const Tensor<T>& a, std::int64_t k, std::int64_t dim, bool largest,
                                       bool sorted) {
+  XGRAD_PROFILE_OP("topk");
   const Shape in = a.shape();
   const AlongDim v = along_dim(in, dim, "topk");
   XGRAD_CHECK(k >= 0 && static_cast<std::size_t>(k) <= v.size, "topk: k (", k,
@@ -191,6 +197,7 @@ std::pair<Tensor<T>, IndexArray> topk(const Tensor<T>& a, std::int64_t k, std::i
 
 template <class T>
 std::pair<Tensor<T>, IndexArray> sort(const Tensor<T>& a, std::int64_t dim, bool descending) {
+  XGRAD_PROFILE_OP("sort");
   const Shape in = a.shape();
   const AlongDim v = along_dim(in, dim, "sort");
   IndexArray index = IndexArray::from_shape(in);
@@ -219,6 +226,7 @@ std::pair<Tensor<T>, IndexArray> sort(const Tensor<T>& a, std::int64_t dim, bool
 // Rows are drawn in order, each from the generator's stream, which is held for the whole call.
 template <class T>
 IndexArray multinomial(const Tensor<T>& probs, std::int64_t num_samples, bool replacement, Generator* generator) {
+  XGRAD_PROFILE_OP("multinomial");
   const Shape shape = probs.shape();
   XGRAD_CHECK(shape.size() == 1 || shape.size() == 2, "multinomial: probs must be 1-D (C) or 2-D (N, C), got shape ",
               shape);

@@ -8,6 +8,7 @@
 #include <xgrad/ops/broadcast.hpp>
 #include <xgrad/core/gradcheck_registry.hpp>
 #include <xgrad/ops/ops.hpp>
+#include <xgrad/core/profiler.hpp>
 #include <xgrad/core/trace.hpp>
 #include <xgrad/backend/parallel.hpp>
 #include <xgrad/backend/strided.hpp>
@@ -142,6 +143,7 @@ Tensor<T> strided_slice(const char* op, const Tensor<T>& a, std::size_t k, std::
 
 template <class T>
 Tensor<T> transpose(const Tensor<T>& a, std::int64_t dim0, std::int64_t dim1) {
+  XGRAD_PROFILE_OP("transpose");
   const std::size_t nd = a.dim();
   // A 0-d tensor accepts dims 0 and -1, as torch.
   const std::size_t d0 = normalize_dim(dim0, std::max<std::size_t>(nd, 1), "transpose");
@@ -154,6 +156,7 @@ Tensor<T> transpose(const Tensor<T>& a, std::int64_t dim0, std::int64_t dim1) {
 
 template <class T>
 Tensor<T> permute(const Tensor<T>& a, const std::vector<std::int64_t>& dims) {
+  XGRAD_PROFILE_OP("permute");
   const std::size_t nd = a.dim();
   XGRAD_CHECK(dims.size() == nd, "permute: expected ", nd, " dims for an input of shape ", a.shape(), ", got ",
               dims);
@@ -171,6 +174,7 @@ Tensor<T> permute(const Tensor<T>& a, const std::vector<std::int64_t>& dims) {
 
 template <class T>
 Tensor<T> reshape(const Tensor<T>& a, const std::vector<std::int64_t>& shape) {
+  XGRAD_PROFILE_OP("reshape");
   const std::size_t n = a.numel();
   Shape out(shape.size());
   std::size_t known = 1;
@@ -207,6 +211,7 @@ Tensor<T> reshape(const Tensor<T>& a, const std::vector<std::int64_t>& shape) {
 
 template <class T>
 Tensor<T> flatten(const Tensor<T>& a, std::int64_t start_dim, std::int64_t end_dim) {
+  XGRAD_PROFILE_OP("flatten");
   const Shape in = a.shape();
   // A 0-d tensor flattens to shape (1), as torch.
   const std::size_t nd = std::max<std::size_t>(in.size(), 1);
@@ -223,6 +228,7 @@ Tensor<T> flatten(const Tensor<T>& a, std::int64_t start_dim, std::int64_t end_d
 
 template <class T>
 Tensor<T> unsqueeze(const Tensor<T>& a, std::int64_t dim) {
+  XGRAD_PROFILE_OP("unsqueeze");
   Shape out = a.shape();
   const std::size_t k = normalize_dim(dim, out.size() + 1, "unsqueeze");
   out.insert(out.begin() + k, 1);
@@ -231,6 +237,7 @@ Tensor<T> unsqueeze(const Tensor<T>& a, std::int64_t dim) {
 
 template <class T>
 Tensor<T> squeeze(const Tensor<T>& a) {
+  XGRAD_PROFILE_OP("squeeze");
   Shape out;
   for (std::size_t d : a.shape())
     if (d != 1) out.push_back(d);
@@ -239,6 +246,7 @@ Tensor<T> squeeze(const Tensor<T>& a) {
 
 template <class T>
 Tensor<T> squeeze(const Tensor<T>& a, std::int64_t dim) {
+  XGRAD_PROFILE_OP("squeeze");
   Shape out = a.shape();
   const std::size_t k = normalize_dim(dim, std::max<std::size_t>(out.size(), 1), "squeeze");
   if (!out.empty() && out[k] == 1) out.erase(out.begin() + k);
@@ -250,6 +258,7 @@ Tensor<T> squeeze(const Tensor<T>& a, std::int64_t dim) {
 // y = x broadcast to sizes;  dx = sum_to(dy, x.shape)
 template <class T>
 Tensor<T> expand(const Tensor<T>& a, const std::vector<std::int64_t>& sizes) {
+  XGRAD_PROFILE_OP("expand");
   const Shape in = a.shape();
   XGRAD_CHECK(sizes.size() >= in.size(), "expand: the number of sizes provided (", sizes.size(),
               ") must be at least the number of dimensions of the tensor (", in.size(), "); sizes ", sizes,
@@ -284,6 +293,7 @@ Tensor<T> expand(const Tensor<T>& a, const std::vector<std::int64_t>& sizes) {
 
 template <class T>
 Tensor<T> cat(const std::vector<Tensor<T>>& tensors, std::int64_t dim) {
+  XGRAD_PROFILE_OP("cat");
   XGRAD_CHECK(!tensors.empty(), "cat: expected a non-empty list of tensors");
   const Shape first = tensors[0].shape();
   XGRAD_CHECK(!first.empty(), "cat: zero-dimensional tensor (at position 0) cannot be concatenated");
@@ -307,6 +317,7 @@ Tensor<T> cat(const std::vector<Tensor<T>>& tensors, std::int64_t dim) {
 
 template <class T>
 Tensor<T> stack(const std::vector<Tensor<T>>& tensors, std::int64_t dim) {
+  XGRAD_PROFILE_OP("stack");
   XGRAD_CHECK(!tensors.empty(), "stack: expected a non-empty list of tensors");
   const Shape first = tensors[0].shape();
   const std::size_t k = normalize_dim(dim, first.size() + 1, "stack");
@@ -324,6 +335,7 @@ Tensor<T> stack(const std::vector<Tensor<T>>& tensors, std::int64_t dim) {
 
 template <class T>
 Tensor<T> narrow(const Tensor<T>& a, std::int64_t dim, std::int64_t start, std::int64_t length) {
+  XGRAD_PROFILE_OP("narrow");
   XGRAD_CHECK(a.dim() > 0, "narrow: cannot be applied to a 0-dim tensor");
   const std::size_t k = normalize_dim(dim, a.dim(), "narrow");
   const auto size = static_cast<std::int64_t>(a.shape()[k]);
@@ -339,6 +351,7 @@ Tensor<T> narrow(const Tensor<T>& a, std::int64_t dim, std::int64_t start, std::
 
 template <class T>
 Tensor<T> slice(const Tensor<T>& a, std::int64_t dim, std::int64_t start, std::int64_t end, std::int64_t step) {
+  XGRAD_PROFILE_OP("slice");
   XGRAD_CHECK(a.dim() > 0, "slice: cannot be applied to a 0-dim tensor");
   XGRAD_CHECK(step >= 1, "slice: step must be positive, got ", step);
   const std::size_t k = normalize_dim(dim, a.dim(), "slice");

@@ -17,6 +17,7 @@
 #include <limits>
 
 #include <xgrad/ops/ops.hpp>
+#include <xgrad/core/profiler.hpp>
 #include <xgrad/core/trace.hpp>
 #include <xgrad/core/gradcheck_registry.hpp>
 #include <xgrad/backend/strided.hpp>
@@ -164,6 +165,7 @@ Tensor<T> softmax_impl(const char* op, const Tensor<T>& a, std::int64_t dim, boo
 // https://pytorch.org/docs/stable/generated/torch.nn.functional.softmax.html
 template <class T>
 Tensor<T> softmax(const Tensor<T>& a, std::int64_t dim) {
+  XGRAD_PROFILE_OP("softmax");
   return softmax_impl(static_cast<const char*>("softmax"), a, dim, false);
 }
 
@@ -171,6 +173,7 @@ Tensor<T> softmax(const Tensor<T>& a, std::int64_t dim) {
 // https://pytorch.org/docs/stable/generated/torch.nn.functional.log_softmax.html
 template <class T>
 Tensor<T> log_softmax(const Tensor<T>& a, std::int64_t dim) {
+  XGRAD_PROFILE_OP("log_softmax");
   return softmax_impl(static_cast<const char*>("log_softmax"), a, dim, true);
 }
 

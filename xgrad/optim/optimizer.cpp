@@ -1,5 +1,6 @@
 #include <xgrad/optim/optimizer.hpp>
 #include <xgrad/core/grad_mode.hpp>
+#include <xgrad/core/profiler.hpp>
 
 #include <algorithm>
 #include <string>
@@ -143,6 +144,9 @@ void Optimizer<T>::add_param_group(ParamGroup<T> group) {
 
 template <class T>
 void Optimizer<T>::step() {
+  // torch.profiler's name for it: "Optimizer.step#Adam.step".
+  const profiler::RecordFunction profiled(
+      profiler::detail::on() ? "Optimizer.step#" + std::string(name()) + ".step" : std::string());
   // step_group reads the options as the optimizer's own type: set_options can have changed them.
   const OptimizerOptions& defaults = *defaults_;
   for (const auto& group : groups_) {
@@ -173,6 +177,9 @@ Tensor<T> Optimizer<T>::step(const std::function<Tensor<T>()>& closure) {
 
 template <class T>
 void Optimizer<T>::zero_grad(bool set_to_none) {
+  const profiler::RecordFunction profiled(
+      profiler::detail::on() ? "Optimizer.zero_grad#" + std::string(name()) + ".zero_grad"
+                             : std::string());
   for (auto& group : groups_)
     for (auto& p : group.params()) p.zero_grad(set_to_none);
 }

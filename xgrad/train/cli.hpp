@@ -22,10 +22,13 @@
 #include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <iostream>
+#include <memory>
 #include <limits>
 #include <sstream>
 #include <string>
 
+#include <xgrad/core/profiler.hpp>
 #include <xgrad/train/settings.hpp>
 #include <xgrad/train/trainer.hpp>
 
@@ -166,6 +169,39 @@ inline void add_run_flags(CLI::App& app, RunOptions& run) {
       ->check(integer_in(1, 256))
       ->capture_default_str();
 }
+
+// --profile FILE: profile the run with xgrad::profiler (docs/profiler.md).
+inline CLI::Option* add_profile_flag(CLI::App& app, std::string& path) {
+  return app.add_option("--profile", path,
+                        "profile the run (xgrad::profiler): write its Chrome trace to this file (chrome://tracing, "
+                        "Perfetto) and print the op and thread-pool tables to stderr at the end");
+}
+
+// The --profile scope of a program's main: records from construction to destruction when `path`
+// is not empty, then writes the trace and prints the tables to stderr (an error, too: a
+// destructor does not throw).
+//   std::string profile_path;  cli::add_profile_flag(app, profile_path);  CLI11_PARSE(...);
+//   cli::ProfileRun profiling(profile_path);
+class ProfileRun {
+ public:
+  explicit ProfileRun(std::string path) : path_(std::move(path)) {
+    if (!path_.empty()) profile_ = std::make_unique<profiler::Profile>();
+  }
+  ~ProfileRun() {
+    if (!profile_) return;
+    try {
+      std::cerr << "\n" << profiler::save_report(*profile_, path_);
+    } catch (const std::exception& e) {
+      std::cerr << "--profile: " << e.what() << "\n";
+    }
+  }
+  ProfileRun(const ProfileRun&) = delete;
+  ProfileRun& operator=(const ProfileRun&) = delete;
+
+ private:
+  std::string path_;
+  std::unique_ptr<profiler::Profile> profile_;
+};
 
 // For prepare_run(): whether the setting `key` was given on the command line (as "--" + key).
 inline std::function<bool(const std::string&)> given(const CLI::App& app) {

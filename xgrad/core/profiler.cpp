@@ -1,0 +1,588 @@
+// The profiler (profiler.hpp): per-thread event buffers, the pool observer, and what a stopped
+// profile computes from them (self times, key_averages, pool_stats, the Chrome trace).
+//
+// Each thread that records during a profile gets a buffer of its own, registered with the
+// profile's session on its first event; its events are pushed under the buffer's mutex (never
+// contended except by stop(), which reads every buffer once). A handle names the session and the
+// event's index, so a range that closes after its profile stopped, or in a later one, is ignored.
+#include <xgrad/core/profiler.hpp>
+
+#include <cxxabi.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <stdexcept>
+#include <unordered_map>
+#include <utility>
+
+#include <xgrad/backend/parallel.hpp>
+#include <xgrad/base/check.hpp>
+
+namespace xgrad::profiler {
+
+namespace detail {
+std::atomic<bool> recording{false};
+}  // namespace detail
+
+namespace {
+
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+using Shapes = std::vector<std::vector<std::int64_t>>;
+
+// An event as a thread records it: the name is a pointer (a literal, a node's op) or an index
+// into the buffer's copied names; times are steady_clock nanoseconds; end < 0 while open.
+struct Raw {
+  const char* name = nullptr;
+  int copy = -1;
+  Event::Kind kind = Event::Kind::Op;
+  int parent = -1;  // the open op or range around it, in this buffer
+  std::int64_t start = 0, end = -1;
+  int shapes = -1;  // index into ThreadBuffer::shapes
+  int worker = -1;
+  std::uint64_t job = 0;
+  std::int64_t items = 0, publish = 0;
+  bool first = false;
+};
+
+struct ThreadBuffer {
+  std::mutex mutex;
+  int thread = 0;
+  std::vector<Raw> events;
+  std::vector<int> open;  // the op and range events open on this thread, innermost last
+  std::vector<std::string> names;
+  std::vector<Shapes> shapes;
+};
+
+// The recording profile, if any: its number, options and every thread's buffer.
+struct Session {
+  std::mutex mutex;
+  bool active = false;
+  bool record_shapes = false;
+  std::vector<std::shared_ptr<ThreadBuffer>> buffers;
+};
+Session& session() {
+  static Session s;
+  return s;
+}
+std::atomic<std::uint32_t> session_id{0};
+
+struct ThreadState {
+  std::uint32_t id = 0;
+  std::shared_ptr<ThreadBuffer> buffer;
+};
+thread_local ThreadState t_state;
+
+// This thread's buffer in the recording session (registered on first use), or null when no
+// session records.
+ThreadBuffer* buffer() {
+  const std::uint32_t id = session_id.load(std::memory_order_acquire);
+  if (t_state.id == id && t_state.buffer) return t_state.buffer.get();
+  Session& s = session();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (!s.active || session_id.load(std::memory_order_relaxed) != id) return nullptr;
+  auto b = std::make_shared<ThreadBuffer>();
+  b->thread = static_cast<int>(s.buffers.size());
+  s.buffers.push_back(b);
+  t_state.id = id;
+  t_state.buffer = std::move(b);
+  return t_state.buffer.get();
+}
+
+std::uint64_t handle_of(std::uint32_t id, std::size_t index) { return std::uint64_t(id) << 32 | (index + 1); }
+
+std::uint64_t push_open(Raw raw) {
+  ThreadBuffer* b = buffer();
+  if (b == nullptr) return 0;
+  std::lock_guard<std::mutex> lock(b->mutex);
+  raw.parent = b->open.empty() ? -1 : b->open.back();
+  raw.start = now_ns();
+  b->events.push_back(raw);
+  const int index = static_cast<int>(b->events.size() - 1);
+  b->open.push_back(index);
+  return handle_of(t_state.id, static_cast<std::size_t>(index));
+}
+
+void on_pool_event(const xgrad::detail::PoolEvent& e) {
+  if (!detail::on()) return;
+  ThreadBuffer* b = buffer();
+  if (b == nullptr) return;
+  std::lock_guard<std::mutex> lock(b->mutex);
+  Raw r;
+  r.kind = e.kind == xgrad::detail::PoolEvent::Kind::Job ? Event::Kind::PoolJob : Event::Kind::PoolChunk;
+  r.parent = b->open.empty() ? -1 : b->open.back();
+  r.start = e.start_ns;
+  r.end = e.end_ns;
+  r.worker = e.worker;
+  r.job = e.job;
+  r.items = static_cast<std::int64_t>(e.items);
+  r.publish = e.publish_ns;
+  r.first = e.first;
+  b->events.push_back(r);
+}
+
+// "layer_norm" -> "LayerNorm".
+std::string camel_case(const std::string& op) {
+  std::string out;
+  bool upper = true;
+  for (char c : op) {
+    if (c == '_') {
+      upper = true;
+      continue;
+    }
+    out += upper ? static_cast<char>(std::toupper(static_cast<unsigned char>(c))) : c;
+    upper = false;
+  }
+  return out;
+}
+
+// An autograd::Function's op is its class's typeid name: "4SiLU" or "N3app4SiLUE" -> "SiLU",
+// "app::SiLU". The built-in ops' names are lower case and pass unchanged.
+std::string readable(const char* name) {
+  const char c = name[0];
+  if (!(std::isdigit(static_cast<unsigned char>(c)) || c == 'N' || c == 'Z')) return name;
+  int status = 0;
+  char* d = abi::__cxa_demangle(name, nullptr, nullptr, &status);
+  if (status != 0 || d == nullptr) return name;
+  std::string out(d);
+  std::free(d);
+  return out;
+}
+
+std::string backward_name(const char* op) {
+  const std::string name = readable(op);
+  const bool builtin = name == op;
+  return (builtin ? camel_case(name) : name) + "Backward";
+}
+
+std::string shapes_text(const Shapes& shapes) {
+  std::ostringstream s;
+  s << '[';
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    s << (i ? ", " : "") << '[';
+    for (std::size_t j = 0; j < shapes[i].size(); ++j) s << (j ? ", " : "") << shapes[i][j];
+    s << ']';
+  }
+  s << ']';
+  return s.str();
+}
+
+// torch's time format: "12.345us", "1.234ms", "2.345s".
+std::string format_time(double ns) {
+  char buf[32];
+  if (ns >= 1e9) std::snprintf(buf, sizeof buf, "%.3fs", ns / 1e9);
+  else if (ns >= 1e6) std::snprintf(buf, sizeof buf, "%.3fms", ns / 1e6);
+  else std::snprintf(buf, sizeof buf, "%.3fus", ns / 1e3);
+  return buf;
+}
+
+std::string format_percent(double part, double whole) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f%%", whole > 0 ? 100.0 * part / whole : 0.0);
+  return buf;
+}
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out;
+}
+
+bool is_pool(Event::Kind k) { return k == Event::Kind::PoolJob || k == Event::Kind::PoolChunk; }
+
+}  // namespace
+
+// ---- recording ------------------------------------------------------------------------------
+
+namespace detail {
+
+std::uint64_t open(const char* name, Event::Kind kind) {
+  Raw r;
+  r.name = name;
+  r.kind = kind;
+  return push_open(r);
+}
+
+std::uint64_t open_copy(const std::string& name, Event::Kind kind) {
+  ThreadBuffer* b = buffer();
+  if (b == nullptr) return 0;
+  Raw r;
+  r.kind = kind;
+  {
+    std::lock_guard<std::mutex> lock(b->mutex);
+    r.copy = static_cast<int>(b->names.size());
+    b->names.push_back(name);
+  }
+  return push_open(r);
+}
+
+void close(std::uint64_t handle) {
+  const std::int64_t end = now_ns();
+  if (static_cast<std::uint32_t>(handle >> 32) != t_state.id || !t_state.buffer) return;
+  ThreadBuffer& b = *t_state.buffer;
+  const int index = static_cast<int>((handle & 0xffffffffu) - 1);
+  std::lock_guard<std::mutex> lock(b.mutex);
+  if (index < 0 || static_cast<std::size_t>(index) >= b.events.size()) return;
+  b.events[static_cast<std::size_t>(index)].end = end;
+  auto it = std::find(b.open.rbegin(), b.open.rend(), index);
+  if (it != b.open.rend()) b.open.erase(std::next(it).base());
+}
+
+bool wants_shapes() {
+  if (!on()) return false;
+  ThreadBuffer* b = buffer();
+  if (b == nullptr || !session().record_shapes) return false;
+  std::lock_guard<std::mutex> lock(b->mutex);
+  if (b->open.empty()) return false;
+  const Raw& r = b->events[static_cast<std::size_t>(b->open.back())];
+  return r.kind == Event::Kind::Op && r.shapes < 0;
+}
+
+void set_input_shapes(std::vector<std::vector<std::int64_t>> shapes) {
+  ThreadBuffer* b = buffer();
+  if (b == nullptr) return;
+  std::lock_guard<std::mutex> lock(b->mutex);
+  if (b->open.empty()) return;
+  Raw& r = b->events[static_cast<std::size_t>(b->open.back())];
+  if (r.kind != Event::Kind::Op || r.shapes >= 0) return;
+  r.shapes = static_cast<int>(b->shapes.size());
+  b->shapes.push_back(std::move(shapes));
+}
+
+}  // namespace detail
+
+RecordFunction::RecordFunction(const std::string& name) {
+  if (detail::on()) handle_ = detail::open_copy(name, Event::Kind::Range);
+}
+RecordFunction::RecordFunction(const char* name) {
+  if (detail::on()) handle_ = detail::open_copy(name, Event::Kind::Range);
+}
+RecordFunction::~RecordFunction() {
+  if (handle_ != 0) detail::close(handle_);
+}
+
+// ---- the profile ----------------------------------------------------------------------------
+
+Profile::Profile(ProfileOptions options) : options_(options) {
+  Session& s = session();
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    XGRAD_CHECK(!s.active, "profiler::Profile: another profile is recording; one records at a time");
+    s.active = true;
+    s.record_shapes = options.record_shapes();
+    s.buffers.clear();
+    session_id.fetch_add(1, std::memory_order_acq_rel);
+  }
+  num_threads_ = get_num_threads();
+  recording_ = true;
+  start_ns_ = now_ns();
+  detail::recording.store(true);
+  buffer();  // this thread is thread 0
+  if (options.record_pool()) xgrad::detail::set_pool_observer(&on_pool_event);
+}
+
+Profile::~Profile() {
+  if (recording_) stop();
+}
+
+void Profile::stop() {
+  XGRAD_CHECK(recording_, "profiler::Profile::stop: the profile has already stopped");
+  end_ns_ = now_ns();
+  detail::recording.store(false);
+  xgrad::detail::set_pool_observer(nullptr);
+  recording_ = false;
+  num_threads_ = std::max(num_threads_, get_num_threads());
+  std::vector<std::shared_ptr<ThreadBuffer>> buffers;
+  {
+    Session& s = session();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    buffers = std::move(s.buffers);
+    s.buffers.clear();
+    s.active = false;
+  }
+  std::unordered_map<const char*, std::string> backward_names;
+  for (const auto& b : buffers) {
+    std::lock_guard<std::mutex> lock(b->mutex);
+    const int base = static_cast<int>(events_.size());
+    int worker = -1;
+    for (const Raw& r : b->events) {
+      Event e;
+      e.kind = r.kind;
+      if (r.copy >= 0) {
+        e.name = b->names[static_cast<std::size_t>(r.copy)];
+      } else if (r.kind == Event::Kind::Backward) {
+        auto it = backward_names.find(r.name);
+        if (it == backward_names.end()) it = backward_names.emplace(r.name, backward_name(r.name)).first;
+        e.name = it->second;
+      } else if (r.kind == Event::Kind::PoolJob) {
+        e.name = "parallel_for";
+      } else if (r.kind == Event::Kind::PoolChunk) {
+        e.name = "chunk";
+      } else {
+        e.name = readable(r.name);
+      }
+      e.thread = b->thread;
+      e.start_ns = std::max<std::int64_t>(r.start, start_ns_) - start_ns_;
+      e.end_ns = (r.end < 0 ? end_ns_ : std::min(r.end, end_ns_)) - start_ns_;
+      e.end_ns = std::max(e.end_ns, e.start_ns);
+      e.parent = r.parent < 0 ? -1 : base + r.parent;
+      if (r.shapes >= 0) e.input_shapes = b->shapes[static_cast<std::size_t>(r.shapes)];
+      e.worker = r.worker;
+      e.job = r.job;
+      e.items = r.items;
+      if (r.kind == Event::Kind::PoolChunk && r.first && r.worker > 0) e.wake_latency_ns = r.start - r.publish;
+      if (r.kind == Event::Kind::PoolChunk) worker = std::max(worker, r.worker);
+      events_.push_back(std::move(e));
+    }
+    thread_names_.push_back(b->thread == 0 ? "thread 0 (profile)"
+                            : worker > 0   ? "pool worker " + std::to_string(worker)
+                                           : "thread " + std::to_string(b->thread));
+  }
+  // Self time: the duration less the op and range events directly inside.
+  for (Event& e : events_) e.self_ns = e.duration_ns();
+  for (const Event& e : events_)
+    if (!is_pool(e.kind) && e.parent >= 0) events_[static_cast<std::size_t>(e.parent)].self_ns -= e.duration_ns();
+  // A chunk is named after the op that ran its job ("chunk: gelu").
+  std::unordered_map<std::uint64_t, std::string> job_op;
+  for (const Event& e : events_)
+    if (e.kind == Event::Kind::PoolJob && e.parent >= 0)
+      job_op[e.job] = events_[static_cast<std::size_t>(e.parent)].name;
+  for (Event& e : events_)
+    if (e.kind == Event::Kind::PoolChunk) {
+      auto it = job_op.find(e.job);
+      if (it != job_op.end()) e.name = "chunk: " + it->second;
+    }
+}
+
+const std::vector<Event>& Profile::events() const {
+  XGRAD_CHECK(!recording_, "profiler::Profile::events: call stop() first");
+  return events_;
+}
+
+EventList Profile::key_averages(bool group_by_input_shape) const {
+  XGRAD_CHECK(!recording_, "profiler::Profile::key_averages: call stop() first");
+  std::vector<FunctionEventAvg> rows;
+  std::map<std::pair<std::string, std::string>, std::size_t> index;
+  for (const Event& e : events_) {
+    if (is_pool(e.kind)) continue;
+    const std::string shapes = group_by_input_shape ? shapes_text(e.input_shapes) : std::string();
+    auto [it, fresh] = index.emplace(std::make_pair(e.name, shapes), rows.size());
+    if (fresh) {
+      rows.emplace_back();
+      rows.back().key = e.name;
+      rows.back().input_shapes = shapes;
+    }
+    FunctionEventAvg& row = rows[it->second];
+    row.count += 1;
+    row.self_cpu_time_total_ns += e.self_ns;
+    row.cpu_time_total_ns += e.duration_ns();
+  }
+  return EventList(std::move(rows), group_by_input_shape);
+}
+
+std::vector<WorkerStats> Profile::pool_stats() const {
+  XGRAD_CHECK(!recording_, "profiler::Profile::pool_stats: call stop() first");
+  int workers = num_threads_;
+  for (const Event& e : events_)
+    if (e.kind == Event::Kind::PoolChunk) workers = std::max(workers, e.worker + 1);
+  std::vector<WorkerStats> stats(static_cast<std::size_t>(workers));
+  std::vector<double> latency(static_cast<std::size_t>(workers), 0.0);  // the wake-ups' sum
+  for (int w = 0; w < workers; ++w) stats[static_cast<std::size_t>(w)].worker = w;
+  for (const Event& e : events_) {
+    if (e.kind != Event::Kind::PoolChunk || e.worker < 0) continue;
+    WorkerStats& s = stats[static_cast<std::size_t>(e.worker)];
+    s.busy_ns += e.duration_ns();
+    s.tasks += 1;
+    if (e.wake_latency_ns >= 0) {
+      s.wakeups += 1;
+      latency[static_cast<std::size_t>(e.worker)] += double(e.wake_latency_ns);
+      s.max_wake_latency_ns = std::max(s.max_wake_latency_ns, e.wake_latency_ns);
+    }
+  }
+  for (WorkerStats& s : stats) {
+    s.idle_ns = std::max<std::int64_t>(0, duration_ns() - s.busy_ns);
+    if (s.wakeups) s.mean_wake_latency_ns = latency[static_cast<std::size_t>(s.worker)] / double(s.wakeups);
+  }
+  return stats;
+}
+
+std::string Profile::pool_table() const {
+  const std::vector<WorkerStats> stats = pool_stats();
+  std::int64_t jobs = 0, job_ns = 0;
+  for (const Event& e : events_)
+    if (e.kind == Event::Kind::PoolJob) {
+      jobs += 1;
+      job_ns += e.duration_ns();
+    }
+  std::ostringstream out;
+  out << "Thread pool: " << stats.size() << " threads, " << jobs << " parallel jobs (fork/joins)";
+  if (jobs) out << " of " << format_time(double(job_ns) / double(jobs)) << " on average";
+  out << ", profile " << format_time(double(duration_ns())) << '\n';
+  char line[256];
+  std::snprintf(line, sizeof line, "%8s  %12s  %12s  %7s  %8s  %9s  %13s  %13s\n", "worker", "busy", "idle", "busy %",
+                "tasks", "wake-ups", "mean wake-up", "max wake-up");
+  out << line;
+  for (const WorkerStats& s : stats) {
+    std::snprintf(line, sizeof line, "%8d  %12s  %12s  %7s  %8lld  %9lld  %13s  %13s\n", s.worker,
+                  format_time(double(s.busy_ns)).c_str(), format_time(double(s.idle_ns)).c_str(),
+                  format_percent(double(s.busy_ns), double(duration_ns())).c_str(), static_cast<long long>(s.tasks),
+                  static_cast<long long>(s.wakeups),
+                  s.worker == 0 ? "-" : format_time(s.mean_wake_latency_ns).c_str(),
+                  s.worker == 0 ? "-" : format_time(double(s.max_wake_latency_ns)).c_str());
+    out << line;
+  }
+  out << "worker 0 is the thread that published each job (it runs chunks too); a wake-up is a worker's "
+         "first chunk of a job, timed from the job's publication\n";
+  return out.str();
+}
+
+std::string Profile::chrome_trace_json() const {
+  XGRAD_CHECK(!recording_, "profiler::Profile::export_chrome_trace: call stop() first");
+  std::ostringstream out;
+  out << "{\"traceEvents\":[";
+  bool first = true;
+  const auto sep = [&] {
+    if (!first) out << ",\n";
+    first = false;
+  };
+  for (std::size_t t = 0; t < thread_names_.size(); ++t) {
+    sep();
+    out << "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":" << t << ",\"args\":{\"name\":\""
+        << json_escape(thread_names_[t]) << "\"}}";
+  }
+  const auto us = [](std::int64_t ns) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3f", double(ns) / 1e3);
+    return std::string(buf);
+  };
+  for (const Event& e : events_) {
+    static const char* const kCategory[] = {"op", "backward", "user_annotation", "pool", "pool"};
+    sep();
+    out << "{\"name\":\"" << json_escape(e.name) << "\",\"cat\":\"" << kCategory[static_cast<int>(e.kind)]
+        << "\",\"ph\":\"X\",\"ts\":" << us(e.start_ns) << ",\"dur\":" << us(e.duration_ns())
+        << ",\"pid\":1,\"tid\":" << e.thread << ",\"args\":{";
+    if (is_pool(e.kind)) {
+      out << "\"job\":" << e.job << ",\"worker\":" << e.worker << ",\"items\":" << e.items;
+      if (e.wake_latency_ns >= 0) out << ",\"wake-up latency us\":" << us(e.wake_latency_ns);
+    } else {
+      out << "\"self us\":" << us(e.self_ns);
+      if (!e.input_shapes.empty()) out << ",\"Input Shapes\":\"" << shapes_text(e.input_shapes) << '"';
+    }
+    out << "}}";
+  }
+  out << "],\"displayTimeUnit\":\"ms\"}\n";
+  return out.str();
+}
+
+void Profile::export_chrome_trace(const std::string& path) const {
+  const std::string json = chrome_trace_json();
+  std::ofstream file(path, std::ios::binary | std::ios::trunc);
+  if (!file) throw std::runtime_error("profiler::Profile::export_chrome_trace: cannot open '" + path + "' for writing");
+  file << json;
+  file.close();
+  if (!file) throw std::runtime_error("profiler::Profile::export_chrome_trace: writing '" + path + "' failed");
+}
+
+std::string save_report(Profile& profile, const std::string& path, int row_limit) {
+  if (profile.recording()) profile.stop();
+  profile.export_chrome_trace(path);
+  return profile.key_averages().table("self_cpu_time_total", row_limit) + "\n" + profile.pool_table() +
+         "Chrome trace (chrome://tracing, https://ui.perfetto.dev): " + path + "\n";
+}
+
+// ---- key_averages' table ---------------------------------------------------------------------
+
+bool EventList::contains(const std::string& key) const {
+  return std::any_of(rows_.begin(), rows_.end(), [&](const FunctionEventAvg& r) { return r.key == key; });
+}
+
+const FunctionEventAvg& EventList::at(const std::string& key) const {
+  for (const FunctionEventAvg& r : rows_)
+    if (r.key == key) return r;
+  throw std::out_of_range("profiler::EventList::at: no event named '" + key + "'");
+}
+
+std::string EventList::table(const std::string& sort_by, int row_limit) const {
+  using Key = double (*)(const FunctionEventAvg&);
+  Key key = nullptr;
+  if (sort_by == "self_cpu_time_total") key = [](const FunctionEventAvg& r) { return double(r.self_cpu_time_total_ns); };
+  else if (sort_by == "cpu_time_total") key = [](const FunctionEventAvg& r) { return double(r.cpu_time_total_ns); };
+  else if (sort_by == "cpu_time") key = [](const FunctionEventAvg& r) { return r.cpu_time_ns(); };
+  else if (sort_by == "count") key = [](const FunctionEventAvg& r) { return double(r.count); };
+  XGRAD_CHECK(key != nullptr, "profiler::EventList::table: sort_by must be self_cpu_time_total, cpu_time_total, "
+              "cpu_time or count, got '", sort_by, "'");
+  std::vector<const FunctionEventAvg*> sorted;
+  double self_total = 0;
+  for (const FunctionEventAvg& r : rows_) {
+    sorted.push_back(&r);
+    self_total += double(r.self_cpu_time_total_ns);
+  }
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [key](const FunctionEventAvg* a, const FunctionEventAvg* b) { return key(*a) > key(*b); });
+  if (row_limit >= 0 && sorted.size() > static_cast<std::size_t>(row_limit)) sorted.resize(static_cast<std::size_t>(row_limit));
+
+  std::size_t name_width = 4, shapes_width = 12;
+  for (const FunctionEventAvg* r : sorted) {
+    name_width = std::max(name_width, std::min<std::size_t>(r->key.size(), 55));
+    shapes_width = std::max(shapes_width, std::min<std::size_t>(r->input_shapes.size(), 60));
+  }
+  const auto cut = [](const std::string& s, std::size_t w) { return s.size() <= w ? s : s.substr(0, w - 3) + "..."; };
+  std::ostringstream out;
+  const auto rule = [&] {
+    out << std::string(name_width, '-');
+    for (int i = 0; i < 7 - 1; ++i) out << "  " << std::string(12, '-');
+    if (by_shape_) out << "  " << std::string(shapes_width, '-');
+    out << '\n';
+  };
+  const auto cells = [&](const std::string& name, const std::vector<std::string>& values, const std::string& shapes) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%-*s", static_cast<int>(name_width), cut(name, name_width).c_str());
+    out << buf;
+    for (const std::string& v : values) {
+      std::snprintf(buf, sizeof buf, "  %12s", v.c_str());
+      out << buf;
+    }
+    if (by_shape_) out << "  " << cut(shapes, shapes_width);
+    out << '\n';
+  };
+  rule();
+  cells("Name", {"Self CPU %", "Self CPU", "CPU total %", "CPU total", "CPU time avg", "# of Calls"}, "Input Shapes");
+  rule();
+  for (const FunctionEventAvg* r : sorted)
+    cells(r->key,
+          {format_percent(double(r->self_cpu_time_total_ns), self_total), format_time(double(r->self_cpu_time_total_ns)),
+           format_percent(double(r->cpu_time_total_ns), self_total), format_time(double(r->cpu_time_total_ns)),
+           format_time(r->cpu_time_ns()), std::to_string(r->count)},
+          r->input_shapes);
+  rule();
+  out << "Self CPU time total: " << format_time(self_total) << '\n';
+  return out.str();
+}
+
+}  // namespace xgrad::profiler
