@@ -1,5 +1,5 @@
 // torch.utils.data for xgrad, in namespace xgrad::data: datasets, samplers, collating, the
-// DataLoader, and readers for .npy, CSV and text files.
+// DataLoader, readers for .npy, CSV and text files, and memory-mapped token files.
 #pragma once
 
 #include <xgrad/data/collate.hpp>
@@ -7,3 +7,4 @@
 #include <xgrad/data/dataset.hpp>
 #include <xgrad/data/readers.hpp>
 #include <xgrad/data/sampler.hpp>
+#include <xgrad/data/token_file.hpp>

@@ -52,6 +52,17 @@ class FdStreambuf : public std::streambuf {
 
   int sync() override { return flush_buffer() ? 0 : -1; }
 
+  // seekp/tellp: flushes, then moves the file offset (a writer may go back to fill in a header).
+  pos_type seekoff(off_type off, std::ios_base::seekdir dir, std::ios_base::openmode which) override {
+    if (!(which & std::ios_base::out) || !flush_buffer()) return pos_type(off_type(-1));
+    const int whence = dir == std::ios_base::beg ? SEEK_SET : dir == std::ios_base::cur ? SEEK_CUR : SEEK_END;
+    const off_t at = ::lseek(fd_, static_cast<off_t>(off), whence);
+    return at < 0 ? pos_type(off_type(-1)) : pos_type(off_type(at));
+  }
+  pos_type seekpos(pos_type pos, std::ios_base::openmode which) override {
+    return seekoff(off_type(pos), std::ios_base::beg, which);
+  }
+
  private:
   void reset() { setp(buffer_.data(), buffer_.data() + buffer_.size()); }
 

@@ -26,7 +26,8 @@ namespace xgrad {
 //  - the rename fails (e.g. `path` is a folder);
 //  - `path` exists and is neither a regular file nor a folder (a device such as /dev/null, a
 //    FIFO, a socket): it is refused before anything is written, so a save never replaces one.
-// `write` may also stop early by leaving the stream in a failed state (badbit/failbit).
+// `write` may also stop early by leaving the stream in a failed state (badbit/failbit). The
+// stream is seekable (seekp, tellp), so a writer may go back to fill in a header at the end.
 //
 // A symbolic link is written through: the file it points to (after every link in the chain) is
 // replaced atomically, in its own folder, and the link stays. A link that points nowhere is
@@ -55,6 +56,7 @@ class RegularFile {
   RegularFile& operator=(const RegularFile&) = delete;
 
   std::uint64_t size() const { return size_; }  // as fstat reported at open
+  int fd() const { return fd_; }                 // open for reading until destruction (for mmap)
   // Reads up to n bytes at offset into out; returns how many were read (fewer at the end of the
   // file). Throws std::runtime_error on an I/O error.
   std::uint64_t read_at(std::uint64_t offset, std::uint64_t n, void* out) const;
