@@ -51,7 +51,7 @@
 #endif
 #ifdef XGRAD_WITH_MPI
 #include <xgrad/distributed/ddp.hpp>
-#include <xgrad/distributed/world.hpp>
+#include <xgrad/train/mpi_world.hpp>
 #endif
 
 namespace {

@@ -45,6 +45,19 @@ targets=(fuzz_seeds)
 for f in "${fuzzers[@]}"; do targets+=("fuzz_$f"); done
 cmake --build "$build" --target "${targets[@]}" -j "$jobs"
 
+# File:line in the reports: the sanitizers look for `llvm-symbolizer` on PATH, which Debian names
+# llvm-symbolizer-14 (package llvm-14, installed by scripts/setup.sh).
+if [[ -z ${ASAN_SYMBOLIZER_PATH:-} ]]; then
+  for symbolizer in llvm-symbolizer-14 llvm-symbolizer; do
+    if command -v "$symbolizer" >/dev/null; then
+      export ASAN_SYMBOLIZER_PATH UBSAN_SYMBOLIZER_PATH
+      ASAN_SYMBOLIZER_PATH=$(command -v "$symbolizer")
+      UBSAN_SYMBOLIZER_PATH=$ASAN_SYMBOLIZER_PATH
+      break
+    fi
+  done
+fi
+[[ -n ${ASAN_SYMBOLIZER_PATH:-} ]] || echo "fuzz/run.sh: no llvm-symbolizer (apt-get install llvm-14): reports will show raw addresses" >&2
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 rm -rf "$build/seeds"

@@ -5,6 +5,7 @@
 # from NuGet (and fail offline): ONNXRUNTIME_NODE_INSTALL=skip skips it, the CPU runtime is inside.
 #
 #   scripts/install_onnxruntime.sh DIR     (ctest's onnx_runtime_install: DIR = <build tree>/onnxruntime)
+# Exits 77 (a skip for ctest) when npm cannot reach its registry.
 set -euo pipefail
 version=1.30.0
 dir=${1:?usage: install_onnxruntime.sh DIR}
@@ -16,6 +17,13 @@ fi
 for tool in node npm; do
   command -v "$tool" >/dev/null || { echo "FAIL: '$tool' is missing: run scripts/setup.sh (Debian's nodejs and npm)" >&2; exit 1; }
 done
+# Without npm's registry (an offline machine, a proxy) there is nothing to install: exit 77, which
+# ctest reports as a skip (SKIP_RETURN_CODE), and say why.
+if ! timeout 60 npm ping >/dev/null 2>&1; then
+  echo "SKIP: npm cannot reach its registry ($(npm config get registry)): onnxruntime-node is not installed," \
+       "and the ONNX Runtime checks (ctest's onnx_runtime, step 6 of the examples' tests) skip" >&2
+  exit 77
+fi
 mkdir -p "$dir"
 ONNXRUNTIME_NODE_INSTALL=skip npm install --no-audit --no-fund --prefix "$dir" "onnxruntime-node@$version"
 echo "installed onnxruntime-node $version in $dir"

@@ -44,3 +44,19 @@ build() {
     cmake --build "$dir" --parallel "$JOBS"
   fi
 }
+
+# use_ccache: sets LAUNCHER to the cmake arguments that compile through ccache (installed by
+# setup.sh) when it is present, empty otherwise. quickstart.sh's build/release and test.sh's trees
+# then share the cache, and the consumer_subdirectory test, which compiles a second copy of the
+# library with the same flags and sources, gets its objects from the cache instead of compiling
+# them again. CCACHE_NOHASHDIR lets trees in different folders share objects built with -g;
+# CCACHE_BASEDIR (paths relative to each build folder) would defeat that.
+LAUNCHER=()
+use_ccache() {
+  LAUNCHER=()
+  if command -v ccache >/dev/null; then
+    LAUNCHER=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+    export CCACHE_NOHASHDIR=1
+    unset CCACHE_BASEDIR
+  fi
+}

@@ -12,6 +12,8 @@ packages=(
   clang libclang-rt-14-dev libomp-dev  # the libFuzzer targets (fuzz/run.sh); libomp-dev: clang's OpenMP
   libopenmpi-dev openmpi-bin  # xgrad::distributed (XGRAD_WITH_MPI) and its tests under mpirun
   ccache  # scripts/test.sh: the consumer test's copy of the library comes from the cache
+  clang-format  # scripts/check_format.sh (clang-format-14 and git-clang-format-14)
+  llvm-14  # llvm-symbolizer-14: file:line in the fuzzers' and sanitizers' reports (fuzz/run.sh)
   wamerican  # /usr/share/dict/words, the English word list examples/train_masked_chars learns from
   # xgrad::onnx (XGRAD_WITH_ONNX): the C++ classes compiled from onnx.proto (libonnx_proto) and
   # protobuf's runtime; python3-onnx: the tests' onnx.checker.check_model on every exported model

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds xgrad and runs the test suite through ctest three times: in
+# Installs what is missing, checks the format of the changed lines (scripts/check_format.sh), builds
+# xgrad and runs the test suite through ctest three times: in
 # Release (build/release, every test), with AddressSanitizer + UBSan (build/sanitize, every test
 # but the benchmarks' smoke runs), and with ThreadSanitizer (build/tsan, the tests labelled
 # `threads`); then runs the file loaders' fuzzers for a bounded time (build/fuzz).
@@ -31,16 +32,9 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 # instrumented); every entry there says why.
 export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$XGRAD_ROOT/scripts/tsan.supp}
 
-# ccache (installed by setup.sh), when present: the consumer_subdirectory test compiles a second
-# copy of the library with the same flags and sources, and gets the main tree's objects from the
-# cache instead of compiling them again. CCACHE_NOHASHDIR lets trees in different folders share
-# objects built with -g; CCACHE_BASEDIR (paths relative to each build folder) would defeat that.
-launcher=()
-if command -v ccache >/dev/null; then
-  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-  export CCACHE_NOHASHDIR=1
-  unset CCACHE_BASEDIR
-fi
+# ccache when present (lib.sh, use_ccache): the consumer test's copy of the library comes from it.
+use_ccache
+launcher=("${LAUNCHER[@]}")
 sanitizer_tree=(-DCMAKE_BUILD_TYPE=Debug -DXGRAD_CTEST_PER_EXECUTABLE=ON "${launcher[@]}")
 
 configure_release() { configure build/release -DCMAKE_BUILD_TYPE=Release "${launcher[@]}"; }
@@ -69,6 +63,8 @@ if [[ "${1:-}" == "--configure-only" ]]; then
   echo "==> the four trees configured in $((SECONDS - total_start))s"
   exit 0
 fi
+# Cheap, first: the C++ lines changed since scripts/format_base are formatted (.clang-format).
+phase "format check" bash scripts/check_format.sh
 phase "configure (Release)" configure_release
 phase "build (Release)" build build/release
 phase "ctest (Release)" run_ctest build/release

@@ -4,7 +4,10 @@
 // Runtime runs, with the parameters and buffers as initializers named by their state_dict keys.
 //
 //   auto model = std::make_shared<nn::TransformerEncoder<float>>(...);
-//   onnx::export_model(*model, [&](const onnx::Inputs& in) { return {model->forward(in.tensor(0))}; },
+//   onnx::export_model(*model,
+//                      [&](const onnx::Inputs& in) {
+//                        return std::vector<Tensor<float>>{model->forward(in.tensor(0))};
+//                      },
 //                      {x}, "encoder.onnx",
 //                      onnx::ExportOptions().input_names({"x"}).output_names({"y"})
 //                          .dynamic_axes({{"x", {{0, "batch"}, {1, "seq"}}}}));

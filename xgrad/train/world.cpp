@@ -1,7 +1,6 @@
 #include "world.hpp"
 
-#include <algorithm>
-#include <cstdlib>
+#include <xgrad/distributed/launcher.hpp>
 
 namespace xgrad::train {
 
@@ -10,9 +9,6 @@ World& single_process_world() {
   return world;
 }
 
-int launched_world_size() {
-  const char* v = std::getenv("OMPI_COMM_WORLD_SIZE");
-  return v != nullptr ? std::max(1, std::atoi(v)) : 1;
-}
+int launched_world_size() { return xgrad::distributed::launched_world_size(); }
 
 }  // namespace xgrad::train

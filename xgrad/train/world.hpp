@@ -1,8 +1,9 @@
 // xgrad::train::World: the processes a training run is spread over, as the Trainer sees them.
 //
 // The base class is a world of one process (rank 0 of 1), whose collectives do nothing; it is
-// what a program without MPI uses. xgrad::distributed::MPIWorld (xgrad/distributed/world.hpp,
-// library xgrad::distributed) overrides it over Open MPI, so that this library never links MPI.
+// what a program without MPI uses. xgrad::train::MPIWorld (xgrad/train/mpi_world.hpp, library
+// xgrad::train_mpi, built with MPI only) overrides it over Open MPI, so that this library never
+// links MPI.
 // Every member but rank(), size() and is_main() is a collective: every rank calls it, in the same
 // order (as torch.distributed's collectives).
 #pragma once
@@ -51,8 +52,8 @@ class World {
 // The world of one process, shared by every Trainer not given another.
 World& single_process_world();
 
-// The number of processes the launcher started (Open MPI's mpirun tells each process in its
-// environment, OMPI_COMM_WORLD_SIZE); 1 when the program was not started by mpirun.
+// The number of processes the launcher started (xgrad::distributed::launched_world_size(), which
+// reads mpirun's environment); 1 when the program was not started by mpirun.
 int launched_world_size();
 
 }  // namespace xgrad::train

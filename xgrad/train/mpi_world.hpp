@@ -1,8 +1,10 @@
-// xgrad::distributed::MPIWorld: xgrad::train::World over Open MPI, for a Trainer that trains
-// data-parallel under `mpirun -np N` (library xgrad::distributed).
+// xgrad::train::MPIWorld: the Trainer's World over Open MPI (xgrad::distributed's process group),
+// for a Trainer that trains data-parallel under `mpirun -np N`. Library xgrad::train_mpi, built
+// only with MPI (XGRAD_WITH_MPI); it links xgrad::train and xgrad::distributed, so that neither of
+// them depends on the other (the collectives and DDP know nothing of training).
 //
 //   int main(int argc, char** argv) {
-//     auto world = xgrad::distributed::make_world();  // MPI under mpirun -np N > 1, else one process
+//     auto world = xgrad::train::make_world();  // MPI under mpirun -np N > 1, else one process
 //     return xgrad::train::guarded("my_program", [&] { ... Trainer(..., *world) ... }, *world);
 //   }
 #pragma once
@@ -13,9 +15,9 @@
 
 #include <xgrad/train/world.hpp>
 
-namespace xgrad::distributed {
+namespace xgrad::train {
 
-class MPIWorld : public xgrad::train::World {
+class MPIWorld : public World {
  public:
   // Initializes the process group (init_process_group) unless it already is, and then finalizes
   // it when destroyed (destroy_process_group); a group initialized by the caller is left to it.
@@ -37,8 +39,14 @@ class MPIWorld : public xgrad::train::World {
 };
 
 // For main()'s scope: an MPIWorld when the program was started by mpirun with more than one
-// process (xgrad::train::launched_world_size() > 1), else the world of one process without MPI
-// (a plain run, or mpirun -np 1).
-std::unique_ptr<xgrad::train::World> make_world();
+// process (launched_world_size() > 1), else the world of one process without MPI (a plain run, or
+// mpirun -np 1).
+std::unique_ptr<World> make_world();
 
+}  // namespace xgrad::train
+
+// The names of before (xgrad/distributed/world.hpp), for programs written against them.
+namespace xgrad::distributed {
+using xgrad::train::make_world;
+using xgrad::train::MPIWorld;
 }  // namespace xgrad::distributed

@@ -1,0 +1,2 @@
+// A relative include of a floor above.
+#include "../core/tensor.hpp"

@@ -1,0 +1,2 @@
+// A folder missing from the floors table.
+#pragma once
