@@ -147,7 +147,7 @@ def check_includes(root, report):
                 report.add(rel, floor, ns, f"line {line} names {ns}::")
 
 
-def check_symbols(build, report):
+def check_symbols(root, build, report):
     """Strong definitions and undefined references of every object file of xgrad/ in the tree."""
     objects = []  # (rel source path, object path)
     for d, _, names in os.walk(build):
@@ -155,7 +155,9 @@ def check_symbols(build, report):
             if n.endswith(".o"):
                 path = os.path.join(d, n)
                 m = re.search(r"CMakeFiles/[^/]+\.dir/(xgrad/.+)\.o$", path.replace(os.sep, "/"))
-                if m:
+                # An object whose source is gone (a file moved or deleted since the tree was
+                # built) is stale: the libraries no longer link it.
+                if m and os.path.exists(os.path.join(root, m.group(1))):
                     objects.append((m.group(1), path))
     if not objects:
         report.errors.append(f"no object file of xgrad/ under {build}: build the libraries first")
@@ -238,7 +240,7 @@ def main():
     check_includes(args.root, report)
     checked = ["includes"]
     if args.objects:
-        n = check_symbols(args.objects, report)
+        n = check_symbols(args.root, args.objects, report)
         checked.append(f"symbols of {n} object files")
     if args.links:
         check_links(args.links, report)
