@@ -158,14 +158,14 @@ def measure_limits(thread_counts, bench_train_step=None, timeout=600, log=None):
 def efficiency_table(rows, thread_counts, limits=None, markdown=False):
     """Lines of a thread-sweep table. rows: [(label, {threads: median ms}, {threads: GFLOP/s} or None)];
     limits: {threads: {"gflops": ...}}. Each cell: the time, speedup and efficiency from the
-    smallest count, and with GFLOP/s and limits [the % of that count's limit]; a first row for the
-    limit itself (its speedup and efficiency as a rate), and a last column: the row's speedup at the
-    largest count over the limit's speedup there."""
+    smallest count, and with GFLOP/s and limits [the % of that count's limit]; with limits, a first
+    row for the limit itself (its speedup and efficiency as a rate) and a last column: the row's
+    speedup at the largest count over the limit's speedup there."""
     lim = {t: limits[t]["gflops"] for t in thread_counts if limits and t in limits}
     lim_sweep = sweep(lim, rate=True)
     top = max(thread_counts)
     out = []
-    head = ["work"] + ["%dt" % t for t in thread_counts] + ["vs limit's speedup at %dt" % top]
+    head = ["work"] + ["%dt" % t for t in thread_counts] + (["vs limit's speedup at %dt" % top] if lim else [])
     if markdown:
         out += ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     else:
@@ -204,7 +204,7 @@ def efficiency_table(rows, thread_counts, limits=None, markdown=False):
         rel = ""
         if top in s and top in lim_sweep and lim_sweep[top][0] > 0 and top != min(s):
             rel = "%.0f%%" % (100 * s[top][0] / lim_sweep[top][0])
-        emit(cells + [rel])
+        emit(cells + ([rel] if lim else []))
     return out
 
 

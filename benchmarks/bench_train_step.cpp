@@ -13,8 +13,9 @@
 //   0.1 on the matrices only), as nanoGPT's configure_optimizers.
 //
 // Usage:
-//   bench_train_step                  the sgemm rate, then every configuration, each in its own
-//                                     child process (so that each peak RSS is its own)
+//   bench_train_step                  the sgemm rate, then every encoder configuration (gpt2s
+//                                     only when named), each in its own child process (so that
+//                                     each peak RSS is its own)
 //   bench_train_step --config small   one configuration, in this process
 //   bench_train_step --gemm           the gemm rates only: 1024^3 float32 through OpenBLAS and
 //                                     through oneDNN, and the bf16 gemm (fp32 accumulation)
@@ -473,8 +474,9 @@ int main(int argc, char** argv) {
   }
 
   // The default mode: every step in its own process.
-  if (o.configs.empty())
-    for (const auto& c : kConfigs) o.configs.push_back(c.name);
+  if (o.configs.empty())  // the encoders; gpt2s (seconds a step) only when named
+    for (const auto& c : kConfigs)
+      if (c.vocab == 0) o.configs.push_back(c.name);
   std::vector<std::string> base = {argv[0]};
   if (o.json) base.push_back("--json");
   if (o.breakdown) base.push_back("--breakdown");
