@@ -2,7 +2,7 @@
 // AdamW step) at batch 1 and sequence length L on one attention path (tiled or materialized, forced
 // with set_attention_path), its time and the process's peak RSS. One configuration per process, so
 // that the peak RSS is that configuration's alone (benchmarks/gpt_long.py runs the table of
-// docs/performance.md, beside PyTorch 1.13).
+// docs/performance.md, beside PyTorch).
 //
 //   bench_gpt_long --path tiled --L 4096 [--layers 2] [--heads 12] [--embd 768] [--vocab 256]
 //                  [--threads 2] [--steps 2]
@@ -124,7 +124,7 @@ int main(int argc, char** argv) {
   std::string list;
   for (double t : times) list += (list.empty() ? "" : ",") + std::to_string(t);
   std::printf("{\"path\":\"%s\",\"L\":%lld,\"layers\":%lld,\"heads\":%lld,\"embd\":%lld,\"vocab\":%lld,\"params\":%zu,"
-              "\"threads\":%d,\"times_s\":[%s],\"median_s\":%.4f,\"loss\":%.4f,\"rss_built_mib\":%.1f,"
+              "\"threads\":%d,\"times_s\":[%s],\"median_s\":%.6g,\"loss\":%.4f,\"rss_built_mib\":%.1f,"
               "\"peak_rss_mib\":%.1f}\n",
               o.path.c_str(), static_cast<long long>(o.L), static_cast<long long>(o.layers),
               static_cast<long long>(o.heads), static_cast<long long>(o.embd), static_cast<long long>(o.vocab),

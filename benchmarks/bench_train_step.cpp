@@ -5,9 +5,17 @@
 //   step:  opt.zero_grad();  loss = mse_loss(encoder(x), target);  loss.backward();  opt.step();
 //   x, target: fixed (B, N, d) standard-normal tensors; Adam(lr=1e-4); torch defaults otherwise.
 //
+// The configuration gpt2s is a GPT-2-small-shaped language model instead (xgrad::models::GPT:
+// 12 layers, d 768, 12 heads, 1,024 tokens, batch 1, a causal mask, the tied head over a vocabulary
+// of 256, the model of benchmarks/gpt_long.py):
+//   step:  opt.zero_grad();  loss = cross_entropy(gpt(x), y);  loss.backward();  opt.step();
+//   x, y: fixed random tokens, y = x shifted by one; AdamW(lr 1e-4, betas (0.9, 0.99), weight decay
+//   0.1 on the matrices only), as nanoGPT's configure_optimizers.
+//
 // Usage:
-//   bench_train_step                  the sgemm rate, then every configuration, each in its own
-//                                     child process (so that each peak RSS is its own)
+//   bench_train_step                  the sgemm rate, then every encoder configuration (gpt2s
+//                                     only when named), each in its own child process (so that
+//                                     each peak RSS is its own)
 //   bench_train_step --config small   one configuration, in this process
 //   bench_train_step --gemm           the gemm rates only: 1024^3 float32 through OpenBLAS and
 //                                     through oneDNN, and the bf16 gemm (fp32 accumulation)
@@ -44,6 +52,7 @@
 #include <xgrad/backend/bf16.hpp>
 #include <xgrad/backend/gemm.hpp>
 #include <xgrad/backend/onednn.hpp>
+#include <xgrad/models/gpt.hpp>
 #include <xgrad/xgrad.hpp>
 
 namespace {
@@ -51,13 +60,16 @@ namespace {
 struct Config {
   const char* name;
   std::size_t B, N, d, h, ff, L;  // batch, sequence, d_model, heads, dim_feedforward, layers
+  std::size_t vocab = 0;          // > 0: a GPT language model (ff = 4 d) over this vocabulary
 };
 
+// The same as benchmarks/compare.py's CONFIGS.
 constexpr Config kConfigs[] = {
     {"tiny", 2, 3, 4, 2, 64, 3},
     {"small", 16, 32, 64, 4, 256, 2},
     {"medium", 32, 64, 256, 8, 1024, 4},
     {"large", 8, 128, 512, 8, 2048, 2},
+    {"gpt2s", 1, 1024, 768, 12, 3072, 12, 256},
 };
 
 // Model FLOPs of one training step: the matmuls only (LayerNorm, softmax, GELU, the loss and
@@ -65,13 +77,14 @@ constexpr Config kConfigs[] = {
 //   QKV projection 2*T*d*3d + out-projection 2*T*d*d           = 8*T*d^2
 //   Q K^T and P V: 2 * (2 * B*h * N*N * d/h)                   = 4*B*N^2*d
 //   linear1 2*T*d*ff + linear2 2*T*ff*d                        = 4*T*d*ff
-// and backward costs twice the forward (a gradient for each matmul operand).
-constexpr const char* kFlopFormula = "3 * L * (8*T*d^2 + 4*T*d*ff + 4*B*N^2*d), T = B*N";
+// and backward costs twice the forward (a gradient for each matmul operand). The GPT adds its
+// tied head, 2*T*d*V forward; its causal attention is counted whole (N^2), as PyTorch computes it.
+constexpr const char* kFlopFormula = "3 * L * (8*T*d^2 + 4*T*d*ff + 4*B*N^2*d), T = B*N (+ 3 * 2*T*d*V, a GPT's head)";
 
 double step_flops(const Config& c) {
   const double B = double(c.B), N = double(c.N), d = double(c.d), ff = double(c.ff), L = double(c.L);
   const double T = B * N;
-  return 3.0 * L * (8.0 * T * d * d + 4.0 * T * d * ff + 4.0 * B * N * N * d);
+  return 3.0 * L * (8.0 * T * d * d + 4.0 * T * d * ff + 4.0 * B * N * N * d) + 3.0 * 2.0 * T * d * double(c.vocab);
 }
 
 struct Options {
@@ -212,10 +225,16 @@ int run_gemm(const Options& o) {
   return 0;
 }
 
-int run_config(const Config& c, const Options& o) {
+// The model of configuration c, its optimizer, and one step's forward and loss.
+struct Model {
+  std::shared_ptr<xgrad::nn::Module<float>> module;
+  std::unique_ptr<xgrad::optim::Optimizer<float>> opt;
+  std::function<xgrad::Tensor<float>()> forward_loss;
+};
+
+Model make_encoder(const Config& c) {
   using namespace xgrad;
-  const double baseline_mib = peak_rss_mib();
-  manual_seed(0);
+  Model m;
   std::shared_ptr<nn::TransformerEncoder<float>> encoder;
   {
     // The prototype layer is only copied from; dropping it keeps its parameters out of the peak.
@@ -228,9 +247,61 @@ int run_config(const Config& c, const Options& o) {
             .norm_first(true));
     encoder = std::make_shared<nn::TransformerEncoder<float>>(layer, std::int64_t(c.L));
   }
-  optim::Adam<float> opt(encoder->parameters(), optim::AdamOptions(1e-4));
+  m.module = encoder;
+  m.opt = std::make_unique<optim::Adam<float>>(encoder->parameters(), optim::AdamOptions(1e-4));
   const Tensor<float> x = randn<float>({c.B, c.N, c.d});       // (B, N, d)
   const Tensor<float> target = randn<float>({c.B, c.N, c.d});  // (B, N, d)
+  m.forward_loss = [encoder, x, target] { return mse_loss(encoder->forward(x), target); };
+  return m;
+}
+
+Model make_gpt(const Config& c) {
+  using namespace xgrad;
+  Model m;
+  models::GPTConfig config;
+  config.vocab_size = std::int64_t(c.vocab);
+  config.block_size = std::int64_t(c.N);
+  config.n_layer = std::int64_t(c.L);
+  config.n_head = std::int64_t(c.h);
+  config.n_embd = std::int64_t(c.d);
+  config.n_inner = std::int64_t(c.ff);
+  auto gpt = std::make_shared<models::GPT<float>>(config);
+  m.module = gpt;
+  // nanoGPT's configure_optimizers: weight decay on the matrices only.
+  std::vector<Tensor<float>> decay, no_decay;
+  for (const auto& p : gpt->parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
+  const auto options = optim::AdamWOptions(1e-4).betas({0.9, 0.99}).weight_decay(0.1);
+  m.opt = std::make_unique<optim::AdamW<float>>(
+      std::vector<optim::ParamGroup<float>>{
+          optim::ParamGroup<float>(decay),
+          optim::ParamGroup<float>(no_decay, optim::AdamWOptions(options).weight_decay(0))},
+      options);
+  // x: (B, N) random tokens, y: (B*N) the next ones.
+  IndexArray x = IndexArray::from_shape({c.B, c.N}), y = IndexArray::from_shape({c.B * c.N});
+  std::uint64_t s = 0x9E3779B97F4A7C15ULL;
+  auto draw = [&] {
+    s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+    return std::int64_t((s >> 33) % std::uint64_t(c.vocab));
+  };
+  for (std::size_t b = 0; b < c.B; ++b) {
+    std::int64_t next = draw();
+    for (std::size_t i = 0; i < c.N; ++i) {
+      x(b, i) = next;
+      next = draw();
+      y(b * c.N + i) = next;
+    }
+  }
+  const std::int64_t vocab = std::int64_t(c.vocab);
+  m.forward_loss = [gpt, x, y, vocab] { return cross_entropy(reshape(gpt->forward(x), {-1, vocab}), y); };
+  return m;
+}
+
+int run_config(const Config& c, const Options& o) {
+  using namespace xgrad;
+  const double baseline_mib = peak_rss_mib();
+  manual_seed(0);
+  Model model = c.vocab > 0 ? make_gpt(c) : make_encoder(c);
+  optim::Optimizer<float>& opt = *model.opt;
 
   // Each timed step also records its phases: zero_grad | forward and loss | backward | Adam step.
   float loss_value = 0;
@@ -243,7 +314,7 @@ int run_config(const Config& c, const Options& o) {
     Tensor<float> loss;
     {
       AutocastGuard autocast(o.bf16);  // the backward follows the forward's choice
-      loss = mse_loss(encoder->forward(x), target);
+      loss = model.forward_loss();
     }
     const auto t2 = Clock::now();
     loss.backward();
@@ -270,11 +341,11 @@ int run_config(const Config& c, const Options& o) {
   }
   const double flops = step_flops(c), gflops = flops / (s.median * 1e6), peak = peak_rss_mib();
   if (o.json) {
-    std::printf("{\"kind\":\"train_step\",\"framework\":\"xgrad\",\"config\":\"%s\",\"B\":%zu,\"N\":%zu,\"d\":%zu,"
-                "\"h\":%zu,\"ff\":%zu,\"L\":%zu,\"xgrad_threads\":%d,\"blas_threads\":%d,\"gemm_backend\":\"%s\","
-                "\"flops\":%.6g,",
-                c.name, c.B, c.N, c.d, c.h, c.ff, c.L, get_num_threads(), blas_threads(),
-                gemm_backend_name(get_gemm_backend()), flops);
+    std::printf("{\"kind\":\"train_step\",\"framework\":\"xgrad\",\"config\":\"%s\",\"model\":\"%s\",\"B\":%zu,"
+                "\"N\":%zu,\"d\":%zu,\"h\":%zu,\"ff\":%zu,\"L\":%zu,\"vocab\":%zu,\"xgrad_threads\":%d,"
+                "\"blas_threads\":%d,\"gemm_backend\":\"%s\",\"flops\":%.6g,",
+                c.name, c.vocab > 0 ? "gpt" : "encoder", c.B, c.N, c.d, c.h, c.ff, c.L, c.vocab, get_num_threads(),
+                blas_threads(), gemm_backend_name(get_gemm_backend()), flops);
     if (o.bf16)
       std::printf("\"precision\":\"bf16\",\"bf16_path\":\"%s\",", json_escape(xgrad::autocast_gemm_path()).c_str());
     print_stats_json(s);
@@ -332,7 +403,7 @@ void usage() {
                "usage: bench_train_step [--config NAME | --gemm | --configs A,B,...] [--no-gemm] [--json]\n"
                "                        [--breakdown] [--quick] [--min-time S] [--min-reps R] [--max-reps R]\n"
                "                        [--warmup W] [--warmup-time S] [--threads N] [--bf16] [--profile FILE]\n"
-               "configurations: tiny small medium large\n");
+               "configurations: tiny small medium large gpt2s\n");
 }
 
 Options parse(int argc, char** argv) {
@@ -403,8 +474,9 @@ int main(int argc, char** argv) {
   }
 
   // The default mode: every step in its own process.
-  if (o.configs.empty())
-    for (const auto& c : kConfigs) o.configs.push_back(c.name);
+  if (o.configs.empty())  // the encoders; gpt2s (seconds a step) only when named
+    for (const auto& c : kConfigs)
+      if (c.vocab == 0) o.configs.push_back(c.name);
   std::vector<std::string> base = {argv[0]};
   if (o.json) base.push_back("--json");
   if (o.breakdown) base.push_back("--breakdown");
@@ -418,7 +490,8 @@ int main(int argc, char** argv) {
     std::printf("}\n");
   } else {
     std::printf("xgrad %s training step: zero_grad, forward, mse_loss(encoder(x), target), backward, Adam\n"
-                "model: pre-norm GELU TransformerEncoder, dropout 0, batch_first; BLAS: %s; %d xgrad threads\n"
+                "model: pre-norm GELU TransformerEncoder, dropout 0, batch_first (gpt2s: a GPT, cross_entropy over\n"
+                "the next tokens, AdamW); BLAS: %s; %d xgrad threads\n"
                 "GFLOP/s = model matmul FLOPs / median step time, FLOPs = %s (backward = 2x forward)\n"
                 "each configuration runs in its own process: peak MiB is that process's ru_maxrss\n",
                 o.bf16 ? "bfloat16 autocast" : "float32", blas_config().c_str(), xgrad::get_num_threads(),
