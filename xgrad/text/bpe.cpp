@@ -516,7 +516,7 @@ BPETokenizer build(Loaded loaded, const Origin& origin) {
 BPETokenizer BPETokenizer::from_json_and_merges(std::string_view encoder_json, std::string_view vocab_bpe,
                                                 const std::string& json_name, const std::string& merges_name) {
   Loaded loaded;
-  loaded.tokens = vocab_from_json(parse_json(encoder_json, json_name), json_name, "the vocabulary");
+  loaded.tokens = vocab_from_json(parse_json(encoder_json, json_name), json_name, "");
   loaded.merges = merges_from_text(vocab_bpe, merges_name);
   loaded.special = unreachable_tokens(loaded.tokens, loaded.merges);
   return build(std::move(loaded), Origin{json_name, merges_name});
@@ -552,7 +552,7 @@ std::string BPETokenizer::encoder_json() const {
   std::string out = "{";
   for (std::size_t id = 0; id < tokens_.size(); ++id) {
     if (id) out += ", ";
-    out += nlohmann::json(tokens_[id]).dump(-1, ' ', false) + ": " + std::to_string(id);
+    out += nlohmann::json(tokens_[id]).dump(-1, ' ', true) + ": " + std::to_string(id);  // \u escapes, as GPT-2's
   }
   return out + "}";
 }
