@@ -265,7 +265,8 @@ std::shared_ptr<const detail::BPETables> build_tables(const std::vector<std::str
   }
   t->merges.reserve(merges.size() * 2);
   for (std::size_t rank = 0; rank < merges.size(); ++rank) {
-    const auto& [a, b] = merges[rank];
+    const std::string& a = merges[rank].first;  // not a structured binding: clang 14 cannot capture those
+    const std::string& b = merges[rank].second;
     const auto where = [&] { return "merge " + std::to_string(rank + 1) + " (" + quote(a + " " + b) + ")"; };
     auto ordinary = [&](const std::string& token, const char* what) {
       const auto it = t->id_of_token.find(token);
