@@ -8,7 +8,6 @@
 #include <map>
 #include <random>
 #include <set>
-#include <thread>
 
 #include <xgrad/text/bpe.hpp>
 #include <xgrad/text/pretokenizer.hpp>
@@ -217,20 +216,6 @@ TEST(GPT2Tokenizer, EncodesLongPiecesInLinearithmicTime) {
   const Ids ids = gpt2().encode(s);
   EXPECT_EQ(gpt2().decode(ids), s);
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 20.0);
-}
-
-TEST(GPT2Tokenizer, EncodesOnSeveralThreadsAtOnce) {
-  std::string all;
-  for (const auto& [name, bytes] : corpus()) all += bytes;
-  const Ids expected = gpt2().encode(all);
-  const xgrad::text::BPETokenizer copy = gpt2();  // copies share the cache
-  Ids a, b;
-  std::thread t1([&] { a = gpt2().encode(all); });
-  std::thread t2([&] { b = copy.encode(all); });
-  t1.join();
-  t2.join();
-  EXPECT_EQ(a, expected);
-  EXPECT_EQ(b, expected);
 }
 
 // encoder.py's bpe() written literally, over symbol ids.
