@@ -1,27 +1,21 @@
 #include <xgrad/text/bpe.hpp>
+#include <xgrad/text/messages.hpp>
 
 #include <algorithm>
 #include <array>
-#include <filesystem>
 #include <limits>
 #include <mutex>
 #include <queue>
-#include <sstream>
 #include <stdexcept>
 #include <unordered_map>
-#include <unordered_set>
 
-#include <nlohmann/json.hpp>
-
-#include <xgrad/serialize/atomic_file.hpp>
-#include <xgrad/serialize/format_error.hpp>
 
 namespace xgrad::text {
 
-namespace {
+using detail::kMaxVocab;
+using detail::quote;
 
-// The largest vocabulary accepted: ids are int32 inside, int64 outside.
-constexpr std::size_t kMaxVocab = std::size_t{1} << 30;
+namespace {
 
 void append_utf8(std::string& out, unsigned cp) {
   if (cp < 0x80) {
@@ -56,37 +50,9 @@ const ByteTable& byte_table() {
   return table;
 }
 
-// Printable quoting for messages: at most 60 bytes, control bytes as \xNN.
-std::string quote(std::string_view s) {
-  std::string out = "'";
-  const std::size_t n = std::min<std::size_t>(s.size(), 60);
-  for (std::size_t i = 0; i < n; ++i) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x20 || c == 0x7F) {
-      static const char* hex = "0123456789ABCDEF";
-      out += "\\x";
-      out.push_back(hex[c >> 4]);
-      out.push_back(hex[c & 15]);
-    } else {
-      out.push_back(static_cast<char>(c));
-    }
-  }
-  if (s.size() > n) out += "...";
-  return out + "'";
-}
-
-// Where a table came from, for errors: files give FormatError naming the file, memory gives
-// std::invalid_argument naming the constructor.
-struct Origin {
-  std::string vocab, merges;  // file names; empty for the in-memory constructor
-  bool file() const { return !vocab.empty(); }
-  [[noreturn]] void fail(const std::string& where, const std::string& what) const {
-    if (file()) throw FormatError(where + ": " + what);
-    throw std::invalid_argument("BPETokenizer: " + what);
-  }
-  [[noreturn]] void vocab_error(const std::string& what) const { fail(vocab, what); }
-  [[noreturn]] void merges_error(const std::string& what) const { fail(merges, what); }
-};
+// Bad tables: std::invalid_argument; the file loaders (bpe_files.cpp) rethrow it as a FormatError
+// naming the file.
+[[noreturn]] void refuse(const std::string& what) { throw std::invalid_argument("BPETokenizer: " + what); }
 
 std::uint64_t pair_key(std::int32_t a, std::int32_t b) {
   return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(a)) << 32) | static_cast<std::uint32_t>(b);
@@ -229,28 +195,28 @@ namespace {
 // The tables of a tokenizer, everything checked; `is_special` by id.
 std::shared_ptr<const detail::BPETables> build_tables(const std::vector<std::string>& tokens,
                                                    const std::vector<Merge>& merges,
-                                                   const std::vector<bool>& is_special, const Origin& origin) {
-  if (tokens.empty()) origin.vocab_error("the vocabulary is empty");
+                                                   const std::vector<bool>& is_special) {
+  if (tokens.empty()) refuse("the vocabulary is empty");
   if (tokens.size() > kMaxVocab)
-    origin.vocab_error("the vocabulary has " + std::to_string(tokens.size()) + " tokens; at most " +
+    refuse("the vocabulary has " + std::to_string(tokens.size()) + " tokens; at most " +
                        std::to_string(kMaxVocab) + " are supported");
   auto t = std::make_shared<detail::BPETables>();
   t->id_of_token.reserve(tokens.size() * 2);
   t->bytes_of_id.resize(tokens.size());
   for (std::size_t id = 0; id < tokens.size(); ++id) {
     const std::string& token = tokens[id];
-    if (token.empty()) origin.vocab_error("the token of id " + std::to_string(id) + " is empty");
+    if (token.empty()) refuse("the token of id " + std::to_string(id) + " is empty");
     if (!t->id_of_token.emplace(token, static_cast<std::int32_t>(id)).second)
-      origin.vocab_error("the token " + quote(token) + " appears twice (ids " +
+      refuse("the token " + quote(token) + " appears twice (ids " +
                          std::to_string(t->id_of_token[token]) + " and " + std::to_string(id) + ")");
     if (is_special[id]) {
-      if (!is_valid_utf8(token)) origin.vocab_error("the special token " + quote(token) + " is not valid UTF-8");
+      if (!is_valid_utf8(token)) refuse("the special token " + quote(token) + " is not valid UTF-8");
       t->bytes_of_id[id] = token;
     } else {
       try {
         t->bytes_of_id[id] = bytes_from_unicode(token);
       } catch (const std::invalid_argument&) {
-        origin.vocab_error("the token " + quote(token) + " (id " + std::to_string(id) +
+        refuse("the token " + quote(token) + " (id " + std::to_string(id) +
                            ") has a character outside GPT-2's byte alphabet (bytes_to_unicode)");
       }
     }
@@ -259,7 +225,7 @@ std::shared_ptr<const detail::BPETables> build_tables(const std::vector<std::str
   for (int b = 0; b < 256; ++b) {
     const auto it = t->id_of_token.find(chars[b]);
     if (it == t->id_of_token.end() || is_special[it->second])
-      origin.vocab_error("the byte " + std::to_string(b) + " has no token (" + quote(chars[b]) +
+      refuse("the byte " + std::to_string(b) + " has no token (" + quote(chars[b]) +
                          "): a byte-level vocabulary needs all 256");
     t->byte_id[b] = it->second;
   }
@@ -271,15 +237,15 @@ std::shared_ptr<const detail::BPETables> build_tables(const std::vector<std::str
     auto ordinary = [&](const std::string& token, const char* what) {
       const auto it = t->id_of_token.find(token);
       if (it == t->id_of_token.end())
-        origin.merges_error(where() + ": its " + what + " " + quote(token) + " is not in the vocabulary");
+        refuse(where() + ": its " + what + " " + quote(token) + " is not in the vocabulary");
       if (is_special[it->second])
-        origin.merges_error(where() + ": its " + what + " " + quote(token) + " is a special token");
+        refuse(where() + ": its " + what + " " + quote(token) + " is a special token");
       return it->second;
     };
     const std::int32_t ia = ordinary(a, "left part"), ib = ordinary(b, "right part");
     const std::int32_t merged = ordinary(a + b, "result");
     if (!t->merges.emplace(pair_key(ia, ib), detail::MergeRule{static_cast<std::int64_t>(rank), merged}).second)
-      origin.merges_error(where() + " appears twice");
+      refuse(where() + " appears twice");
   }
   return t;
 }
@@ -298,281 +264,7 @@ BPETokenizer::BPETokenizer(std::vector<std::string> tokens, std::vector<Merge> m
     is_special[id] = true;
     special_[name] = static_cast<std::int64_t>(id);
   }
-  tables_ = build_tables(tokens_, merges_, is_special, Origin{});
-}
-
-namespace {
-
-struct Loaded {
-  std::vector<std::string> tokens;
-  std::vector<Merge> merges;
-  std::vector<std::string> special;
-};
-
-// {"token": id, ...} plus tokenizer.json's added tokens -> tokens by id, which must be 0 .. N-1,
-// each once. `key` names the object in messages ("model.vocab"; empty for encoder.json).
-std::vector<std::string> vocab_from_json(const nlohmann::json& vocab, const std::string& file, const std::string& key,
-                                         const std::vector<std::pair<std::string, std::int64_t>>& added = {}) {
-  const std::string object = key.empty() ? "the vocabulary" : key;
-  if (!vocab.is_object()) throw FormatError(file + ": " + object + " must be an object {\"token\": id, ...}");
-  struct Entry {
-    std::string token;
-    std::int64_t id;
-    std::int64_t added;  // index in added_tokens, or -1 for the vocabulary object
-  };
-  const auto where = [&](const Entry& e) {
-    if (e.added >= 0) return "added_tokens[" + std::to_string(e.added) + "] (" + quote(e.token) + ")";
-    return key.empty() ? quote(e.token) : key + "[" + quote(e.token) + "]";
-  };
-  std::vector<Entry> entries;
-  entries.reserve(vocab.size() + added.size());
-  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-    if (!it.value().is_number_integer())
-      throw FormatError(file + ": " + where({it.key(), 0, -1}) + " must be an integer id, got " + it.value().dump());
-    entries.push_back({it.key(), it.value().get<std::int64_t>(), -1});
-  }
-  for (std::size_t i = 0; i < added.size(); ++i) {
-    const auto& [token, id] = added[i];
-    const auto it = vocab.find(token);
-    const Entry entry{token, id, static_cast<std::int64_t>(i)};
-    if (it == vocab.end()) {
-      entries.push_back(entry);
-    } else if (it.value().get<std::int64_t>() != id) {
-      throw FormatError(file + ": " + where(entry) + " has the id " + std::to_string(id) + ", but " + object + " gives it " +
-                        std::to_string(it.value().get<std::int64_t>()));
-    }
-  }
-  const std::size_t n = entries.size();
-  if (n > kMaxVocab)
-    throw FormatError(file + ": " + object + " has " + std::to_string(n) + " tokens; at most " +
-                      std::to_string(kMaxVocab) + " are supported");
-  std::vector<std::string> tokens(n);
-  std::vector<const Entry*> owner(n, nullptr);
-  for (const Entry& e : entries) {
-    if (e.id < 0 || static_cast<std::size_t>(e.id) >= n)
-      throw FormatError(file + ": " + where(e) + " has the id " + std::to_string(e.id) + "; the ids of the " +
-                        std::to_string(n) + " tokens must be 0 .. " + std::to_string(n - 1) + ", each once");
-    if (owner[e.id])
-      throw FormatError(file + ": " + where(e) + " and " + where(*owner[e.id]) + " both have the id " +
-                        std::to_string(e.id));
-    owner[e.id] = &e;
-    tokens[e.id] = e.token;
-  }
-  return tokens;
-}
-
-nlohmann::json parse_json(std::string_view bytes, const std::string& file) {
-  try {
-    return nlohmann::json::parse(bytes.begin(), bytes.end());
-  } catch (const nlohmann::json::exception& e) {
-    throw FormatError(file + ": not valid JSON: " + e.what());
-  }
-}
-
-// vocab.bpe / merges.txt
-std::vector<Merge> merges_from_text(std::string_view text, const std::string& file) {
-  std::vector<Merge> merges;
-  std::size_t line_number = 0;
-  std::size_t at = 0;
-  while (at < text.size()) {
-    std::size_t end = text.find('\n', at);
-    if (end == std::string_view::npos) end = text.size();
-    std::string_view line = text.substr(at, end - at);
-    at = end + 1;
-    ++line_number;
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (line.empty() || (line_number == 1 && line.substr(0, 8) == "#version")) continue;
-    const std::size_t space = line.find(' ');
-    if (space == 0 || space == std::string_view::npos || space + 1 == line.size() ||
-        line.find(' ', space + 1) != std::string_view::npos)
-      throw FormatError(file + ": line " + std::to_string(line_number) +
-                        ": expected two tokens separated by one space, got " + quote(line));
-    merges.emplace_back(std::string(line.substr(0, space)), std::string(line.substr(space + 1)));
-  }
-  return merges;
-}
-
-// Tokens that are neither a byte nor the result of a merge are special (GPT-2's <|endoftext|>,
-// and those a trainer appended).
-std::vector<std::string> unreachable_tokens(const std::vector<std::string>& tokens, const std::vector<Merge>& merges) {
-  std::unordered_set<std::string> reachable(bytes_to_unicode().begin(), bytes_to_unicode().end());
-  for (const auto& [a, b] : merges) reachable.insert(a + b);
-  std::vector<std::string> special;
-  for (const auto& token : tokens)
-    if (!reachable.count(token)) special.push_back(token);
-  return special;
-}
-
-std::string string_at(const nlohmann::json& object, const char* key, const std::string& file, const std::string& path,
-                      const char* fallback = nullptr) {
-  const auto it = object.find(key);
-  if (it == object.end() || it->is_null()) {
-    if (fallback) return fallback;
-    throw FormatError(file + ": no key '" + path + key + "'");
-  }
-  if (!it->is_string()) throw FormatError(file + ": " + path + key + " must be a string, got " + it->dump());
-  return it->get<std::string>();
-}
-
-// A key that must be absent, null, false or "" (an option that would change the result).
-void refuse_set(const nlohmann::json& object, const char* key, const std::string& file, const std::string& path,
-                const char* why) {
-  const auto it = object.find(key);
-  if (it == object.end() || it->is_null() || (it->is_boolean() && !it->get<bool>()) ||
-      (it->is_string() && it->get<std::string>().empty()))
-    return;
-  throw FormatError(file + ": " + path + key + " is " + it->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
-                    ": " + why + " is not supported");
-}
-
-void check_byte_level(const nlohmann::json& pre, const std::string& file) {
-  if (!pre.is_object()) throw FormatError(file + ": pre_tokenizer must be an object, got " + pre.dump());
-  const std::string type = string_at(pre, "type", file, "pre_tokenizer.");
-  if (type != "ByteLevel")
-    throw FormatError(file + ": pre_tokenizer.type is '" + type + "'; only 'ByteLevel' (GPT-2's) is supported");
-  refuse_set(pre, "add_prefix_space", file, "pre_tokenizer.", "adding a space before the text");
-  const auto it = pre.find("use_regex");
-  if (it != pre.end() && !(it->is_boolean() && it->get<bool>()))
-    throw FormatError(file + ": pre_tokenizer.use_regex is " + it->dump() + "; only GPT-2's pattern (true) is supported");
-}
-
-Loaded parse_tokenizer_json(std::string_view bytes, const std::string& file) {
-  const nlohmann::json root = parse_json(bytes, file);
-  if (!root.is_object()) throw FormatError(file + ": expected a JSON object at the top");
-  const auto model_it = root.find("model");
-  if (model_it == root.end() || !model_it->is_object()) throw FormatError(file + ": no object at the key 'model'");
-  const nlohmann::json& model = *model_it;
-  const std::string type = string_at(model, "type", file, "model.", "BPE");
-  if (type != "BPE") throw FormatError(file + ": model.type is '" + type + "'; only 'BPE' is supported");
-  refuse_set(model, "dropout", file, "model.", "BPE dropout");
-  refuse_set(model, "continuing_subword_prefix", file, "model.", "a subword prefix");
-  refuse_set(model, "end_of_word_suffix", file, "model.", "an end-of-word suffix");
-  refuse_set(model, "byte_fallback", file, "model.", "byte fallback (not byte-level BPE)");
-  refuse_set(model, "ignore_merges", file, "model.", "ignore_merges");
-  if (root.contains("normalizer") && !root["normalizer"].is_null())
-    throw FormatError(file + ": normalizer is set (" + root["normalizer"].value("type", std::string("?")) +
-                      "); GPT-2's byte-level BPE has none, and no normalizer is supported");
-  if (root.contains("pre_tokenizer") && !root["pre_tokenizer"].is_null()) check_byte_level(root["pre_tokenizer"], file);
-  else throw FormatError(file + ": no key 'pre_tokenizer'; expected GPT-2's ByteLevel pre-tokenizer");
-  if (root.contains("post_processor") && !root["post_processor"].is_null()) {
-    const auto& post = root["post_processor"];
-    const std::string post_type = post.is_object() ? string_at(post, "type", file, "post_processor.") : "";
-    if (post_type != "ByteLevel")
-      throw FormatError(file + ": post_processor.type is '" + post_type +
-                        "'; only 'ByteLevel' (which adds no tokens) is supported");
-  }
-  std::vector<std::pair<std::string, std::int64_t>> added;
-  if (root.contains("added_tokens") && !root["added_tokens"].is_null()) {
-    const auto& list = root["added_tokens"];
-    if (!list.is_array()) throw FormatError(file + ": added_tokens must be a list");
-    for (std::size_t i = 0; i < list.size(); ++i) {
-      const auto& entry = list[i];
-      const std::string where = "added_tokens[" + std::to_string(i) + "]";
-      if (!entry.is_object() || !entry.contains("id") || !entry["id"].is_number_integer())
-        throw FormatError(file + ": " + where + " must be an object with an integer 'id'");
-      added.emplace_back(string_at(entry, "content", file, where + "."), entry["id"].get<std::int64_t>());
-    }
-  }
-  const auto vocab_it = model.find("vocab");
-  if (vocab_it == model.end()) throw FormatError(file + ": no key 'model.vocab'");
-  Loaded loaded;
-  loaded.tokens = vocab_from_json(*vocab_it, file, "model.vocab", added);
-  const auto merges_it = model.find("merges");
-  if (merges_it == model.end()) throw FormatError(file + ": no key 'model.merges'");
-  if (!merges_it->is_array()) throw FormatError(file + ": model.merges must be a list");
-  for (std::size_t i = 0; i < merges_it->size(); ++i) {
-    const auto& m = (*merges_it)[i];
-    const std::string where = file + ": model.merges[" + std::to_string(i) + "]";
-    if (m.is_string()) {
-      const auto parsed = merges_from_text(m.get<std::string>(), where);
-      if (parsed.size() != 1) throw FormatError(where + ": expected \"left right\", got " + m.dump());
-      loaded.merges.push_back(parsed[0]);
-    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
-      loaded.merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
-    } else {
-      throw FormatError(where + ": expected \"left right\" or [\"left\", \"right\"], got " +
-                        m.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
-    }
-  }
-  for (const auto& [token, id] : added) loaded.special.push_back(token);
-  return loaded;
-}
-
-// Names the file for errors raised while building from `loaded`.
-BPETokenizer build(Loaded loaded, const Origin& origin) {
-  try {
-    return BPETokenizer(std::move(loaded.tokens), std::move(loaded.merges), std::move(loaded.special));
-  } catch (const std::invalid_argument& e) {
-    // The constructor's message starts with "BPETokenizer: "; the merge errors name the merge.
-    std::string what = e.what();
-    const std::string prefix = "BPETokenizer: ";
-    if (what.compare(0, prefix.size(), prefix) == 0) what = what.substr(prefix.size());
-    const bool merge = what.compare(0, 6, "merge ") == 0;
-    throw FormatError((merge ? origin.merges : origin.vocab) + ": " + what);
-  }
-}
-
-}  // namespace
-
-BPETokenizer BPETokenizer::from_json_and_merges(std::string_view encoder_json, std::string_view vocab_bpe,
-                                                const std::string& json_name, const std::string& merges_name) {
-  Loaded loaded;
-  loaded.tokens = vocab_from_json(parse_json(encoder_json, json_name), json_name, "");
-  loaded.merges = merges_from_text(vocab_bpe, merges_name);
-  loaded.special = unreachable_tokens(loaded.tokens, loaded.merges);
-  return build(std::move(loaded), Origin{json_name, merges_name});
-}
-
-BPETokenizer BPETokenizer::from_tokenizer_json_bytes(std::string_view bytes, const std::string& name) {
-  return build(parse_tokenizer_json(bytes, name), Origin{name + ": model.vocab", name + ": model.merges"});
-}
-
-BPETokenizer BPETokenizer::from_files(const std::string& encoder_json, const std::string& vocab_bpe) {
-  const std::string json = read_regular_file("BPETokenizer", encoder_json);
-  const std::string merges = read_regular_file("BPETokenizer", vocab_bpe);
-  return from_json_and_merges(json, merges, encoder_json, vocab_bpe);
-}
-
-BPETokenizer BPETokenizer::from_tokenizer_json(const std::string& path) {
-  return from_tokenizer_json_bytes(read_regular_file("BPETokenizer", path), path);
-}
-
-BPETokenizer BPETokenizer::load(const std::string& folder) {
-  namespace fs = std::filesystem;
-  const fs::path dir(folder);
-  if (fs::exists(dir / "tokenizer.json")) return from_tokenizer_json((dir / "tokenizer.json").string());
-  if (fs::exists(dir / "vocab.json") && fs::exists(dir / "merges.txt"))
-    return from_files((dir / "vocab.json").string(), (dir / "merges.txt").string());
-  if (fs::exists(dir / "encoder.json") && fs::exists(dir / "vocab.bpe"))
-    return from_files((dir / "encoder.json").string(), (dir / "vocab.bpe").string());
-  throw std::runtime_error("BPETokenizer::load: " + folder +
-                           " has neither tokenizer.json, vocab.json + merges.txt, nor encoder.json + vocab.bpe");
-}
-
-std::string BPETokenizer::encoder_json() const {
-  std::string out = "{";
-  for (std::size_t id = 0; id < tokens_.size(); ++id) {
-    if (id) out += ", ";
-    out += nlohmann::json(tokens_[id]).dump(-1, ' ', true) + ": " + std::to_string(id);  // \u escapes, as GPT-2's
-  }
-  return out + "}";
-}
-
-std::string BPETokenizer::vocab_bpe() const {
-  std::string out = "#version: 0.2\n";
-  for (const auto& [a, b] : merges_) out += a + " " + b + "\n";
-  return out;
-}
-
-void BPETokenizer::save(const std::string& encoder_json_path, const std::string& vocab_bpe_path) const {
-  const std::string json = encoder_json(), merges = vocab_bpe();
-  write_file_atomically(encoder_json_path, [&](std::ostream& out) { out.write(json.data(), json.size()); });
-  write_file_atomically(vocab_bpe_path, [&](std::ostream& out) { out.write(merges.data(), merges.size()); });
-}
-
-void BPETokenizer::save(const std::string& folder) const {
-  const std::filesystem::path dir(folder);
-  save((dir / "encoder.json").string(), (dir / "vocab.bpe").string());
+  tables_ = build_tables(tokens_, merges_, is_special);
 }
 
 // ---------------------------------------------------------------------------------------------

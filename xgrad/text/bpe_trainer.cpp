@@ -1,4 +1,5 @@
 #include <xgrad/text/bpe_trainer.hpp>
+#include <xgrad/text/messages.hpp>
 
 #include <algorithm>
 #include <queue>
@@ -8,9 +9,9 @@
 
 namespace xgrad::text {
 
-namespace {
+using detail::kMaxVocab;
 
-constexpr std::size_t kMaxVocab = std::size_t{1} << 30;
+namespace {
 
 std::uint64_t pair_key(std::int32_t a, std::int32_t b) {
   return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(a)) << 32) | static_cast<std::uint32_t>(b);
