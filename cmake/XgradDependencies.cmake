@@ -17,3 +17,4 @@ xgrad_require(BLAS libopenblas-dev)
 xgrad_require(Threads libc6-dev)
 include(XgradFindDNNL)  # oneDNN, the float32 and bf16 gemms (xgrad/backend/onednn.cpp), without OpenCL
 xgrad_require(OpenMP libgomp1)  # oneDNN's threads; xgrad sets their count (omp_set_num_threads)
+include(XgradFindPCRE2)  # PCRE2, GPT-2's pre-tokenization pattern (xgrad/text/pretokenizer.cpp)

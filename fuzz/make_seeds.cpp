@@ -3,7 +3,8 @@
 // overflows or exceeds the file, truncated archives, lengths claiming 2^60 items). Each hostile
 // file must be refused with xgrad::FormatError before it becomes a seed: fuzz_seeds exits 1 naming
 // the file when one loads (or throws anything else), so fuzz/run.sh fails when a fix regresses.
-//   fuzz_seeds OUT_DIR   ->   OUT_DIR/safetensors/*.safetensors, OUT_DIR/checkpoint/*, OUT_DIR/hf_gpt2/*
+//   fuzz_seeds OUT_DIR   ->   OUT_DIR/safetensors/*.safetensors, OUT_DIR/checkpoint/*, OUT_DIR/hf_gpt2/*,
+//                             OUT_DIR/tokenizer/*
 #include <cstdint>
 #include <exception>
 #include <filesystem>
@@ -19,6 +20,7 @@
 #include <xgrad/serialize/checkpoint.hpp>
 #include <xgrad/serialize/safetensors.hpp>
 #include <xgrad/serialize/serialize.hpp>
+#include <xgrad/text/bpe_trainer.hpp>
 
 #include "hf_gpt2_folder.hpp"
 
@@ -217,6 +219,41 @@ void hf_gpt2_seeds(const std::filesystem::path& dir) {
           config + nul + R"({"weight_map": {"transformer.wte.weight": "model\u0000.safetensors"}})", load);
 }
 
+// The tokenizer's files (a small trained tokenizer's encoder.json, vocab.bpe and tokenizer.json)
+// and texts; fuzz_tokenizer reads every seed both as text and as each file.
+void tokenizer_seeds(const std::filesystem::path& dir) {
+  using xgrad::text::BPETokenizer;
+  std::filesystem::create_directories(dir);
+  const BPETokenizer tok = xgrad::text::train_bpe(
+      {"the heaven and the earth, and the deep", "I'm sure they'll say it's 12,345", "caf\xc3\xa9 \xf0\x9f\x98\x80 \xff"},
+      xgrad::text::BPETrainerOptions(300));
+  write(dir / "encoder.json", tok.encoder_json());
+  write(dir / "vocab.bpe", tok.vocab_bpe());
+  write(dir / "both", tok.encoder_json() + std::string(1, '\0') + tok.vocab_bpe());
+  std::string merges = "[";
+  for (const auto& [a, b] : tok.merges()) merges += (merges.size() > 1 ? ", \"" : "\"") + a + " " + b + "\"";
+  const std::string tokenizer_json =
+      R"({"added_tokens": [{"id": 299, "content": "<|endoftext|>", "special": true}], "normalizer": null, )"
+      R"("pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true}, )"
+      R"("model": {"type": "BPE", "dropout": null, "vocab": )" + tok.encoder_json() + R"(, "merges": )" + merges + "]}}";
+  BPETokenizer::from_tokenizer_json_bytes(tokenizer_json);  // a seed that loads
+  write(dir / "tokenizer.json", tokenizer_json);
+  write(dir / "text_mixed.txt", "Hello world! I'm here   \n\t12345 caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac <|endoftext|>");
+  write(dir / "text_invalid.txt", std::string("\xff\xfe \xc3 ab\xe2\x82 \xed\xa0\x80 \xc0\x80\0end", 26));
+  const auto load_tokenizer_json = [](const std::string& b) { BPETokenizer::from_tokenizer_json_bytes(b); };
+  hostile(dir / "hostile_wordpiece.json", forge(tokenizer_json, R"("type": "BPE")", R"("type": "WordPiece")"),
+          load_tokenizer_json);
+  hostile(dir / "hostile_added_id.json", forge(tokenizer_json, R"("id": 299)", R"("id": 2999999999)"),
+          load_tokenizer_json);
+  const std::string json = tok.encoder_json(), bpe = tok.vocab_bpe();
+  hostile(dir / "hostile_merge_line.bpe", bpe + "abc\n", [&](const std::string& b) {
+    BPETokenizer::from_json_and_merges(json, b);
+  });
+  hostile(dir / "hostile_id_gap.json", forge(json, ": 0,", ": 100000,"), [&](const std::string& b) {
+    BPETokenizer::from_json_and_merges(b, bpe);
+  });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -230,5 +267,6 @@ int main(int argc, char** argv) {
   hostile_safetensors(out / "safetensors");
   hostile_archives(out / "checkpoint");
   hf_gpt2_seeds(out / "hf_gpt2");
+  tokenizer_seeds(out / "tokenizer");
   return failures == 0 ? 0 : 1;
 }

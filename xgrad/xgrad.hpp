@@ -23,4 +23,6 @@
 #include <xgrad/optim/optim.hpp>
 #include <xgrad/data/data.hpp>
 #include <xgrad/serialize/serialize.hpp>
+#include <xgrad/text/bpe.hpp>
+#include <xgrad/text/bpe_trainer.hpp>
 #include <xgrad/train/trainer.hpp>
