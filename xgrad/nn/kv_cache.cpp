@@ -62,7 +62,7 @@ template <class T>
 Array<T> KVCache<T>::copy_of(const Array<T>& buffer) const {
   const std::size_t length = static_cast<std::size_t>(length_);
   const std::size_t batch = in_use_ ? batch_ : 0;
-  Array<T> out = Array<T>::from_shape({batch, heads_, length, head_dim_});
+  Array<T> out = empty_array<T>({batch, heads_, length, head_dim_}, "KVCache");
   for (std::size_t nh = 0; nh < batch * heads_; ++nh)
     std::copy_n(buffer.data() + nh * static_cast<std::size_t>(capacity_) * head_dim_, length * head_dim_,
                 out.data() + nh * length * head_dim_);

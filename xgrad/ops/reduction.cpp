@@ -94,10 +94,10 @@ Tensor<T> scaled_sum(const char* op, const Tensor<T>& a, ReducePlan plan, Acc sc
   const T* px = a.value().data();
   std::vector<Acc> acc(plan.out_size, Acc(0));
   visit(plan, [&](std::size_t i, std::size_t o) { acc[o] += px[i]; });
-  Array<T> y = empty_array<T>(plan.out_shape);
+  Array<T> y = empty_array<T>(plan.out_shape, op);
   for (std::size_t o = 0; o < plan.out_size; ++o) y.data()[o] = static_cast<T>(acc[o] * scale);
-  return make_result<T>(op, std::move(y), {a}, [plan = std::move(plan), scale](Node<T>& out) {
-    Array<T> gx = Array<T>::from_shape(out.input_shape(0));
+  return make_result<T>(op, std::move(y), {a}, [op, plan = std::move(plan), scale](Node<T>& out) {
+    Array<T> gx = empty_array<T>(out.input_shape(0), op);
     const T* pg = out.grad.data();
     T* pgx = gx.data();
     const T s = static_cast<T>(scale);
@@ -122,12 +122,12 @@ Tensor<T> variance(const Tensor<T>& a, ReducePlan plan, bool unbiased) {
   });
   const std::size_t correction = unbiased ? 1 : 0;
   const Acc divisor = plan.count > correction ? static_cast<Acc>(plan.count - correction) : Acc(0);
-  Array<T> y = empty_array<T>(plan.out_shape);
+  Array<T> y = empty_array<T>(plan.out_shape, "var");
   for (std::size_t o = 0; o < plan.out_size; ++o) y.data()[o] = static_cast<T>(ss[o] / divisor);
   return make_result<T>("var", std::move(y), {a},
                         [plan = std::move(plan), mean = std::move(mean), divisor](Node<T>& out) {
     const Array<T>& x = out.input_value(0);
-    Array<T> gx = Array<T>::from_shape(x.shape());
+    Array<T> gx = empty_array<T>(x.shape(), "var (backward)");
     const T* px = x.data();
     const T* pg = out.grad.data();
     T* pgx = gx.data();
@@ -148,20 +148,20 @@ template <class T>
 Tensor<T> max_shared(const char* op, const Tensor<T>& a, ReducePlan plan) {
   XGRAD_CHECK(plan.count > 0, op, ": cannot reduce over an empty dimension (input shape ", a.shape(), ")");
   const T* px = a.value().data();
-  Array<T> y = empty_array<T>(plan.out_shape);
+  Array<T> y = empty_array<T>(plan.out_shape, op);
   T* py = y.data();
   std::fill(py, py + plan.out_size, -std::numeric_limits<T>::infinity());
   visit(plan, [&](std::size_t i, std::size_t o) {
     if (greater(px[i], py[o])) py[o] = px[i];
   });
-  return make_result<T>(op, std::move(y), {a}, [plan = std::move(plan)](Node<T>& out) {
+  return make_result<T>(op, std::move(y), {a}, [op, plan = std::move(plan)](Node<T>& out) {
     const Array<T>& x = out.input_value(0);
     const T* px = x.data();
     const T* py = out.output_value().data();
     const T* pg = out.grad.data();
     std::vector<std::size_t> n_ties(plan.out_size, 0);
     visit(plan, [&](std::size_t i, std::size_t o) { n_ties[o] += ties(px[i], py[o]); });
-    Array<T> gx = Array<T>::from_shape(x.shape());
+    Array<T> gx = empty_array<T>(x.shape(), op);
     T* pgx = gx.data();
     visit(plan, [&](std::size_t i, std::size_t o) {
       pgx[i] = ties(px[i], py[o]) ? pg[o] / static_cast<T>(n_ties[o]) : T(0);
@@ -250,15 +250,15 @@ std::pair<Tensor<T>, IndexArray> max(const Tensor<T>& a, std::int64_t dim, bool 
   visit(plan, [&](std::size_t i, std::size_t o) {
     if (arg[o] == none || greater(px[i], px[arg[o]])) arg[o] = i;
   });
-  Array<T> y = empty_array<T>(plan.out_shape);
-  IndexArray indices = IndexArray::from_shape(plan.out_shape);
+  Array<T> y = empty_array<T>(plan.out_shape, "max");
+  IndexArray indices = empty_array<std::int64_t>(plan.out_shape, "max");
   for (std::size_t o = 0; o < plan.out_size; ++o) {
     y.data()[o] = px[arg[o]];
     indices.data()[o] = static_cast<std::int64_t>((arg[o] / inner) % size);
   }
   XGRAD_TRACE_NOTE("max", {"dim", std::vector<std::int64_t>{dim}}, {"keepdim", keepdim});
   Tensor<T> values = make_result<T>("max", std::move(y), {a}, [arg = std::move(arg)](Node<T>& out) {
-    Array<T> gx = xt::zeros<T>(out.input_shape(0));
+    Array<T> gx = full_array<T>(out.input_shape(0), T(0), "max (backward)");
     const T* pg = out.grad.data();
     for (std::size_t o = 0; o < arg.size(); ++o) gx.data()[arg[o]] += pg[o];
     out.input(0).accumulate_grad(std::move(gx));
