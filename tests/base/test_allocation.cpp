@@ -175,6 +175,11 @@ TEST(Allocation, ARealAllocationFailureInAnyOpNamesTheOpTheShapeAndTheBytes) {
   EXPECT_OOM(masked_fill(x, full_array<bool>({1}, true, "mask"), 0.0f), "masked_fill: not enough memory");
   EXPECT_OOM(tril(x), "tril: not enough memory for a tensor of shape " BIG);
   EXPECT_OOM(sum(x, {0}, /*keepdim=*/false), "no error");  // (16384): fits
+  // Reductions to an output as large as their input: their accumulators (double) are checked too.
+  const F32 x3 = reshape(x, {static_cast<std::int64_t>(kRows), static_cast<std::int64_t>(kCols), 1});
+  EXPECT_OOM(sum(x3, {2}, false), "sum: not enough memory for a tensor of shape (8388608): tried to allocate 67108864");
+  EXPECT_OOM(var(x3, {2}, true, false), "var: not enough memory for a tensor of shape (8388608)");
+  EXPECT_OOM(max(x3, 2, false), "max: not enough memory for a tensor of shape (8388608)");
   const F32 a = ones<float>({4096, 64}), c = ones<float>({64, 4096});
   EXPECT_OOM(matmul(a, c), "matmul: not enough memory for a tensor of shape (4096, 4096): tried to allocate "
                            "67108864 bytes");

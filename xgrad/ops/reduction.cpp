@@ -82,6 +82,18 @@ ReducePlan plan_all(const Shape& in) {
   return plan_reduction("a full reduction", in, std::vector<bool>(in.size(), true), /*keepdim=*/false);
 }
 
+// An op's working storage sized like its output (n values, each `value`), its failure reported as
+// empty_array's: OutOfMemoryError naming `who`, (n) and the bytes.
+template <class V>
+std::vector<V> scratch_vector(std::size_t n, V value, const char* who) {
+  checked_numel(Shape{n}, sizeof(V), who);
+  try {
+    return std::vector<V>(n, value);
+  } catch (const std::bad_alloc&) {
+    throw OutOfMemoryError(who, Shape{n}, n * sizeof(V));
+  }
+}
+
 // Calls f(i, o) for every input element in row-major order: i its flat index, o = o(i).
 template <class F>
 void visit(const ReducePlan& p, F f) {
@@ -92,7 +104,7 @@ void visit(const ReducePlan& p, F f) {
 template <class T>
 Tensor<T> scaled_sum(const char* op, const Tensor<T>& a, ReducePlan plan, Acc scale) {
   const T* px = a.value().data();
-  std::vector<Acc> acc(plan.out_size, Acc(0));
+  std::vector<Acc> acc = scratch_vector<Acc>(plan.out_size, Acc(0), op);
   visit(plan, [&](std::size_t i, std::size_t o) { acc[o] += px[i]; });
   Array<T> y = empty_array<T>(plan.out_shape, op);
   for (std::size_t o = 0; o < plan.out_size; ++o) y.data()[o] = static_cast<T>(acc[o] * scale);
@@ -113,7 +125,8 @@ Tensor<T> scaled_sum(const char* op, const Tensor<T>& a, ReducePlan plan, Acc sc
 template <class T>
 Tensor<T> variance(const Tensor<T>& a, ReducePlan plan, bool unbiased) {
   const T* px = a.value().data();
-  std::vector<Acc> mean(plan.out_size, Acc(0)), ss(plan.out_size, Acc(0));
+  std::vector<Acc> mean = scratch_vector<Acc>(plan.out_size, Acc(0), "var");
+  std::vector<Acc> ss = scratch_vector<Acc>(plan.out_size, Acc(0), "var");
   visit(plan, [&](std::size_t i, std::size_t o) { mean[o] += px[i]; });
   for (Acc& m : mean) m /= static_cast<Acc>(plan.count);
   visit(plan, [&](std::size_t i, std::size_t o) {
@@ -159,7 +172,7 @@ Tensor<T> max_shared(const char* op, const Tensor<T>& a, ReducePlan plan) {
     const T* px = x.data();
     const T* py = out.output_value().data();
     const T* pg = out.grad.data();
-    std::vector<std::size_t> n_ties(plan.out_size, 0);
+    std::vector<std::size_t> n_ties = scratch_vector<std::size_t>(plan.out_size, 0, op);
     visit(plan, [&](std::size_t i, std::size_t o) { n_ties[o] += ties(px[i], py[o]); });
     Array<T> gx = empty_array<T>(x.shape(), op);
     T* pgx = gx.data();
@@ -244,7 +257,7 @@ std::pair<Tensor<T>, IndexArray> max(const Tensor<T>& a, std::int64_t dim, bool 
     inner = detail::numel(in, k + 1, in.size());
   }
   constexpr std::size_t none = std::numeric_limits<std::size_t>::max();
-  std::vector<std::size_t> arg(plan.out_size, none);  // flat input index of each maximum
+  std::vector<std::size_t> arg = scratch_vector<std::size_t>(plan.out_size, none, "max");  // flat input index of each maximum
   const T* px = a.value().data();
   // Row-major order visits each output's candidates in increasing position: ties keep the first.
   visit(plan, [&](std::size_t i, std::size_t o) {
