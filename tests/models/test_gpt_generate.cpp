@@ -142,3 +142,22 @@ TEST(GPTGenerate, ModeAndErrors) {
   XGRAD_EXPECT_THROW_MSG(m->generate(IndexArray::from_shape({3}), 5, SamplingOptions()),
                          "GPT::generate: idx must be (N, t) token indices");
 }
+
+// max_new_tokens near INT64_MAX: the length t0 + max_new_tokens overflowed (then the block-size
+// check passed and the result's allocation wrapped to a few bytes: heap corruption). Now the sum
+// is checked, and the result's shape goes through checked_numel before anything is allocated.
+TEST(GPTGenerate, HugeMaxNewTokensAreRefusedBeforeAnythingIsAllocated) {
+  auto m = model<float>(8);
+  const SamplingOptions options;
+  const std::int64_t max = std::numeric_limits<std::int64_t>::max();
+  XGRAD_EXPECT_THROW_MSG(m->generate(tokens(1, 2, 9), max, options),
+                         "GPT::generate: the length of the result (prompt length + max_new_tokens) overflows (2 + ",
+                         "9223372036854775807)");
+  // With a window any length is accepted, up to what can be allocated.
+  XGRAD_EXPECT_THROW_MSG(m->generate(tokens(1, 2, 9), max, options, nullptr, true, 5), "overflows");
+  XGRAD_EXPECT_THROW_MSG(m->generate(tokens(1, 3, 9), (std::int64_t{1} << 61) - 3, options, nullptr, true, 5),
+                         "GPT::generate: the shape (1, 2305843009213693952) has", "more than can be allocated");
+  XGRAD_EXPECT_THROW_MSG(m->generate(tokens(4, 3, 9), (std::int64_t{1} << 62), options, nullptr, true, 5),
+                         "GPT::generate: the shape (4, 4611686018427387907) has too many elements");
+  EXPECT_EQ(m->generate(tokens(1, 2, 9), 3, options).shape(1), 5u);  // still works
+}

@@ -183,6 +183,19 @@ TEST(Shape, NarrowAndSliceValues) {
   EXPECT_EQ(slice(y, 1, 1, 5, 3).value(), ref);
 }
 
+// A huge step: (end - start + step - 1) / step overflowed (a negative length); Python gives x[0:5:big] = x[0].
+TEST(Shape, SliceWithAHugeStep) {
+  auto x = iota({3, 6});
+  const std::int64_t max = std::numeric_limits<std::int64_t>::max();
+  Array<double> first_column{0.0, 6.0, 12.0};
+  first_column.reshape({3, 1});
+  EXPECT_EQ(slice(x, 1, 0, 6, max).value(), first_column);
+  EXPECT_EQ(slice(x, 0, 1, max, max - 1).value(), (Array<double>{{6, 7, 8, 9, 10, 11}}));
+  EXPECT_EQ(slice(x, 1, std::numeric_limits<std::int64_t>::min(), max, 4).value(),
+            (Array<double>{{0, 4}, {6, 10}, {12, 16}}));
+  XGRAD_EXPECT_THROW_MSG(narrow(x, 1, 3, max), "narrow: start (3) + length (9223372036854775807) exceeds");
+}
+
 TEST(Shape, NarrowAndSliceGradcheck) {
   expect_gradcheck([](const Inputs& in) { return narrow(in[0], 0, 1, 3); }, {input({5}, 1)});
   expect_gradcheck([](const Inputs& in) { return narrow(in[0], -1, 1, 2); }, {input({3, 4}, 1)});

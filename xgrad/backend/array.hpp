@@ -1,8 +1,10 @@
 // Array<T>, the dense row-major storage every tensor holds (an xtensor array), and how the
-// library allocates one: empty_array, which reuses a buffer from the calling thread's array cache
+// library allocates one: empty_array (and full_array, copy_array), which checks the size, names
+// the op when memory runs out, and reuses a buffer from the calling thread's array cache
 // (allocator.hpp) when one of that size is free.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <new>
@@ -39,7 +41,8 @@ Array<T> no_array() {
   return empty;
 }
 // An Array of `shape` (numel elements, uninitialized) whose buffer is a cached one when there is
-// one of that size, else a new one. S: Shape or an Array's shape.
+// one of that size, else a new one. S: Shape or an Array's shape. Only empty_array calls it: the
+// one place in the library where an Array's memory is asked for.
 template <class T, class S>
 Array<T> cached_array(const S& shape, std::size_t numel) {
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
@@ -56,19 +59,40 @@ Array<T> cached_array(const S& shape, std::size_t numel) {
 }  // namespace detail
 
 
-// An Array<T> of the given shape (uninitialized), from_shape spelled for std::vector shapes,
-// reusing a buffer from the thread's array cache when one of that size is free (float, double).
-// The shape is checked first (checked_numel): an error names `who`.
-// When the memory cannot be had it throws OutOfMemoryError (a std::bad_alloc) naming `who`, the
-// shape and the bytes.
-template <class T>
-Array<T> empty_array(const Shape& shape, const char* who = "allocating a tensor") {
+// The one allocation path for the library's arrays: every tensor value and gradient, index array
+// (IndexArray) and mask (BoolArray) is made here, from_shape is called nowhere else.
+//
+// An Array<T> of the given shape (uninitialized), reusing a buffer from the thread's array cache
+// when one of that size is free (float, double). S: a Shape, a braced list ({N, V}) or an Array's
+// shape. The shape is checked first (checked_numel): a product of sizes that overflows, or more
+// than PTRDIFF_MAX bytes, throws std::invalid_argument naming `who` -- so the bytes asked of the
+// allocator never wrap. When the memory cannot be had it throws OutOfMemoryError (a
+// std::bad_alloc) naming `who` (the op), the shape and the bytes:
+//   "exp: not enough memory for a tensor of shape (1024, 65536): tried to allocate 268435456 bytes (0.25 GiB)"
+template <class T, class S = Shape>
+Array<T> empty_array(const S& shape, const char* who = "allocating a tensor") {
   const std::size_t numel = checked_numel(shape, sizeof(T), who);
   try {
     return detail::cached_array<T>(shape, numel);
   } catch (const std::bad_alloc&) {
-    throw OutOfMemoryError(who, shape, numel * sizeof(T));
+    throw OutOfMemoryError(who, Shape(shape.begin(), shape.end()), numel * sizeof(T));  // numel * sizeof(T) fits
   }
+}
+
+// empty_array filled with `value` (zeros for gradients that are scattered or summed into).
+template <class T, class S = Shape>
+Array<T> full_array(const S& shape, T value, const char* who) {
+  Array<T> a = empty_array<T>(shape, who);
+  std::fill(a.data(), a.data() + a.size(), value);
+  return a;
+}
+
+// A copy of `a` (same shape and values) through empty_array.
+template <class T>
+Array<T> copy_array(const Array<T>& a, const char* who) {
+  Array<T> c = empty_array<T>(a.shape(), who);
+  std::copy(a.data(), a.data() + a.size(), c.data());
+  return c;
 }
 
 template <class E>

@@ -78,6 +78,25 @@ std::size_t checked_numel(const Range& shape, std::size_t element_size, const ch
   return numel;
 }
 
+// a + b and a * b of sizes or counts (integers), checked: throws std::invalid_argument
+// "<who>: <what> overflows (a + b)" when the exact result does not fit T. For the arithmetic of a
+// public entry point's size arguments before anything is allocated for them
+// (checked_add(t0, max_new_tokens, "GPT::generate", "the sequence length")).
+template <class T>
+T checked_add(T a, T b, const char* who, const char* what) {
+  T r;
+  if (__builtin_add_overflow(a, b, &r))
+    throw std::invalid_argument(detail::concat(who, ": ", what, " overflows (", a, " + ", b, ")"));
+  return r;
+}
+template <class T>
+T checked_mul(T a, T b, const char* who, const char* what) {
+  T r;
+  if (__builtin_mul_overflow(a, b, &r))
+    throw std::invalid_argument(detail::concat(who, ": ", what, " overflows (", a, " * ", b, ")"));
+  return r;
+}
+
 // Thrown when the memory for a tensor cannot be had: a std::bad_alloc (catch either) whose what()
 // names the op, the shape and the bytes asked for, as PyTorch's "not enough memory" error does.
 class OutOfMemoryError : public std::bad_alloc {
@@ -85,6 +104,10 @@ class OutOfMemoryError : public std::bad_alloc {
   OutOfMemoryError(const char* who, const Shape& shape, std::size_t bytes)
       : message_(detail::concat(who, ": not enough memory for a tensor of shape ", shape_str(shape), ": tried to "
                                 "allocate ", bytes, " bytes (", static_cast<double>(bytes) / (1 << 30), " GiB)")) {}
+  // An allocation that failed inside `who` somewhere other than empty_array (a temporary buffer,
+  // a user's hook): names `who` and what it was computing (`context`), as exactly as is known.
+  OutOfMemoryError(const std::string& who, const std::string& context)
+      : message_(detail::concat(who, ": not enough memory ", context)) {}
   const char* what() const noexcept override { return message_.c_str(); }
 
  private:

@@ -387,12 +387,20 @@ void run_backward_pass(const std::vector<std::shared_ptr<Node<T>>>& roots, std::
       if (!node.grad_hooks.empty() && (run || capture->slot.count(&node))) run_grad_hooks(node, node.grad);
       if (capture != nullptr)
         if (auto found = capture->slot.find(&node); found != capture->slot.end())
-          capture->add(found->second, run ? Array<T>(node.grad) : std::move(node.grad));
+          capture->add(found->second, run ? copy_array(node.grad, "autograd::grad") : std::move(node.grad));
       if (run) {
         running_backward_op = node.op;
         try {
           const profiler::detail::Range profiled(node.op, profiler::Event::Kind::Backward);
           node.backward_fn(node);
+        } catch (const OutOfMemoryError&) {  // from empty_array: names the op, the shape, the bytes
+          running_backward_op = nullptr;
+          throw;
+        } catch (const std::bad_alloc&) {  // from elsewhere (a temporary, a custom Function): name the op
+          running_backward_op = nullptr;
+          throw OutOfMemoryError(detail::concat("the backward of '", node.op, "'"),
+                                 detail::concat("(an allocation failed while computing the gradients for its "
+                                                "output of shape ", node.value.shape(), ")"));
         } catch (...) {
           running_backward_op = nullptr;
           throw;
@@ -452,12 +460,12 @@ std::vector<Tensor<T>> grad_of(const std::vector<Tensor<T>>& outputs, const std:
     if (grad_outputs.empty()) {
       XGRAD_CHECK(out.numel() == 1, "autograd::grad: grad can be implicitly created only for scalar outputs; "
                   "output ", i, " has shape ", out.shape(), " (pass grad_outputs)");
-      seeds.push_back(xt::ones<T>(out.value().shape()));
+      seeds.push_back(full_array<T>(out.value().shape(), T(1), "autograd::grad"));
     } else {
       XGRAD_CHECK(grad_outputs[i].shape() == out.value().shape(), "autograd::grad: Mismatch in shape: grad_output[",
                   i, "] has a shape of ", grad_outputs[i].shape(), " and output[", i, "] has a shape of ",
                   out.value().shape());
-      seeds.push_back(grad_outputs[i]);
+      seeds.push_back(copy_array(grad_outputs[i], "autograd::grad"));
     }
     roots.push_back(out.node());
   }
@@ -544,7 +552,7 @@ Array<T> sum_to(const Array<T>& grad, const Shape& shape) {
     if (shape[d] == gs) out_stride[g] = stride;
     stride *= shape[d];
   }
-  Array<T> out = xt::zeros<T>(shape);
+  Array<T> out = full_array<T>(shape, T(0), "sum_to (a broadcast operand's gradient)");
   T* dst = out.data();
   const T* src = grad.data();
   detail::for_each_index(shape_of(grad), out_stride, [&](std::size_t i, std::size_t o) { dst[o] += src[i]; });

@@ -166,7 +166,7 @@ struct Function {
     Tensor<T> fn = make_result<T>(typeid(X).name(), Array<T>(T(0)), inputs, [ctx, slots](Node<T>& node) {
       std::vector<Tensor<T>> grads;
       for (std::size_t k = 0; k < slots->grads.size(); ++k) {
-        if (!slots->has[k]) slots->grads[k] = Array<T>(xt::zeros<T>(slots->shapes[k]));
+        if (!slots->has[k]) slots->grads[k] = full_array<T>(slots->shapes[k], T(0), "autograd::Function (backward)");
         grads.emplace_back(std::move(slots->grads[k]));
         slots->has[k] = false;
       }

@@ -20,14 +20,14 @@ T64 Maker::operator()(const Shape& shape, Values values) {
 
 IndexArray Maker::indices(const Shape& shape, std::size_t high) {
   Generator gen(seed_ * 1000 + count_++);
-  IndexArray a = IndexArray::from_shape(shape);
+  IndexArray a = empty_array<std::int64_t>(shape, "gradcheck");
   for (auto& v : a) v = static_cast<std::int64_t>(gen.next_u64() % high);
   return a;
 }
 
 BoolArray Maker::mask(const Shape& shape, double p_true) {
   Generator gen(seed_ * 1000 + count_++);
-  BoolArray a = BoolArray::from_shape(shape);
+  BoolArray a = empty_array<bool>(shape, "gradcheck");
   for (auto& v : a) v = gen.uniform() < p_true;
   return a;
 }

@@ -135,14 +135,14 @@ template <class T>
 void Tensor<T>::backward(bool retain_graph) const {
   XGRAD_CHECK(numel() == 1, "backward: grad can be implicitly created only for scalar outputs; got shape ",
               shape(), " (pass a gradient of that shape)");
-  run_backward(*this, Array<T>(xt::ones<T>(value().shape())), retain_graph);
+  run_backward(*this, full_array<T>(value().shape(), T(1), "backward"), retain_graph);
 }
 
 template <class T>
 void Tensor<T>::backward(const Array<T>& gradient, bool retain_graph) const {
   XGRAD_CHECK(gradient.shape() == value().shape(), "backward: expected a gradient of shape ", shape(),
               ", got ", gradient.shape());
-  run_backward(*this, gradient, retain_graph);
+  run_backward(*this, copy_array(gradient, "backward"), retain_graph);
 }
 
 // ---- factories ----------------------------------------------------------------------------

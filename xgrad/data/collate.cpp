@@ -81,7 +81,7 @@ PaddedBatch<V> pad_collate(const std::vector<xt::xarray<V>>& sequences, V paddin
   shape.insert(shape.end(), rest.begin(), rest.end());
   out.padded = empty_array<V>(shape);
   std::fill(out.padded.begin(), out.padded.end(), padding_value);
-  out.key_padding_mask = BoolArray::from_shape({sequences.size(), max_len});
+  out.key_padding_mask = empty_array<bool>({sequences.size(), max_len}, "pad_sequences");
   for (std::size_t b = 0; b < sequences.size(); ++b) {
     const std::size_t n = out.lengths[b] * step;
     if (n > 0) std::copy(sequences[b].data(), sequences[b].data() + n, out.padded.data() + b * max_len * step);

@@ -82,7 +82,7 @@ BatchSampler::BatchSampler(std::shared_ptr<Sampler> sampler, std::size_t batch_s
 
 std::size_t BatchSampler::size() const {
   const std::size_t n = sampler_->size();
-  return drop_last_ ? n / batch_size_ : (n + batch_size_ - 1) / batch_size_;
+  return n / batch_size_ + (drop_last_ || n % batch_size_ == 0 ? 0 : 1);  // n + batch_size - 1 could wrap
 }
 
 std::vector<std::vector<std::size_t>> BatchSampler::batches() {

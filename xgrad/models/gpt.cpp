@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <string>
 
 #include <xgrad/core/grad_mode.hpp>
@@ -60,7 +61,8 @@ Tensor<T> GPT<T>::forward(const IndexArray& idx) {
   const std::int64_t t = static_cast<std::int64_t>(idx.shape(1));
   XGRAD_CHECK(t >= 1 && t <= config_.block_size, "GPT: cannot forward a sequence of length ", t,
               ": block size is only ", config_.block_size);
-  const IndexArray positions = xt::arange<std::int64_t>(t);
+  IndexArray positions = empty_array<std::int64_t>({static_cast<std::size_t>(t)}, "GPT");  // 0, 1, ..., t - 1
+  std::iota(positions.begin(), positions.end(), std::int64_t{0});
   Tensor<T> x = drop->forward(wte->forward(idx) + wpe->forward(positions));  // (N, T, C) + (T, C)
   x = ln_f->forward(h->forward(x, AttnMask<T>(), AttnMask<T>(), /*is_causal=*/true));
   return linear(x, wte->weight);  // (N, T, C) @ (V, C)^T: the tied head
@@ -74,7 +76,8 @@ Tensor<T> GPT<T>::forward_cached(const IndexArray& idx_new, std::vector<nn::KVCa
   const std::int64_t t = static_cast<std::int64_t>(idx_new.shape(1));
   XGRAD_CHECK(past + t <= config_.block_size, "GPT::forward_cached: cannot forward ", t, " positions after ", past,
               " cached ones: block size is only ", config_.block_size);
-  const IndexArray positions = xt::arange<std::int64_t>(past, past + t);
+  IndexArray positions = empty_array<std::int64_t>({static_cast<std::size_t>(t)}, "GPT::forward_cached");
+  std::iota(positions.begin(), positions.end(), past);  // past, ..., past + t - 1
   const Tensor<T> x = drop->forward(wte->forward(idx_new) + wpe->forward(positions));  // (N, t, C)
   return linear(ln_f->forward(nn::forward_cached(*h, x, caches)), wte->weight);
 }
@@ -88,8 +91,11 @@ IndexArray GPT<T>::generate(const IndexArray& idx, std::int64_t max_new_tokens, 
   XGRAD_CHECK(window >= 0 && window <= config_.block_size, "GPT::generate: window must be in [0, block_size = ",
               config_.block_size, "] (0: none), got ", window);
   const std::int64_t n = static_cast<std::int64_t>(idx.shape(0)), t0 = static_cast<std::int64_t>(idx.shape(1));
+  // The length of the result, t0 + max_new_tokens, checked: INT64_MAX new tokens would wrap.
+  const std::int64_t total_length = checked_add(t0, max_new_tokens, "GPT::generate",
+                                                "the length of the result (prompt length + max_new_tokens)");
   // The last forward sees the sequence without its last new token.
-  XGRAD_CHECK(window > 0 || t0 + max_new_tokens - 1 <= config_.block_size, "GPT::generate: ", t0, " tokens and ",
+  XGRAD_CHECK(window > 0 || total_length - 1 <= config_.block_size, "GPT::generate: ", t0, " tokens and ",
               max_new_tokens, " new ones exceed the block size ", config_.block_size,
               ": generate at most ", std::max<std::int64_t>(0, config_.block_size - t0 + 1),
               ", or pass a window to keep the last tokens of a longer sequence");
@@ -101,12 +107,12 @@ IndexArray GPT<T>::generate(const IndexArray& idx, std::int64_t max_new_tokens, 
     explicit EvalMode(nn::Module<T>& m) : module(m) { module.eval(); }
     ~EvalMode() { module.train(was_training); }
   } eval_mode(*this);
-  const std::size_t N = static_cast<std::size_t>(n), total = static_cast<std::size_t>(t0 + max_new_tokens);
-  IndexArray seq = IndexArray::from_shape({N, total});
+  const std::size_t N = static_cast<std::size_t>(n), total = static_cast<std::size_t>(total_length);
+  IndexArray seq = empty_array<std::int64_t>({N, total}, "GPT::generate");
   for (std::size_t i = 0; i < N; ++i)
     for (std::size_t j = 0; j < static_cast<std::size_t>(t0); ++j) seq(i, j) = idx(i, j);
   const auto columns = [&](std::size_t begin, std::size_t end) {  // seq[:, begin:end]
-    IndexArray out = IndexArray::from_shape({N, end - begin});
+    IndexArray out = empty_array<std::int64_t>({N, end - begin}, "GPT::generate");
     for (std::size_t i = 0; i < N; ++i)
       for (std::size_t j = begin; j < end; ++j) out(i, j - begin) = seq(i, j);
     return out;

@@ -179,7 +179,7 @@ XGRAD_GRADCHECKS(nn_multihead_attention) {
                  Maker make(s.seed);
                  for (auto& [name, p] : m->named_parameters()) p.mutable_value() = make(p.shape()).value();
                  const T64 x = make({s.B, s.L, s.D});
-                 xgrad::BoolArray padding = xgrad::BoolArray(xt::zeros<bool>({s.B, s.L}));
+                 xgrad::BoolArray padding = xgrad::full_array<bool>({s.B, s.L}, false, "gradcheck");
                  padding(0, s.L - 1) = true;  // the last key of the first sequence
                  return module_check(
                      *m, x, reseeded(s.seed, [=] {

@@ -292,7 +292,7 @@ template <class T>
 Tensor<T> Transformer<T>::generate_square_subsequent_mask(std::int64_t sz) {
   XGRAD_CHECK(sz >= 0, "Transformer::generate_square_subsequent_mask: expected a non-negative size, got ", sz);
   const auto n = static_cast<std::size_t>(sz);
-  Array<T> mask = Array<T>::from_shape({n, n});
+  Array<T> mask = empty_array<T>({n, n}, "Transformer::generate_square_subsequent_mask");
   for (std::size_t i = 0; i < n; ++i)
     for (std::size_t j = 0; j < n; ++j) mask(i, j) = j > i ? -std::numeric_limits<T>::infinity() : T(0);
   return Tensor<T>(std::move(mask));
@@ -366,7 +366,7 @@ XGRAD_GRADCHECKS(nn_transformer) {
   };
   // The last memory key of the first sequence padded.
   const auto memory_padding = [](const Sizes& s) {
-    xgrad::BoolArray padding = xgrad::BoolArray(xt::zeros<bool>({s.B, s.L + 1}));
+    xgrad::BoolArray padding = xgrad::full_array<bool>({s.B, s.L + 1}, false, "gradcheck");
     padding(0, s.L) = true;
     return padding;
   };

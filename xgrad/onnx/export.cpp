@@ -479,7 +479,7 @@ void Exporter::emit(const trace::Op& op) {
       in.push_back(input(1));
     } else {  // LayerNormalization needs a scale: ones of the normalized shape
       const Shape xs = op.inputs[0].shape();
-      in.push_back(gb_.constant(Array<float>(xt::ones<float>(Shape(xs.end() - nd, xs.end()))), "ones"));
+      in.push_back(gb_.constant(full_array<float>(Shape(xs.end() - nd, xs.end()), 1.0f, "onnx::export_model"), "ones"));
     }
     if (n_in > (has_weight ? 2u : 1u)) in.push_back(input(has_weight ? 2 : 1));
     return set_output(0, gb_.op("LayerNormalization", in,
@@ -673,19 +673,19 @@ std::vector<Input> resized_inputs(const std::vector<Input>& inputs, const std::v
           if (y.name == sym) s[static_cast<std::size_t>(axis < 0 ? axis + static_cast<i64>(s.size()) : axis)] = y.b;
     if (std::holds_alternative<Tensor<float>>(inputs[k])) {
       std::normal_distribution<float> normal;
-      Array<float> v = Array<float>::from_shape(s);
+      Array<float> v = empty_array<float>(s, "onnx::export_model");
       for (float& x : v) x = normal(rng);
       out.emplace_back(Tensor<float>(std::move(v)));
     } else if (const auto* idx = std::get_if<IndexArray>(&inputs[k])) {
       const i64 lo = idx->size() ? *std::min_element(idx->begin(), idx->end()) : 0;
       const i64 hi = idx->size() ? *std::max_element(idx->begin(), idx->end()) : 0;
       std::uniform_int_distribution<i64> pick(lo, hi);
-      IndexArray v = IndexArray::from_shape(s);
+      IndexArray v = empty_array<std::int64_t>(s, "onnx::export_model");
       for (i64& x : v) x = pick(rng);
       out.emplace_back(std::move(v));
     } else {
       std::bernoulli_distribution masked(0.25);
-      BoolArray v = BoolArray::from_shape(s);
+      BoolArray v = empty_array<bool>(s, "onnx::export_model");
       for (auto&& x : v) x = masked(rng);
       out.emplace_back(std::move(v));
     }

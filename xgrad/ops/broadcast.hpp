@@ -39,7 +39,7 @@ inline std::vector<std::size_t> broadcast_strides(const Shape& shape, const Shap
 template <class T, class F>
 Array<T> binary_map(const Array<T>& a, const Array<T>& b, const char* op, F f) {
   if (a.shape() == b.shape()) {
-    Array<T> out = cached_array<T>(a.shape(), a.size());
+    Array<T> out = empty_array<T>(a.shape(), op);
     const T* pa = a.data();
     const T* pb = b.data();
     T* po = out.data();

@@ -19,7 +19,7 @@ Tensor<T> dropout(const Tensor<T>& a, double p, bool training, Generator* genera
   const Array<T>& x = a.value();
   const std::size_t n = x.size();
   // mask: same shape as x, each entry 0 or 1/(1-p); all zeros when p = 1.
-  Array<T> mask = Array<T>::from_shape(x.shape());
+  Array<T> mask = empty_array<T>(x.shape(), "dropout");
   T* pm = mask.data();
   if (p == 1.0) {
     std::fill(pm, pm + n, T(0));
@@ -30,14 +30,14 @@ Tensor<T> dropout(const Tensor<T>& a, double p, bool training, Generator* genera
     for (std::size_t i = 0; i < n; ++i) pm[i] = T(gen.uniform() >= p) * scale;  // branch-free: the outcome is random
   }
 
-  Array<T> y = Array<T>::from_shape(x.shape());
+  Array<T> y = empty_array<T>(x.shape(), "dropout");
   const T* px = x.data();
   T* py = y.data();
   for (std::size_t i = 0; i < n; ++i) py[i] = px[i] * pm[i];
 
   return make_result<T>("dropout", std::move(y), {a}, [mask = std::move(mask)](Node<T>& out) {
     // dx = dy * m (the same mask, scale included)
-    Array<T> gx = Array<T>::from_shape(mask.shape());
+    Array<T> gx = empty_array<T>(mask.shape(), "dropout (backward)");
     const T* pg = out.grad.data();
     const T* pmask = mask.data();
     T* pgx = gx.data();

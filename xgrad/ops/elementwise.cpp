@@ -21,8 +21,8 @@ namespace {
 using detail::binary_map;
 
 template <class T, class F>
-Array<T> unary_map(const Array<T>& a, F f) {
-  Array<T> out = Array<T>::from_shape(a.shape());
+Array<T> unary_map(const char* op, const Array<T>& a, F f) {
+  Array<T> out = empty_array<T>(a.shape(), op);
   const T* pa = a.data();
   T* po = out.data();
   for (std::size_t i = 0, n = out.size(); i < n; ++i) po[i] = f(pa[i]);
@@ -36,7 +36,7 @@ enum Saves : unsigned { kNone = 0, kX = 1, kY = 2, kXY = 3 };
 // Unary op helper: y = forward(x) elementwise; backward multiplies by derivative(x, y).
 template <class T, class Fwd, class Der>
 Tensor<T> pointwise(const char* op, const Tensor<T>& a, Saves saves, Fwd forward, Der derivative) {
-  return make_result<T>(op, unary_map(a.value(), forward), {a}, [saves, derivative](Node<T>& out) {
+  return make_result<T>(op, unary_map(op, a.value(), forward), {a}, [saves, derivative](Node<T>& out) {
     const T* px = saves & kX ? out.input_value(0).data() : nullptr;
     const T* py = saves & kY ? out.output_value().data() : nullptr;
     Array<T> gx = std::move(out.grad);  // dx = dy * dy/dx, in place
@@ -303,7 +303,7 @@ Tensor<T> gelu(const Tensor<T>& a, const std::string& approximate) {
   const bool tanh_form = approximate == "tanh";
   XGRAD_TRACE_NOTE("gelu", {"approximate", approximate});
   const Array<T>& x = a.value();
-  Array<T> y = Array<T>::from_shape(x.shape());
+  Array<T> y = empty_array<T>(x.shape(), "gelu");
   gelu_parallel<T, false>(tanh_form, x.data(), nullptr, y.data(), y.size());
   return make_result<T>("gelu", std::move(y), {a}, [tanh_form](Node<T>& out) {
     const Array<T>& xv = out.input_value(0);

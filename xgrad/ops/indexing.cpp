@@ -45,7 +45,7 @@ Tensor<T> index_select(const Tensor<T>& a, std::int64_t dim, const IndexArray& i
     out_shape = {};
   }
   std::vector<std::size_t> rows(index.begin(), index.end());
-  Array<T> y = empty_array<T>(out_shape);
+  Array<T> y = empty_array<T>(out_shape, "index_select");
   const T* src = a.value().data();
   for (std::size_t o = 0; o < outer && inner > 0; ++o)
     for (std::size_t j = 0; j < m; ++j)
@@ -53,7 +53,7 @@ Tensor<T> index_select(const Tensor<T>& a, std::int64_t dim, const IndexArray& i
   XGRAD_TRACE_NOTE("index_select", {"dim", k}, {"index", index});
   return make_result<T>("index_select", std::move(y), {a},
                         [outer, size, inner, rows = std::move(rows)](Node<T>& out) {
-    Array<T> g = xt::zeros<T>(out.input_shape(0));
+    Array<T> g = full_array<T>(out.input_shape(0), T(0), "index_select (backward)");
     const std::size_t m = rows.size();
     const T* pg = out.grad.data();
     for (std::size_t o = 0; o < outer; ++o)
@@ -86,7 +86,7 @@ Tensor<T> embedding(const IndexArray& indices, const Tensor<T>& weight, std::opt
   }
   Shape out_shape = shape_of(indices);
   out_shape.push_back(D);
-  Array<T> y = empty_array<T>(out_shape);
+  Array<T> y = empty_array<T>(out_shape, "embedding");
   const T* w = weight.value().data();
   const std::size_t m = indices.size();
   const std::int64_t* idx = indices.data();
@@ -94,7 +94,7 @@ Tensor<T> embedding(const IndexArray& indices, const Tensor<T>& weight, std::opt
     std::memcpy(y.data() + j * D, w + static_cast<std::size_t>(idx[j]) * D, D * sizeof(T));
   XGRAD_TRACE_NOTE("embedding", {"indices", indices});
   return make_result<T>("embedding", std::move(y), {weight}, [indices, pad, D](Node<T>& out) {
-    Array<T> g = xt::zeros<T>(out.input_shape(0));
+    Array<T> g = full_array<T>(out.input_shape(0), T(0), "embedding (backward)");
     const T* pg = out.grad.data();
     const std::int64_t* idx = indices.data();
     for (std::size_t j = 0, m = indices.size(); j < m; ++j) {
@@ -118,7 +118,7 @@ Tensor<T> masked_fill(const Tensor<T>& a, const BoolArray& mask, Scalar<T> value
   const Shape bs = detail::broadcast_shapes(ms, as, "masked_fill");
   XGRAD_CHECK(bs == as, "masked_fill: mask of shape ", ms, " cannot be broadcast to the input's shape ", as);
   const std::vector<std::size_t> strides = detail::broadcast_strides(ms, as);  // mask inside a
-  Array<T> y = a.value();
+  Array<T> y = copy_array(a.value(), "masked_fill");
   T* py = y.data();
   const bool* pm = mask.data();
   detail::for_each_index(as, strides, [&](std::size_t i, std::size_t m) {
@@ -126,7 +126,7 @@ Tensor<T> masked_fill(const Tensor<T>& a, const BoolArray& mask, Scalar<T> value
   });
   XGRAD_TRACE_NOTE("masked_fill", {"mask", mask}, {"value", static_cast<double>(value)});
   return make_result<T>("masked_fill", std::move(y), {a}, [mask, strides](Node<T>& out) {
-    Array<T> g = out.grad;
+    Array<T> g = std::move(out.grad);  // in place: the engine hands the gradient over
     T* pg = g.data();
     const bool* pm = mask.data();
     detail::for_each_index(shape_of(g), strides, [&](std::size_t i, std::size_t m) {
@@ -147,7 +147,7 @@ Tensor<T> where(const BoolArray& condition, const Tensor<T>& a, const Tensor<T>&
   const std::vector<std::size_t> sc = detail::broadcast_strides(cs, out_shape),
                                  sa = detail::broadcast_strides(as, out_shape),
                                  sb = detail::broadcast_strides(bs, out_shape);
-  Array<T> y = empty_array<T>(out_shape);
+  Array<T> y = empty_array<T>(out_shape, "where");
   T* py = y.data();
   const bool* pc = condition.data();
   const T* pa = a.value().data();
@@ -163,7 +163,7 @@ Tensor<T> where(const BoolArray& condition, const Tensor<T>& a, const Tensor<T>&
     for (std::size_t k = 0; k < 2; ++k) {
       if (!out.input_needs_grad(k)) continue;
       const bool take = k == 0;  // a receives where the condition holds, b where it does not
-      Array<T> g = empty_array<T>(out_shape);
+      Array<T> g = empty_array<T>(out_shape, "where (backward)");
       T* pgk = g.data();
       detail::for_each_index(out_shape, sc, [&](std::size_t i, std::size_t ic) {
         pgk[i] = pc[ic] == take ? pg[i] : T(0);

@@ -219,7 +219,7 @@ Tensor<T> layer_norm(const Tensor<T>& x, const Shape& normalized_shape, const Te
     inputs.push_back(bias);
   }
 
-  Array<T> y = empty_array<T>(sx);
+  Array<T> y = empty_array<T>(sx, "layer_norm");
   const T* px = x.value().data();
   const T* pw = weight.defined() ? weight.value().data() : nullptr;
   const T* pb = bias.defined() ? bias.value().data() : nullptr;
@@ -241,7 +241,7 @@ Tensor<T> layer_norm(const Tensor<T>& x, const Shape& normalized_shape, const Te
     const T* pw = s.weight >= 0 && need_x ? out.input_value(s.weight).data() : nullptr;  // dx reads w
     const T* pdy = out.grad.data();
     Array<T> dx;
-    if (need_x) dx = empty_array<T>(out.input_shape(0));
+    if (need_x) dx = empty_array<T>(out.input_shape(0), "layer_norm (backward)");
     // dw, db per piece of rows: (pieces, D) each, summed over pieces below.
     std::vector<double> dw(need_w ? pieces * D : 0, 0.0), db(need_b ? pieces * D : 0, 0.0);
     detail::parallel_for(pieces, 1, [&](std::size_t p0, std::size_t p1) {
@@ -252,7 +252,7 @@ Tensor<T> layer_norm(const Tensor<T>& x, const Shape& normalized_shape, const Te
     });
     if (need_x) out.input(0).accumulate_grad(std::move(dx));
     const auto to_array = [&out, pieces, D](const std::vector<double>& v, int input) {
-      Array<T> a = empty_array<T>(out.input_shape(static_cast<std::size_t>(input)));
+      Array<T> a = empty_array<T>(out.input_shape(static_cast<std::size_t>(input)), "layer_norm (backward)");
       T* pa = a.data();
       for (std::size_t j = 0; j < D; ++j) {
         double sum = v[j];

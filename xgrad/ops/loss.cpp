@@ -31,8 +31,8 @@ Reduction parse_reduction(const std::string& reduction, const char* op) {
 
 // A 0-d array holding v.
 template <class T>
-Array<T> scalar_array(double v) {
-  Array<T> a = empty_array<T>({});
+Array<T> scalar_array(const char* op, double v) {
+  Array<T> a = empty_array<T>({}, op);
   *a.data() = static_cast<T>(v);
   return a;
 }
@@ -63,7 +63,7 @@ Tensor<T> mse_loss(const Tensor<T>& input, const Tensor<T>& target, const std::s
     double s = 0;
     for (std::size_t i = 0; i < n; ++i) s += static_cast<double>(pd[i]) * pd[i];
     // mean of no elements: 0/0 = nan, as PyTorch
-    y = scalar_array<T>(red == Reduction::sum ? s : s / static_cast<double>(n));
+    y = scalar_array<T>("mse_loss", red == Reduction::sum ? s : s / static_cast<double>(n));
   }
 
   return make_result<T>("mse_loss", std::move(y), {input, target}, [red](Node<T>& out) {
@@ -165,7 +165,7 @@ Tensor<T> cross_entropy(const Tensor<T>& logits, const IndexArray& target, std::
   Array<T> losses;
   T* pl = nullptr;
   if (red == Reduction::none) {
-    losses = empty_array<T>(st);
+    losses = empty_array<T>(st, "cross_entropy");
     pl = losses.data();
   }
   const T* px = logits.value().data();
@@ -198,7 +198,7 @@ Tensor<T> cross_entropy(const Tensor<T>& logits, const IndexArray& target, std::
     total += loss;
   }
   Array<T> y = red == Reduction::none ? std::move(losses)
-                                      : scalar_array<T>(red == Reduction::sum ? total
+                                      : scalar_array<T>("cross_entropy", red == Reduction::sum ? total
                                                                              : total / static_cast<double>(s.count));
 
   return make_result<T>("cross_entropy", std::move(y), {logits}, [saved](Node<T>& out) {
@@ -209,7 +209,7 @@ Tensor<T> cross_entropy(const Tensor<T>& logits, const IndexArray& target, std::
     const std::int64_t* pt = s.target.data();
     const T* dy = out.grad.data();
     // d loss / d x_c = scale * (p_c - (1 - ls) [c == t] - ls / C), p_c = exp(x_c - max) / sum_exp
-    Array<T> dx = xt::zeros<T>(out.input_shape(0));
+    Array<T> dx = full_array<T>(out.input_shape(0), T(0), "cross_entropy (backward)");
     T* pdx = dx.data();
     const double ls = s.label_smoothing;
     const double uniform = ls / static_cast<double>(C);

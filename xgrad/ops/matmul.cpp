@@ -83,8 +83,8 @@ MatmulPlan plan_matmul(const Shape& sa, const Shape& sb) {
 // A zero-initialized array when several gemms accumulate into it (beta = 1), else uninitialized.
 template <class T>
 Array<T> grad_buffer(const Shape& shape, bool accumulate) {
-  if (accumulate) return Array<T>(xt::zeros<T>(shape));
-  return empty_array<T>(shape);
+  if (accumulate) return full_array<T>(shape, T(0), "matmul (backward)");
+  return empty_array<T>(shape, "matmul (backward)");
 }
 
 }  // namespace
@@ -101,7 +101,7 @@ Tensor<T> matmul(const Tensor<T>& a, const Tensor<T>& b) {
   const bool bf16 = detail::autocast_gemm<T>();  // recorded for the backward (autocast.hpp)
   const MatmulPlan& p = *plan;
   const std::size_t mk = p.m * p.k, kn = p.k * p.n, mn = p.m * p.n;
-  Array<T> c = empty_array<T>(p.out_shape);
+  Array<T> c = empty_array<T>(p.out_shape, "matmul");
   const T* pa = a.value().data();
   const T* pb = b.value().data();
   if (p.b_count == 1 && p.a_count == p.batch) {
@@ -188,7 +188,7 @@ Tensor<T> linear(const Tensor<T>& x, const Tensor<T>& weight, const Tensor<T>& b
 
   Shape sy = sx;
   sy.back() = outf;
-  Array<T> y = empty_array<T>(sy);
+  Array<T> y = empty_array<T>(sy, "linear");
   T* py = y.data();
   const bool bf16 = detail::autocast_gemm<T>();  // recorded for the backward (autocast.hpp)
   // y starts as the bias broadcast over rows, then gemm adds x W^T (beta = 1).
@@ -221,21 +221,21 @@ Tensor<T> linear(const Tensor<T>& x, const Tensor<T>& weight, const Tensor<T>& b
     }
     // dx = dy W: (rows, out) (out, in)
     if (out.input_needs_grad(0)) {
-      Array<T> dx = empty_array<T>(out.input_shape(0));
+      Array<T> dx = empty_array<T>(out.input_shape(0), "linear (backward)");
       linear_gemm<T>(bf16, packed, false, false, rows_total, in, outf, dy, outf, dyb, out.input_value(1).data(), in,
                      wb, T(0), dx.data(), in);
       out.input(0).accumulate_grad(std::move(dx));
     }
     // dW = dy^T x: (out, rows) (rows, in)
     if (out.input_needs_grad(1)) {
-      Array<T> dw = empty_array<T>(out.input_shape(1));
+      Array<T> dw = empty_array<T>(out.input_shape(1), "linear (backward)");
       linear_gemm<T>(bf16, packed, true, false, outf, in, rows_total, dy, outf, dyb, out.input_value(0).data(), in,
                      xb, T(0), dw.data(), in);
       out.input(1).accumulate_grad(std::move(dw));
     }
     // db = sum over rows of dy
     if (out.inputs.size() > 2 && out.input_needs_grad(2)) {
-      Array<T> db = empty_array<T>({outf});
+      Array<T> db = empty_array<T>({outf}, "linear (backward)");
       T* pdb = db.data();
       std::fill(pdb, pdb + outf, T(0));
       for (std::size_t r = 0; r < rows_total; ++r) {

@@ -83,6 +83,18 @@ ReducePlan plan_all(const Shape& in) {
   return plan_reduction("a full reduction", in, std::vector<bool>(in.size(), true), /*keepdim=*/false);
 }
 
+// An op's working storage sized like its output (n values, each `value`), its failure reported as
+// empty_array's: OutOfMemoryError naming `who`, (n) and the bytes.
+template <class V>
+std::vector<V> scratch_vector(std::size_t n, V value, const char* who) {
+  checked_numel(Shape{n}, sizeof(V), who);
+  try {
+    return std::vector<V>(n, value);
+  } catch (const std::bad_alloc&) {
+    throw OutOfMemoryError(who, Shape{n}, n * sizeof(V));
+  }
+}
+
 // Calls f(i, o) for every input element in row-major order: i its flat index, o = o(i).
 template <class F>
 void visit(const ReducePlan& p, F f) {
@@ -93,12 +105,12 @@ void visit(const ReducePlan& p, F f) {
 template <class T>
 Tensor<T> scaled_sum(const char* op, const Tensor<T>& a, ReducePlan plan, Acc scale) {
   const T* px = a.value().data();
-  std::vector<Acc> acc(plan.out_size, Acc(0));
+  std::vector<Acc> acc = scratch_vector<Acc>(plan.out_size, Acc(0), op);
   visit(plan, [&](std::size_t i, std::size_t o) { acc[o] += px[i]; });
-  Array<T> y = empty_array<T>(plan.out_shape);
+  Array<T> y = empty_array<T>(plan.out_shape, op);
   for (std::size_t o = 0; o < plan.out_size; ++o) y.data()[o] = static_cast<T>(acc[o] * scale);
-  return make_result<T>(op, std::move(y), {a}, [plan = std::move(plan), scale](Node<T>& out) {
-    Array<T> gx = Array<T>::from_shape(out.input_shape(0));
+  return make_result<T>(op, std::move(y), {a}, [op, plan = std::move(plan), scale](Node<T>& out) {
+    Array<T> gx = empty_array<T>(out.input_shape(0), op);
     const T* pg = out.grad.data();
     T* pgx = gx.data();
     const T s = static_cast<T>(scale);
@@ -114,7 +126,8 @@ Tensor<T> scaled_sum(const char* op, const Tensor<T>& a, ReducePlan plan, Acc sc
 template <class T>
 Tensor<T> variance(const Tensor<T>& a, ReducePlan plan, bool unbiased) {
   const T* px = a.value().data();
-  std::vector<Acc> mean(plan.out_size, Acc(0)), ss(plan.out_size, Acc(0));
+  std::vector<Acc> mean = scratch_vector<Acc>(plan.out_size, Acc(0), "var");
+  std::vector<Acc> ss = scratch_vector<Acc>(plan.out_size, Acc(0), "var");
   visit(plan, [&](std::size_t i, std::size_t o) { mean[o] += px[i]; });
   for (Acc& m : mean) m /= static_cast<Acc>(plan.count);
   visit(plan, [&](std::size_t i, std::size_t o) {
@@ -123,12 +136,12 @@ Tensor<T> variance(const Tensor<T>& a, ReducePlan plan, bool unbiased) {
   });
   const std::size_t correction = unbiased ? 1 : 0;
   const Acc divisor = plan.count > correction ? static_cast<Acc>(plan.count - correction) : Acc(0);
-  Array<T> y = empty_array<T>(plan.out_shape);
+  Array<T> y = empty_array<T>(plan.out_shape, "var");
   for (std::size_t o = 0; o < plan.out_size; ++o) y.data()[o] = static_cast<T>(ss[o] / divisor);
   return make_result<T>("var", std::move(y), {a},
                         [plan = std::move(plan), mean = std::move(mean), divisor](Node<T>& out) {
     const Array<T>& x = out.input_value(0);
-    Array<T> gx = Array<T>::from_shape(x.shape());
+    Array<T> gx = empty_array<T>(x.shape(), "var (backward)");
     const T* px = x.data();
     const T* pg = out.grad.data();
     T* pgx = gx.data();
@@ -149,20 +162,20 @@ template <class T>
 Tensor<T> max_shared(const char* op, const Tensor<T>& a, ReducePlan plan) {
   XGRAD_CHECK(plan.count > 0, op, ": cannot reduce over an empty dimension (input shape ", a.shape(), ")");
   const T* px = a.value().data();
-  Array<T> y = empty_array<T>(plan.out_shape);
+  Array<T> y = empty_array<T>(plan.out_shape, op);
   T* py = y.data();
   std::fill(py, py + plan.out_size, -std::numeric_limits<T>::infinity());
   visit(plan, [&](std::size_t i, std::size_t o) {
     if (greater(px[i], py[o])) py[o] = px[i];
   });
-  return make_result<T>(op, std::move(y), {a}, [plan = std::move(plan)](Node<T>& out) {
+  return make_result<T>(op, std::move(y), {a}, [op, plan = std::move(plan)](Node<T>& out) {
     const Array<T>& x = out.input_value(0);
     const T* px = x.data();
     const T* py = out.output_value().data();
     const T* pg = out.grad.data();
-    std::vector<std::size_t> n_ties(plan.out_size, 0);
+    std::vector<std::size_t> n_ties = scratch_vector<std::size_t>(plan.out_size, 0, op);
     visit(plan, [&](std::size_t i, std::size_t o) { n_ties[o] += ties(px[i], py[o]); });
-    Array<T> gx = Array<T>::from_shape(x.shape());
+    Array<T> gx = empty_array<T>(x.shape(), op);
     T* pgx = gx.data();
     visit(plan, [&](std::size_t i, std::size_t o) {
       pgx[i] = ties(px[i], py[o]) ? pg[o] / static_cast<T>(n_ties[o]) : T(0);
@@ -254,21 +267,21 @@ std::pair<Tensor<T>, IndexArray> max(const Tensor<T>& a, std::int64_t dim, bool 
     inner = detail::numel(in, k + 1, in.size());
   }
   constexpr std::size_t none = std::numeric_limits<std::size_t>::max();
-  std::vector<std::size_t> arg(plan.out_size, none);  // flat input index of each maximum
+  std::vector<std::size_t> arg = scratch_vector<std::size_t>(plan.out_size, none, "max");  // flat input index of each maximum
   const T* px = a.value().data();
   // Row-major order visits each output's candidates in increasing position: ties keep the first.
   visit(plan, [&](std::size_t i, std::size_t o) {
     if (arg[o] == none || greater(px[i], px[arg[o]])) arg[o] = i;
   });
-  Array<T> y = empty_array<T>(plan.out_shape);
-  IndexArray indices = IndexArray::from_shape(plan.out_shape);
+  Array<T> y = empty_array<T>(plan.out_shape, "max");
+  IndexArray indices = empty_array<std::int64_t>(plan.out_shape, "max");
   for (std::size_t o = 0; o < plan.out_size; ++o) {
     y.data()[o] = px[arg[o]];
     indices.data()[o] = static_cast<std::int64_t>((arg[o] / inner) % size);
   }
   XGRAD_TRACE_NOTE("max", {"dim", std::vector<std::int64_t>{dim}}, {"keepdim", keepdim});
   Tensor<T> values = make_result<T>("max", std::move(y), {a}, [arg = std::move(arg)](Node<T>& out) {
-    Array<T> gx = xt::zeros<T>(out.input_shape(0));
+    Array<T> gx = full_array<T>(out.input_shape(0), T(0), "max (backward)");
     const T* pg = out.grad.data();
     for (std::size_t o = 0; o < arg.size(); ++o) gx.data()[arg[o]] += pg[o];
     out.input(0).accumulate_grad(std::move(gx));

@@ -56,18 +56,20 @@ Tensor<T> take_along(const char* op, const Tensor<T>& a, const AlongDim& v, std:
   const T* pa = a.value().data();
   const std::int64_t* pi = index.data();
   // Flat input position of every output element, kept for the backward.
-  std::vector<std::size_t> source(y.size());
+  Array<std::size_t> source = empty_array<std::size_t>({y.size()}, op);
+  std::size_t* ps = source.data();
   for (std::size_t o = 0; o < v.outer; ++o)
     for (std::size_t j = 0; j < m; ++j)
       for (std::size_t c = 0; c < v.inner; ++c) {
         const std::size_t i = (o * m + j) * v.inner + c;
-        source[i] = v.at(o, static_cast<std::size_t>(pi[i]), c);
-        y.data()[i] = pa[source[i]];
+        ps[i] = v.at(o, static_cast<std::size_t>(pi[i]), c);
+        y.data()[i] = pa[ps[i]];
       }
-  return make_result<T>(op, std::move(y), {a}, [source = std::move(source)](Node<T>& out) {
-    Array<T> g = xt::zeros<T>(out.input_shape(0));
+  return make_result<T>(op, std::move(y), {a}, [op, source = std::move(source)](Node<T>& out) {
+    Array<T> g = full_array<T>(out.input_shape(0), T(0), op);
     const T* pg = out.grad.data();
-    for (std::size_t i = 0; i < source.size(); ++i) g.data()[source[i]] += pg[i];
+    const std::size_t* ps = source.data();
+    for (std::size_t i = 0; i < source.size(); ++i) g.data()[ps[i]] += pg[i];
     out.input(0).accumulate_grad(std::move(g));
   });
 }
@@ -89,10 +91,10 @@ Tensor<T> triangle(const char* op, const Tensor<T>& a, std::int64_t diagonal, bo
           if (lower ? offset > diagonal : offset < diagonal) p[(b * rows + i) * cols + j] = T(0);
         }
   };
-  Array<T> y = a.value();
+  Array<T> y = copy_array(a.value(), op);
   zero_outside(y);
   return make_result<T>(op, std::move(y), {a}, [zero_outside](Node<T>& out) {
-    Array<T> g = out.grad;
+    Array<T> g = std::move(out.grad);  // in place: the engine hands the gradient over
     zero_outside(g);
     out.input(0).accumulate_grad(std::move(g));
   });
@@ -132,7 +134,7 @@ IndexArray argmax(const Tensor<T>& a, std::int64_t dim, bool keepdim) {
     if (keepdim) out_shape[k] = 1;
     else out_shape.erase(out_shape.begin() + static_cast<std::ptrdiff_t>(k));
   }
-  IndexArray index = IndexArray::from_shape(out_shape);
+  IndexArray index = empty_array<std::int64_t>(out_shape, "argmax");
   const T* pa = a.value().data();
   for (std::size_t o = 0; o < v.outer; ++o)
     for (std::size_t c = 0; c < v.inner; ++c) {
@@ -153,7 +155,7 @@ IndexArray argmax(const Tensor<T>& a) {
   std::size_t best = 0;
   for (std::size_t i = 1, n = a.value().size(); i < n; ++i)
     if (comes_before(pa[i], pa[best], /*descending=*/true)) best = i;
-  IndexArray index = IndexArray::from_shape(Shape{});  // 0-d, as torch
+  IndexArray index = empty_array<std::int64_t>(Shape{}, "argmax");  // 0-d, as torch
   index() = static_cast<std::int64_t>(best);
   return index;
 }
@@ -175,7 +177,7 @@ std::pair<Tensor<T>, IndexArray> topk(const Tensor<T>& a, std::int64_t k, std::i
   const std::size_t m = in.empty() ? 1 : static_cast<std::size_t>(k);
   Shape out_shape = in;
   if (!in.empty()) out_shape[normalize_dim(dim, in.size(), "topk")] = m;
-  IndexArray index = IndexArray::from_shape(out_shape);
+  IndexArray index = empty_array<std::int64_t>(out_shape, "topk");
   const T* pa = a.value().data();
   std::vector<std::size_t> order(v.size);
   for (std::size_t o = 0; o < v.outer; ++o)
@@ -200,7 +202,7 @@ std::pair<Tensor<T>, IndexArray> sort(const Tensor<T>& a, std::int64_t dim, bool
   XGRAD_PROFILE_OP("sort");
   const Shape in = a.shape();
   const AlongDim v = along_dim(in, dim, "sort");
-  IndexArray index = IndexArray::from_shape(in);
+  IndexArray index = empty_array<std::int64_t>(in, "sort");
   const T* pa = a.value().data();
   std::vector<std::size_t> order(v.size);
   for (std::size_t o = 0; o < v.outer; ++o)
@@ -254,7 +256,7 @@ IndexArray multinomial(const Tensor<T>& probs, std::int64_t num_samples, bool re
                 num_samples);
   }
   Shape out_shape = shape.size() == 2 ? Shape{rows, n} : Shape{n};
-  IndexArray out = IndexArray::from_shape(out_shape);
+  IndexArray out = empty_array<std::int64_t>(out_shape, "multinomial");
   std::int64_t* po = out.data();
   Generator& gen = generator != nullptr ? *generator : default_generator();
   std::lock_guard<std::mutex> lock(gen.mutex());
@@ -262,13 +264,18 @@ IndexArray multinomial(const Tensor<T>& probs, std::int64_t num_samples, bool re
   std::vector<std::size_t> order(C);
   for (std::size_t r = 0; r < rows; ++r) {
     const T* w = p + r * C;
+    // The weights are divided by the row's largest, in double: their sum cannot overflow (float64
+    // weights near DBL_MAX summed to inf, and every draw was the last category) and denormal
+    // weights keep their ratios.
+    const double wmax = static_cast<double>(*std::max_element(w, w + C));  // > 0: checked above
     if (replacement) {
       double sum = 0;
-      std::size_t last = 0;  // the last category of positive weight
+      std::size_t last = 0;  // the last category of positive (scaled) weight
       for (std::size_t c = 0; c < C; ++c) {
-        sum += static_cast<double>(w[c]);
+        const double x = static_cast<double>(w[c]) / wmax;
+        sum += x;
         cdf[c] = sum;
-        if (w[c] > 0) last = c;
+        if (x > 0) last = c;
       }
       for (std::size_t s = 0; s < n; ++s) {
         const double u = gen.uniform() * sum;
@@ -278,7 +285,7 @@ IndexArray multinomial(const Tensor<T>& probs, std::int64_t num_samples, bool re
     } else {
       for (std::size_t c = 0; c < C; ++c) {
         const double e = -std::log1p(-gen.uniform());  // Exp(1); 1 - uniform() is in (0, 1]
-        key[c] = w[c] > 0 ? static_cast<double>(w[c]) / e : -1.0;
+        key[c] = w[c] > 0 ? static_cast<double>(w[c]) / wmax / e : -1.0;
       }
       std::iota(order.begin(), order.end(), std::size_t(0));
       std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(n), order.end(),
@@ -312,7 +319,7 @@ IndexArray sample_next_token(const Tensor<T>& logits, const SamplingOptions& opt
   const std::size_t L = shape.size() == 3 ? shape[1] : 1;
   XGRAD_CHECK(V > 0 && L > 0, "sample_next_token: logits have no vocabulary or no position (shape ", shape, ")");
   // The rows to sample from, in double: scores (N, V).
-  Array<double> scores = Array<double>::from_shape({N, V});
+  Array<double> scores = empty_array<double>({N, V}, "sample_next_token");
   const T* pl = logits.value().data();
   for (std::size_t r = 0; r < N; ++r) {
     const T* row = pl + (r * L + L - 1) * V;
@@ -325,13 +332,13 @@ IndexArray sample_next_token(const Tensor<T>& logits, const SamplingOptions& opt
     }
     XGRAD_CHECK(finite, "sample_next_token: row ", r, " of the logits is all -inf: no token can be drawn");
   }
-  IndexArray tokens = IndexArray::from_shape({N});
+  IndexArray tokens = empty_array<std::int64_t>({N}, "sample_next_token");
   const Tensor<double> rows(std::move(scores));
   if (options.greedy) {
     tokens = argmax(rows, -1);
     return tokens;
   }
-  Array<double> probs = Array<double>::from_shape({N, V});
+  Array<double> probs = empty_array<double>({N, V}, "sample_next_token");
   std::vector<double> sorted(V);
   std::vector<std::size_t> order(V);
   const auto k = static_cast<std::size_t>(options.top_k);
@@ -342,12 +349,14 @@ IndexArray sample_next_token(const Tensor<T>& logits, const SamplingOptions& opt
     const double smax = *std::max_element(s, s + V);
     for (std::size_t c = 0; c < V; ++c) p[c] = (s[c] - smax) / options.temperature;
     if (k > 0 && k < V) {  // top-k: ties with the k-th largest stay (as nanoGPT and HF)
-      sorted.assign(p, p + V);
+      // Chosen on the logits themselves: the same order as the scaled scores', without the ties
+      // that rounding makes among them (-2.4 and -1.2 beside a max of 3e38, or at temperature 1e300).
+      sorted.assign(s, s + V);
       std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(k - 1), sorted.end(),
                        std::greater<double>());
       const double kth = sorted[k - 1];
       for (std::size_t c = 0; c < V; ++c)
-        if (p[c] < kth) p[c] = -std::numeric_limits<double>::infinity();
+        if (s[c] < kth) p[c] = -std::numeric_limits<double>::infinity();
     }
     const double top = *std::max_element(p, p + V);
     double total = 0;

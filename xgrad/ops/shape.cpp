@@ -40,7 +40,7 @@ void gather_strided(const T* src, const Shape& shape, const std::vector<std::siz
 
 // y = x.permute(perm): y.shape[d] = x.shape[perm[d]]
 template <class T>
-Array<T> permute_array(const Array<T>& x, const std::vector<std::size_t>& perm) {
+Array<T> permute_array(const char* op, const Array<T>& x, const std::vector<std::size_t>& perm) {
   const std::size_t nd = perm.size();
   const Shape in = shape_of(x);
   std::vector<std::size_t> in_stride(nd, 1);
@@ -51,7 +51,7 @@ Array<T> permute_array(const Array<T>& x, const std::vector<std::size_t>& perm) 
     out[d] = in[perm[d]];
     stride[d] = in_stride[perm[d]];
   }
-  Array<T> y = empty_array<T>(out);
+  Array<T> y = empty_array<T>(out, op);
   gather_strided(x.data(), out, stride, y.data());
   return y;
 }
@@ -60,18 +60,18 @@ Array<T> permute_array(const Array<T>& x, const std::vector<std::size_t>& perm) 
 template <class T>
 Tensor<T> permuted(const char* op, const Tensor<T>& a, std::vector<std::size_t> perm) {
   XGRAD_TRACE_NOTE(op, {"perm", perm});
-  return make_result<T>(op, permute_array(a.value(), perm), {a}, [perm](Node<T>& out) {
+  return make_result<T>(op, permute_array(op, a.value(), perm), {a}, [op, perm](Node<T>& out) {
     std::vector<std::size_t> inverse(perm.size());
     for (std::size_t d = 0; d < perm.size(); ++d) inverse[perm[d]] = d;
-    out.input(0).accumulate_grad(permute_array(out.grad, inverse));
+    out.input(0).accumulate_grad(permute_array(op, out.grad, inverse));
   });
 }
 
 // The same elements in the same order under a new shape;  dx = dy reshaped to x's shape.
 template <class T>
 Tensor<T> reshaped(const char* op, const Tensor<T>& a, const Shape& shape) {
-  Array<T> y = a.value();
-  y.reshape(shape);
+  Array<T> y = empty_array<T>(shape, op);
+  std::copy(a.value().data(), a.value().data() + a.value().size(), y.data());
   return make_result<T>(op, std::move(y), {a}, [](Node<T>& out) {
     Array<T> g = std::move(out.grad);
     g.reshape(out.input_shape(0));
@@ -85,7 +85,7 @@ template <class T>
 Tensor<T> join(const char* op, const std::vector<Tensor<T>>& tensors, std::size_t outer,
                std::vector<std::size_t> chunk, const Shape& out_shape) {
   const std::size_t row = numel(out_shape) / std::max<std::size_t>(outer, 1);
-  Array<T> y = empty_array<T>(out_shape);
+  Array<T> y = empty_array<T>(out_shape, op);
   std::size_t col = 0;
   for (std::size_t k = 0; k < tensors.size(); ++k) {
     const T* src = tensors[k].value().data();
@@ -93,11 +93,11 @@ Tensor<T> join(const char* op, const std::vector<Tensor<T>>& tensors, std::size_
       std::memcpy(y.data() + o * row + col, src + o * chunk[k], chunk[k] * sizeof(T));
     col += chunk[k];
   }
-  return make_result<T>(op, std::move(y), tensors, [outer, row, chunk = std::move(chunk)](Node<T>& out) {
+  return make_result<T>(op, std::move(y), tensors, [op, outer, row, chunk = std::move(chunk)](Node<T>& out) {
     std::size_t col = 0;
     for (std::size_t k = 0; k < chunk.size(); ++k) {
       if (out.input_needs_grad(k)) {
-        Array<T> g = Array<T>::from_shape(out.input_shape(k));
+        Array<T> g = empty_array<T>(out.input_shape(k), op);
         for (std::size_t o = 0; o < outer && chunk[k] > 0; ++o)
           std::memcpy(g.data() + o * chunk[k], out.grad.data() + o * row + col, chunk[k] * sizeof(T));
         out.input(k).accumulate_grad(std::move(g));
@@ -122,13 +122,13 @@ Tensor<T> strided_slice(const char* op, const Tensor<T>& a, std::size_t k, std::
   Shape out_shape = in;
   out_shape[k] = length;
   XGRAD_TRACE_NOTE(op, {"dim", k}, {"start", start}, {"length", length}, {"step", step});
-  Array<T> y = empty_array<T>(out_shape);
+  Array<T> y = empty_array<T>(out_shape, op);
   const T* src = a.value().data();
   for (std::size_t o = 0; o < outer && inner > 0; ++o)
     for (std::size_t j = 0; j < length; ++j)
       std::memcpy(y.data() + (o * length + j) * inner, src + (o * size + start + j * step) * inner, inner * sizeof(T));
-  return make_result<T>(op, std::move(y), {a}, [outer, size, inner, start, length, step](Node<T>& out) {
-    Array<T> g = xt::zeros<T>(out.input_shape(0));
+  return make_result<T>(op, std::move(y), {a}, [op, outer, size, inner, start, length, step](Node<T>& out) {
+    Array<T> g = full_array<T>(out.input_shape(0), T(0), op);
     for (std::size_t o = 0; o < outer && inner > 0; ++o)
       for (std::size_t j = 0; j < length; ++j)
         std::memcpy(g.data() + (o * size + start + j * step) * inner, out.grad.data() + (o * length + j) * inner,
@@ -357,7 +357,7 @@ Tensor<T> slice(const Tensor<T>& a, std::int64_t dim, std::int64_t start, std::i
   const std::size_t k = normalize_dim(dim, a.dim(), "slice");
   const auto size = static_cast<std::int64_t>(a.shape()[k]);
   const std::int64_t b = clamp_bound(start, size), e = clamp_bound(end, size);
-  const std::int64_t length = e > b ? (e - b + step - 1) / step : 0;
+  const std::int64_t length = e > b ? (e - b - 1) / step + 1 : 0;  // ceil((e - b) / step); e - b + step overflows
   return strided_slice<T>("slice", a, k, static_cast<std::size_t>(b), static_cast<std::size_t>(length),
                           static_cast<std::size_t>(step));
 }

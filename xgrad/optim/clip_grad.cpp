@@ -48,7 +48,7 @@ T clip_grad_norm_(const std::vector<Tensor<T>>& params, double max_norm, double 
   if (with_grad.empty()) return T(0);
 
   // The norm of each gradient, rounded to T as torch's per-tensor norms are, then their norm.
-  Array<T> norms = Array<T>::from_shape({with_grad.size()});
+  Array<T> norms = empty_array<T>({with_grad.size()}, "clip_grad_norm_");
   for (std::size_t k = 0; k < with_grad.size(); ++k) norms(k) = static_cast<T>(norm_of(with_grad[k].grad(), norm_type));
   const T total = static_cast<T>(norm_of(norms, norm_type));
   XGRAD_CHECK(!error_if_nonfinite || std::isfinite(total), "clip_grad_norm_: the total norm of order ", norm_type,

@@ -63,7 +63,7 @@ template <class T>
 Array<T>& ParamState<T>::zeros_if_absent(const std::string& name, const Array<T>& like) {
   auto it = arrays_.find(name);
   if (it != arrays_.end()) return it->second;
-  return arrays_.emplace(name, Array<T>(xt::zeros<T>(like.shape()))).first->second;
+  return arrays_.emplace(name, full_array<T>(like.shape(), T(0), "optimizer state")).first->second;
 }
 
 // ---- ParamGroup ---------------------------------------------------------------------------

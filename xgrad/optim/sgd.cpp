@@ -38,7 +38,7 @@ void SGD<T>::step_group(ParamGroup<T>& group) {
     if (use_momentum) {
       ParamState<T>& state = this->state_of(p);
       first = !state.has("momentum_buffer");
-      if (first) state.set("momentum_buffer", Array<T>::from_shape(value.shape()));
+      if (first) state.set("momentum_buffer", empty_array<T>(value.shape(), "SGD"));
       buf = state.at("momentum_buffer").data();
     }
     for (std::size_t i = 0; i < n; ++i) {

@@ -95,7 +95,7 @@ void load_tensor(A& ar, Array<T>& out) {
     if (n != count)
       throw FormatError("a tensor of shape " + shape_str(shape) + " holds " + std::to_string(n) + " values; expected " +
                         std::to_string(count));
-    a = Array<T>::from_shape(shape);
+    a = empty_array<T>(shape, "loading a tensor");
     for (std::uint64_t i = 0; i < n; ++i) {
       double x = 0;
       ar(x);
@@ -123,7 +123,7 @@ void load_tensor(A& ar, Array<T>& out) {
   } else {
     const std::uint64_t itemsize = dtype == "float32" ? 4 : 8;
     check_fits(ar, count, itemsize, "tensor data");
-    a = Array<T>::from_shape(shape);
+    a = empty_array<T>(shape, "loading a tensor");
     if (itemsize == 4) read_elements<float>(ar, a.data(), count);
     else read_elements<double>(ar, a.data(), count);
   }
