@@ -275,7 +275,8 @@ TokenBatch TokenWindowDataset::collate(const std::vector<TokenWindow>& windows) 
   const std::size_t n = windows[0].tokens.size();
   XGRAD_CHECK(n >= 2, "TokenWindowDataset::collate: a window needs at least 2 ids, got ", n);
   const std::size_t B = windows.size(), T = n - 1;
-  TokenBatch b{IndexArray::from_shape({B, T}), IndexArray::from_shape({B, T})};
+  TokenBatch b{empty_array<std::int64_t>(Shape{B, T}, "TokenWindowDataset::collate"),
+               empty_array<std::int64_t>(Shape{B, T}, "TokenWindowDataset::collate")};
   for (std::size_t i = 0; i < B; ++i) {
     XGRAD_CHECK(windows[i].tokens.size() == n, "TokenWindowDataset::collate: window ", i, " has ",
                 windows[i].tokens.size(), " ids, window 0 has ", n);

@@ -372,7 +372,7 @@ Checkpoint read_checkpoint(const std::string& dir, const GPTConfig& c, const cha
 template <class T>
 Array<T> transposed(const Array<T>& a) {  // (rows, cols) -> (cols, rows)
   const std::size_t rows = a.shape(0), cols = a.shape(1);
-  Array<T> t = Array<T>::from_shape({cols, rows});
+  Array<T> t = empty_array<T>(Shape{cols, rows}, "load_hf_gpt2 (Conv1D transpose)");
   for (std::size_t i = 0; i < rows; ++i)
     for (std::size_t j = 0; j < cols; ++j) t.data()[j * rows + i] = a.data()[i * cols + j];
   return t;
@@ -457,7 +457,7 @@ Array<float> to_float(const Array<T>& a) {
   if constexpr (std::is_same_v<T, float>) {
     return a;
   } else {
-    Array<float> f = Array<float>::from_shape(shape_of(a));
+    Array<float> f = empty_array<float>(shape_of(a), "save_hf_gpt2");
     constexpr double kMax = static_cast<double>(std::numeric_limits<float>::max());
     const double overflow = std::ldexp(2.0 - std::ldexp(1.0, -24), 127);  // FLT_MAX + half an ulp: rounds to inf
     for (std::size_t i = 0; i < a.size(); ++i) {
