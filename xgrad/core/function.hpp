@@ -19,6 +19,9 @@
 // gradient per output (zeros for an output the loss does not reach) and returns one per Tensor
 // argument of forward, in order (an undefined Tensor for "no gradient"). Non-Tensor arguments
 // are passed through to forward. No create_graph: backward's result is not differentiated again.
+// forward must return defined tensors (an undefined one is refused, naming X and the output); the
+// results' nodes are named as PyTorch names a custom Function's grad_fn, X demangled plus
+// "Backward" ("my::SiLUBackward"), in every message and in to_dot.
 #pragma once
 
 #include <xgrad/base/check.hpp>
