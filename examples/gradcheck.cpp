@@ -62,7 +62,9 @@ int main(int argc, char** argv) {
   app.add_option("--classes", sizes.C, "C, classes of cross_entropy and rows of embedding")
       ->check(cli::integer_in(2, 256))
       ->capture_default_str();
-  app.add_option("--seed", sizes.seed, "seed of the inputs and weights")->capture_default_str();
+  app.add_option("--seed", sizes.seed, "seed of the inputs and weights")
+      ->check(cli::unsigned_integer())
+      ->capture_default_str();
   app.add_option("--eps", options.eps, "finite-difference step")->check(cli::positive())->capture_default_str();
   app.add_option("--atol", options.atol, "absolute tolerance")->check(cli::non_negative())->capture_default_str();
   app.add_option("--rtol", options.rtol, "relative tolerance")->check(cli::non_negative())->capture_default_str();

@@ -11,7 +11,10 @@
 #   5. bad input is refused with one clear line and a non-zero exit, writing nothing: a missing or
 #      empty text, a text with no held-out line, a prompt character outside the vocabulary,
 #      --top-p outside (0, 1], --top-k 0, --temperature 0, a checkpoint of another program, --tokens
-#      beyond the context with --window 0;
+#      beyond the context with --window 0; every path flag given a FIFO or /dev/zero (which used to
+#      block forever or read until memory ran out), under a timeout; text that is not strict UTF-8
+#      (Latin-1, overlong, surrogate, beyond U+10FFFF), named with its byte offset; --seed -1 and
+#      2^64; --resume after the text changed;
 #   6. when XGRAD_ONNX_TOOLS (tests/onnx) and XGRAD_ONNXRUNTIME (onnxruntime-node's folder) are set:
 #      run 1's --export-onnx model passes onnx's checker, ONNX Runtime gives the program's logits on
 #      its sample (two batch sizes and lengths), and examples/onnx/gpt_sample.mjs prints the same
@@ -115,6 +118,49 @@ if [[ -n $toy ]]; then
   "$toy" --steps 2 --eval-interval 1 --eval-size 10 --d-model 8 --checkpoint toy.ckpt --csv "" --plot "" >/dev/null
   refused "is not a checkpoint of train_gpt" "$program" --checkpoint toy.ckpt --sample "In"
 fi
+
+echo "== 5b. path flags that are not regular files, strict UTF-8, seeds, a changed text"
+mkfifo fifo
+for flag in --text --init-weights --resume --checkpoint --csv --save-weights --plot --export-onnx; do
+  refused "^$flag: expected a regular file, got 'fifo', a FIFO (named pipe)$" timeout 60 "$program" "$flag" fifo
+  refused "^$flag: expected a regular file, got '/dev/zero', a character device$" \
+    timeout 60 "$program" "$flag" /dev/zero
+done
+refused "^--text: expected a regular file, got '/dev/urandom', a character device$" \
+  timeout 60 "$program" --text /dev/urandom
+refused "^--checkpoint: expected a regular file, got 'fifo', a FIFO (named pipe)$" \
+  timeout 60 "$program" --checkpoint fifo --sample "In"
+{ cat text.txt; printf 'caf\xe9 au lait\n'; } >latin1.txt
+refused "^--text latin1.txt is not UTF-8: at byte offset $(($(wc -c <text.txt) + 3)) (line 121), the byte 0xE9 starts a 3-byte character but is followed by 0x20; a Latin-1 (ISO-8859-1) file converts with: iconv -f latin1 -t utf-8 latin1.txt > latin1.txt.utf8$" \
+  "$program" --text latin1.txt
+printf 'ab\xc0\xaf\n' >overlong.txt
+refused "^--text overlong.txt is not UTF-8: at byte offset 2 (line 1), an overlong encoding of U+002F (0xC0 0xAF);" \
+  "$program" --text overlong.txt
+printf 'a\nb\xed\xa0\x80\n' >surrogate.txt
+refused "at byte offset 3 (line 2), the surrogate U+D800 (0xED 0xA0 0x80), which is not a character;" \
+  "$program" --text surrogate.txt
+printf '\xf4\x90\x80\x80\n' >beyond.txt
+refused "at byte offset 0 (line 1), U+110000 (0xF4 0x90 0x80 0x80), beyond the last code point U+10FFFF;" \
+  "$program" --text beyond.txt
+short=(--n-layer 1 --n-head 2 --n-embd 16 --block-size 16 --batch-size 8 --eval-interval 2 --eval-iters 1 --plot ""
+       --csv "")
+if command -v iconv >/dev/null 2>&1; then  # the conversion the message gives is accepted
+  iconv -f latin1 -t utf-8 latin1.txt >latin1.txt.utf8
+  "$program" "${short[@]}" --iters 2 --text latin1.txt.utf8 --checkpoint "" >/dev/null || fail "the converted text was refused"
+fi
+refused "^--seed: expected an integer in \[0, 18446744073709551615\], got '-1'$" "$program" --seed -1
+refused "^--seed: expected an integer in \[0, 18446744073709551615\], got '18446744073709551616'$" \
+  "$program" --seed 18446744073709551616
+cp text.txt changing.txt
+"$program" "${short[@]}" --text changing.txt --checkpoint changing.ckpt --iters 4 --stop-at 2 >/dev/null
+sed -i '1i Let there be light: and there was light.' changing.txt  # every line's split changes
+refused "^cannot resume from changing.ckpt: it was made with another text than the one in changing.txt now (changed since?): expected [0-9]* training windows of 16 characters" \
+  "$program" --resume changing.ckpt --checkpoint "" --csv "" --plot ""
+cp text.txt changing.txt
+sed -i 's/meek/maek/' changing.txt  # the same length and characters, another text
+refused "^cannot resume from changing.ckpt: it was made with another text than the one in changing.txt now (changed since?): the same number of training windows" \
+  "$program" --resume changing.ckpt --checkpoint "" --csv "" --plot ""
+
 ls -l --time-style=+%s full.ckpt full.csv | diff before.txt - || fail "a refused run wrote over a file"
 [[ ! -e gpt.ckpt && ! -e gpt.csv ]] || fail "a refused run wrote the default checkpoint or CSV"
 

@@ -8,7 +8,8 @@
 #   3. --resume with a larger --steps extends the run;
 #   4. --predict fills the blanks with the top 3 letters from the checkpoint;
 #   5. a missing word list, a bad flag, --predict without a checkpoint and a --resume with a
-#      contradicting flag are refused with a message naming the fix.
+#      contradicting flag are refused with a message naming the fix; so is every path flag given a
+#      FIFO or /dev/zero, under a timeout, and --seed -1.
 #   6. when XGRAD_ONNX_TOOLS (tests/onnx) and XGRAD_ONNXRUNTIME (onnxruntime-node's folder) are set:
 #      run 1's --export-onnx model passes onnx's checker and ONNX Runtime gives the program's logits
 #      on its sample (two batch sizes and word lengths).
@@ -75,6 +76,15 @@ refused "^--lr: expected a positive number, got 'abc'$" "$program" --lr abc
 refused "^--threads: expected an integer in .1, 256., got '0'$" "$program" --threads 0
 refused "train first, or pass --checkpoint FILE" "$program" --predict "h_llo" --checkpoint none.ckpt
 refused "--d-model 8 differs from the checkpoint" "$program" --resume full.ckpt --d-model 8 --csv ""
+# Path flags given a FIFO (which blocked forever) or /dev/zero (read until memory ran out).
+mkfifo fifo
+for flag in --words --resume --checkpoint --csv --save-weights --plot --export-onnx; do
+  refused "^$flag: expected a regular file, got 'fifo', a FIFO (named pipe)$" timeout 60 "$program" "$flag" fifo
+  refused "^$flag: expected a regular file, got '/dev/zero', a character device$" timeout 60 "$program" "$flag" /dev/zero
+done
+refused "^--checkpoint: expected a regular file, got 'fifo', a FIFO (named pipe)$" \
+  timeout 60 "$program" --predict "h_llo" --checkpoint fifo
+refused "^--seed: expected an integer in \[0, 18446744073709551615\], got '-1'$" "$program" --seed -1
 
 if [[ -n ${XGRAD_ONNX_TOOLS:-} ]]; then
   echo "== 6. the exported model in onnx's checker and ONNX Runtime"

@@ -9,7 +9,8 @@
 #   3. the same for a real SIGINT (Ctrl-C) at whatever step the run has reached: it saves a
 #      checkpoint and exits with 130;
 #   4. --resume with a larger --steps extends the run (the cosine reaches 0 at the new last step);
-#   5. a bad flag, and a --resume with a flag that contradicts the checkpoint, are refused.
+#   5. a bad flag, and a --resume with a flag that contradicts the checkpoint, are refused; so is
+#      every path flag given a FIFO or /dev/zero (under a timeout), and --seed -1 or 2^64.
 #   6. when XGRAD_ONNX_TOOLS (tests/onnx) and XGRAD_ONNXRUNTIME (onnxruntime-node's folder) are set:
 #      run 1's --export-onnx model passes onnx's checker, ONNX Runtime gives the program's logits on
 #      its sample, and examples/onnx/sort_digits.mjs, copied into a folder of its own, prints the
@@ -99,6 +100,23 @@ status=0
 "$program" --resume full.ckpt --d-model 8 --checkpoint "" --csv "" >bad.log 2>&1 || status=$?
 cat bad.log
 [[ $status != 0 ]] && grep -q -- "--d-model 8 differs from the checkpoint" bad.log || fail "a contradicting flag was accepted"
+# Path flags given a FIFO (which blocked forever) or /dev/zero (read until memory ran out), and
+# seeds outside [0, 2^64 - 1] (CLI11 took -1 as 2^64 - 1).
+mkfifo fifo
+refused() {  # expected message, then the command
+  local expected=$1 status=0
+  shift
+  "$@" >bad.log 2>&1 || status=$?
+  cat bad.log
+  [[ $status != 0 ]] && grep -q -- "$expected" bad.log || fail "not refused with '$expected': $*"
+}
+for flag in --resume --checkpoint --csv --save-weights --plot --export-onnx; do
+  refused "^$flag: expected a regular file, got 'fifo', a FIFO (named pipe)$" timeout 60 "$program" "$flag" fifo
+  refused "^$flag: expected a regular file, got '/dev/zero', a character device$" timeout 60 "$program" "$flag" /dev/zero
+done
+refused "^--seed: expected an integer in \[0, 18446744073709551615\], got '-1'$" "$program" --seed -1
+refused "^--seed: expected an integer in \[0, 18446744073709551615\], got '18446744073709551616'$" \
+  "$program" --seed 18446744073709551616
 
 if [[ -n ${XGRAD_ONNX_TOOLS:-} ]]; then
   echo "== 6. the exported model in onnx's checker and ONNX Runtime"

@@ -45,6 +45,7 @@
 #include <xgrad/train/trainer.hpp>
 #include <xgrad/xgrad.hpp>
 
+#include "support/files.hpp"
 #include "support/plot.hpp"
 #ifdef XGRAD_WITH_ONNX
 #include "support/onnx_sample.hpp"
@@ -89,25 +90,77 @@ struct Sampling {
 
 // ---- text ------------------------------------------------------------------------------------
 
-// UTF-8 -> code points; `where` names the text in the error.
-std::u32string decode_utf8(const std::string& s, const std::string& where) {
+std::string hex_bytes(const std::string& s, std::size_t i, std::size_t n) {
+  std::string out;
+  for (std::size_t k = i; k < std::min(s.size(), i + n); ++k) {
+    char h[8];
+    std::snprintf(h, sizeof h, "%s0x%02X", k > i ? " " : "", unsigned(static_cast<unsigned char>(s[k])));
+    out += h;
+  }
+  return out;
+}
+
+std::string code_point(char32_t c) {
+  char h[16];
+  std::snprintf(h, sizeof h, "U+%04X", unsigned(c));
+  return h;
+}
+
+// UTF-8 -> code points, strictly (RFC 3629, as Python's decoder): no overlong form, no surrogate
+// (U+D800..U+DFFF), nothing past U+10FFFF. `where` names the text in the error, which gives the
+// byte offset and what was found there; for a file (`file` not empty) also the line and how to
+// convert a Latin-1 file.
+std::u32string decode_utf8(const std::string& s, const std::string& where, const std::string& file = "") {
   std::u32string out;
+  out.reserve(s.size());
   for (std::size_t i = 0; i < s.size();) {
     const unsigned char b = static_cast<unsigned char>(s[i]);
-    const int n = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
-    char32_t c = n == 1 ? b : n == 2 ? (b & 0x1F) : n == 3 ? (b & 0x0F) : (b & 0x07);
-    bool ok = n > 0 && i + std::size_t(n) <= s.size();
-    for (int k = 1; ok && k < n; ++k) {
-      const unsigned char cont = static_cast<unsigned char>(s[i + std::size_t(k)]);
-      ok = (cont >> 6) == 2;
-      c = (c << 6) | (cont & 0x3F);
+    if (b < 0x80) {
+      out.push_back(b);
+      ++i;
+      continue;
     }
-    if (!ok)
-      throw train::Refused(where + " is not UTF-8 text: invalid byte 0x" +
-                           [&] { char h[8]; std::snprintf(h, sizeof h, "%02X", b); return std::string(h); }() +
-                           " at offset " + std::to_string(i));
+    // The length a lead byte announces (C0, C1 and F5..F7 only start sequences refused below).
+    const std::size_t n = (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
+    std::string found;
+    char32_t c = n == 2 ? (b & 0x1F) : n == 3 ? (b & 0x0F) : (b & 0x07);
+    if (n == 0) {
+      found = (b >> 6) == 2 ? "the byte " + hex_bytes(s, i, 1) + ", a continuation byte with no character to continue"
+                            : "the byte " + hex_bytes(s, i, 1) + ", which UTF-8 never uses";
+    } else {
+      for (std::size_t k = 1; found.empty() && k < n; ++k) {
+        if (i + k >= s.size()) {
+          found = "the byte " + hex_bytes(s, i, 1) + " starts a " + std::to_string(n) +
+                  "-byte character but the text ends after " + std::to_string(k);
+        } else if ((static_cast<unsigned char>(s[i + k]) >> 6) != 2) {
+          found = "the byte " + hex_bytes(s, i, 1) + " starts a " + std::to_string(n) +
+                  "-byte character but is followed by " + hex_bytes(s, i + k, 1);
+        } else {
+          c = (c << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+        }
+      }
+      if (found.empty()) {
+        const char32_t least = n == 2 ? 0x80 : n == 3 ? 0x800 : 0x10000;
+        if (c < least)
+          found = "an overlong encoding of " + code_point(c) + " (" + hex_bytes(s, i, n) + ")";
+        else if (c >= 0xD800 && c <= 0xDFFF)
+          found = "the surrogate " + code_point(c) + " (" + hex_bytes(s, i, n) + "), which is not a character";
+        else if (c > 0x10FFFF)
+          found = code_point(c) + " (" + hex_bytes(s, i, n) + "), beyond the last code point U+10FFFF";
+      }
+    }
+    if (!found.empty()) {
+      std::string message = where + " is not UTF-8: at byte offset " + std::to_string(i);
+      if (!file.empty())
+        message += " (line " + std::to_string(std::count(s.begin(), s.begin() + std::ptrdiff_t(i), '\n') + 1) + ")";
+      message += ", " + found;
+      if (!file.empty())
+        message += "; a Latin-1 (ISO-8859-1) file converts with: iconv -f latin1 -t utf-8 " + file + " > " + file +
+                   ".utf8";
+      throw train::Refused(message);
+    }
     out.push_back(c);
-    i += std::size_t(n);
+    i += n;
   }
   return out;
 }
@@ -152,15 +205,21 @@ std::vector<std::string> read_bible() {
   return verses;
 }
 
-std::vector<std::string> read_lines(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw train::Refused("cannot read --text " + path + ": expected a readable UTF-8 or ASCII text file");
-  std::vector<std::string> lines;
+// The lines of --text (without their "\n" or "\r\n"), decoded. A FIFO or a device is refused
+// before it is opened, and at most the size fstat gives is read.
+std::vector<std::u32string> read_text_lines(const std::string& path) {
+  const std::string bytes = files::read("--text", path, "a readable UTF-8 or ASCII text file");
+  const std::u32string text = decode_utf8(bytes, "--text " + path, path);
+  std::vector<std::u32string> lines;
   bool any = false;
-  for (std::string line; std::getline(in, line);) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    any = any || line.find_first_not_of(" \t") != std::string::npos;
-    lines.push_back(line);
+  for (std::size_t begin = 0; begin < text.size();) {
+    std::size_t end = text.find(U'\n', begin);
+    if (end == std::u32string::npos) end = text.size();
+    std::u32string line = text.substr(begin, end - begin);
+    if (!line.empty() && line.back() == U'\r') line.pop_back();
+    any = any || line.find_first_not_of(U" \t") != std::u32string::npos;
+    lines.push_back(std::move(line));
+    begin = end + 1;
   }
   if (!any) throw train::Refused("--text " + path + " is empty: expected UTF-8 or ASCII text");
   return lines;
@@ -194,11 +253,16 @@ struct Corpus {
 Corpus load_corpus(const Config& c) {
   Corpus corpus;
   corpus.source = c.text.empty() ? std::string("the King James Bible") : c.text;
-  const std::vector<std::string> units = c.text.empty() ? read_bible() : read_lines(c.text);
+  std::vector<std::u32string> units;
+  if (c.text.empty()) {
+    for (const std::string& verse : read_bible()) units.push_back(decode_utf8(verse, corpus.source));
+  } else {
+    units = read_text_lines(c.text);
+  }
   std::u32string train_text, held_text;
   for (std::size_t i = 0; i < units.size(); ++i) {
     const bool held = is_held_out(i, c.seed);
-    (held ? held_text : train_text) += decode_utf8(units[i], corpus.source + " (line " + std::to_string(i + 1) + ")");
+    (held ? held_text : train_text) += units[i];
     (held ? held_text : train_text) += U'\n';
     ++(held ? corpus.held_units : corpus.train_units);
   }
@@ -221,6 +285,59 @@ Corpus load_corpus(const Config& c) {
                          " held-out characters; expected more than " + std::to_string(need + c.batch_size) + " and " +
                          std::to_string(need));
   return corpus;
+}
+
+// FNV-1a of the tokens of the training and held-out text and of the vocabulary: a resumed run
+// checks that its text is the checkpoint's.
+std::string text_fingerprint(const Corpus& corpus) {
+  std::uint64_t h = 1469598103934665603ULL;
+  const auto mix = [&h](std::uint64_t v) {
+    for (int k = 0; k < 8; ++k) h = (h ^ ((v >> (8 * k)) & 0xFF)) * 1099511628211ULL;
+  };
+  for (const auto* tokens : {&corpus.train, &corpus.held}) {
+    mix(tokens->size());
+    for (std::int64_t t : *tokens) mix(std::uint64_t(t));
+  }
+  for (char32_t ch : corpus.vocab) mix(ch);
+  char text[24];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(h));
+  return text;
+}
+
+// --resume with a text that is not the checkpoint's (the file was changed since): refused before
+// the model (whose embedding is the vocabulary's size) or the DataLoader's position is restored.
+void check_same_text(const Corpus& corpus, const Config& c, const xgrad::Checkpoint<float>& checkpoint,
+                     const std::string& path) {
+  const auto& m = checkpoint.metadata;
+  const std::size_t windows = corpus.train.size() - std::size_t(c.block_size);
+  std::size_t saved_windows = windows;
+  if (const auto it = m.find("data_loader"); it != m.end()) {
+    try {
+      saved_windows = data::DataLoaderState::from_string(it->second).dataset_size;
+    } catch (const std::exception& e) {
+      throw train::Refused("cannot resume from " + path + ": its DataLoader state: " + e.what());
+    }
+  }
+  const auto vocab_it = m.find("vocab");
+  const auto fingerprint_it = m.find("text_fingerprint");  // absent in checkpoints of older builds
+  const bool same_vocab = vocab_it == m.end() || vocab_it->second == encode_utf8(corpus.vocab);
+  const bool same_tokens = fingerprint_it == m.end() || fingerprint_it->second == text_fingerprint(corpus);
+  if (saved_windows == windows && same_vocab && same_tokens) return;
+  const std::string saved_vocab =
+      vocab_it == m.end()
+          ? std::string()
+          : ", " + std::to_string(decode_utf8(vocab_it->second, path + "'s vocabulary").size()) + " distinct characters";
+  const std::string what = "cannot resume from " + path + ": it was made with another text than the one in " +
+                           corpus.source + " now (changed since?): ";
+  const std::string todo = "; resume with the text the checkpoint was trained on, or start a new run without --resume";
+  if (saved_windows == windows)
+    throw train::Refused(what + "the same number of training windows (" + std::to_string(windows) + " of " +
+                         std::to_string(c.block_size) + " characters) but other characters" + todo);
+  throw train::Refused(what + "expected " + std::to_string(saved_windows) + " training windows of " +
+                       std::to_string(c.block_size) + " characters (" +
+                       std::to_string(saved_windows + std::size_t(c.block_size)) + " training characters" +
+                       saved_vocab + "), got " + std::to_string(windows) + " (" + std::to_string(corpus.train.size()) +
+                       " training characters, " + std::to_string(corpus.vocab.size()) + " distinct characters)" + todo);
 }
 
 // ---- batches ---------------------------------------------------------------------------------
@@ -359,7 +476,8 @@ std::string sample_text(Model& model, const IndexArray& prompt, const std::u32st
 
 // --sample: text from the model of --checkpoint.
 int sample(Config& c, const Sampling& s, train::RunOptions& run, train::Settings& settings, const CLI::App& app) {
-  if (!std::ifstream(run.checkpoint_path))
+  files::refuse_special("--checkpoint", run.checkpoint_path, "a checkpoint of train_gpt");
+  if (!std::ifstream(run.checkpoint_path))  // a regular file or nothing: the open cannot block
     throw train::Refused("--sample: no checkpoint " + run.checkpoint_path + ": train first, or pass --checkpoint FILE");
   run.resume_path = run.checkpoint_path;  // the model's settings come from the checkpoint
   const auto given = cli::given(app);
@@ -461,12 +579,14 @@ int train_model(Config& c, const Sampling& sampling, const train::RunOptions& ru
                          std::to_string(c.block_size));
 
   const Corpus corpus = load_corpus(c);
+  if (resumed.checkpoint) check_same_text(corpus, c, *resumed.checkpoint, run.resume_path);
   const std::int64_t V = std::int64_t(corpus.vocab.size());
   xgrad::manual_seed(c.seed);
   const auto model_ptr = std::make_shared<Model>(model_config(c, V));
   Model& model = *model_ptr;
   if (!c.init_weights.empty()) {
-    if (!std::ifstream(c.init_weights))
+    files::refuse_special("--init-weights", c.init_weights, "a safetensors file");
+    if (!std::ifstream(c.init_weights))  // a regular file or nothing: the open cannot block
       throw train::Refused("cannot read --init-weights " + c.init_weights + ": expected a safetensors file");
     try {
       model.load_state_dict(xgrad::load_safetensors_state_dict<float>(c.init_weights));
@@ -522,6 +642,7 @@ int train_model(Config& c, const Sampling& sampling, const train::RunOptions& ru
     metadata["data_loader"] = loader.state_dict().to_string();
     metadata["iters"] = std::to_string(c.iters);
     metadata["vocab"] = encode_utf8(corpus.vocab);  // for --sample
+    metadata["text_fingerprint"] = text_fingerprint(corpus);  // for --resume
   };
   trainer.add_callback(save_state);
 
@@ -589,7 +710,8 @@ int main(int argc, char** argv) {
   const auto setting = [&](const std::string& flag, auto& value, const std::string& help) {  // saved in checkpoints
     return cli::add_setting(app, settings, flag, value, help);
   };
-  setting("--text", c.text, "train on this UTF-8 text file (split by lines) instead of the Bible");
+  setting("--text", c.text, "train on this UTF-8 text file (split by lines) instead of the Bible")
+      ->check(cli::not_special_file());
   setting("--n-layer", c.n_layer, "transformer blocks")->check(cli::integer_in(1, 64));
   setting("--n-head", c.n_head, "attention heads (dividing --n-embd)")->check(cli::integer_in(1, 256));
   setting("--n-embd", c.n_embd, "model width")->check(cli::integer_in(1, 4096));
@@ -608,7 +730,8 @@ int main(int argc, char** argv) {
       ->check(cli::integer_in(1, 100000000));
   setting("--eval-iters", c.eval_iters, "held-out batches per evaluation")->check(cli::integer_in(1, 1000000));
   setting("--seed", c.seed, "seed of the split, the weights, the batch order and dropout");
-  setting("--init-weights", c.init_weights, "start from these weights (safetensors of the same model)");
+  setting("--init-weights", c.init_weights, "start from these weights (safetensors of the same model)")
+      ->check(cli::not_special_file());
   cli::add_bf16_flag(app, settings, c.bf16);
   cli::add_run_flags(app, run);
   std::string profile_path;
@@ -652,7 +775,8 @@ int main(int argc, char** argv) {
   std::string onnx_path;
   app.add_option("--export-onnx", onnx_path,
                  "after training, export the model to this ONNX file (with FILE.vocab.json, and a sample of inputs "
-                 "with their logits in FILE.sample.json)");
+                 "with their logits in FILE.sample.json)")
+      ->check(cli::not_special_file());
   CLI11_PARSE(app, argc, argv);
   const cli::ProfileRun profiling(profile_path);  // --profile: until main returns
   xgrad::set_attention_path(attention == "tiled"          ? xgrad::AttentionPath::Tiled

@@ -20,6 +20,7 @@
 #include <xgrad/train/trainer.hpp>
 #include <xgrad/xgrad.hpp>
 
+#include "support/files.hpp"
 #include "support/plot.hpp"
 #ifdef XGRAD_WITH_ONNX
 #include "support/onnx_sample.hpp"
@@ -123,7 +124,8 @@ double accuracy(MaskedCharModel& model, const std::vector<Masked>& held_out) {
 // Fills the blanks ('_') of each word with the checkpoint's model: the top 3 letters and their probabilities.
 int predict(const std::string& text, train::RunOptions& run, train::Settings& settings, const CLI::App& app,
             const Config& c) {
-  if (!std::ifstream(run.checkpoint_path))
+  files::refuse_special("--checkpoint", run.checkpoint_path, "a checkpoint of train_masked_chars");
+  if (!std::ifstream(run.checkpoint_path))  // a regular file or nothing: the open cannot block
     throw train::Refused("--predict: no checkpoint " + run.checkpoint_path +
                             ": train first, or pass --checkpoint FILE");
   run.resume_path = run.checkpoint_path;  // the model's settings come from the checkpoint
@@ -215,7 +217,8 @@ int train_model(Config& c, train::RunOptions& run, const std::string& plot_path,
   if (!app.count("--steps")) c.steps = planned;  // a larger --steps extends the run
   if (c.steps < resumed.state.step)
     throw train::Refused("--steps " + std::to_string(c.steps) + " is below the checkpoint's step");
-  if (!std::ifstream(c.words))
+  files::refuse_special("--words", c.words, "a word list, one word per line");
+  if (!std::ifstream(c.words))  // a regular file or nothing: the open cannot block
     throw train::Refused("no word list " + c.words + ": apt-get install wamerican, or pass --words FILE");
   // Lower-case a-z words of at most max_len letters, split by the hash of the word.
   const auto lines = std::make_shared<data::TextLineDataset>(c.words);
@@ -258,8 +261,16 @@ int train_model(Config& c, train::RunOptions& run, const std::string& plot_path,
                                            .drop_last(true).num_workers(std::size_t(c.workers))
                                            .generator(xgrad::Generator(c.seed + 1)),
                                        collate);
-  if (resumed.checkpoint)
-    loader.load_state_dict(data::DataLoaderState::from_string(resumed.checkpoint->metadata.at("data_loader")));
+  if (resumed.checkpoint) {
+    const data::DataLoaderState saved = data::DataLoaderState::from_string(resumed.checkpoint->metadata.at("data_loader"));
+    if (saved.dataset_size != train_lines.size())
+      throw train::Refused("cannot resume from " + run.resume_path + ": it was made with another word list than the "
+                           "one in " + c.words + " now (changed since?): expected " +
+                           std::to_string(saved.dataset_size) + " training words, got " +
+                           std::to_string(train_lines.size()) + "; resume with the word list the checkpoint was "
+                           "trained on, or start a new run without --resume");
+    loader.load_state_dict(saved);
+  }
   train::Trainer trainer("train_masked_chars", run, settings, std::move(resumed), model, optimizer, &schedule,
                          {c.steps, c.eval_interval, c.clip});
   if (const int done = trainer.first_step(); c.steps != planned && done > warmup)  // extended: the lr follows the
@@ -305,7 +316,8 @@ int main(int argc, char** argv) {
   const auto setting = [&](const std::string& flag, auto& value, const std::string& help) {  // saved in checkpoints
     return cli::add_setting(app, settings, flag, value, help);
   };
-  setting("--words", c.words, "one word per line (apt-get install wamerican for the default)");
+  setting("--words", c.words, "one word per line (apt-get install wamerican for the default)")
+      ->check(cli::not_special_file());
   setting("--d-model", c.d_model, "model width")->check(cli::integer_in(1, 4096));
   setting("--layers", c.layers, "encoder layers")->check(cli::integer_in(1, 64));
   setting("--heads", c.heads, "attention heads (dividing --d-model)")->check(cli::integer_in(1, 256));
@@ -325,7 +337,8 @@ int main(int argc, char** argv) {
   std::string onnx_path;
   app.add_option("--export-onnx", onnx_path,
                  "after training, export the model to this ONNX file (and a sample of inputs with their outputs "
-                 "to FILE.sample.json)");
+                 "to FILE.sample.json)")
+      ->check(cli::not_special_file());
   CLI11_PARSE(app, argc, argv);
   const cli::ProfileRun profiling(profile_path);  // --profile: until main returns
   return train::guarded("train_masked_chars", [&] {

@@ -381,7 +381,8 @@ int main(int argc, char** argv) {
   std::string onnx_path;
   app.add_option("--export-onnx", onnx_path,
                  "after training, export the model to this ONNX file (and a sample of inputs with their outputs "
-                 "to FILE.sample.json)");
+                 "to FILE.sample.json)")
+      ->check(cli::not_special_file());
   CLI11_PARSE(app, argc, argv);
   const cli::ProfileRun profiling(profile_path);  // --profile: until main returns
   // Under mpirun -np N > 1 (a build with MPI): the ranks' process group, until main returns.

@@ -9,10 +9,14 @@
 
 #include <CLI/CLI.hpp>
 
+#include <xgrad/train/cli.hpp>
+
 namespace plot {
 
 inline void add_flag(CLI::App& app, std::string& png) {
-  app.add_option("--plot", png, "loss curve PNG rendered with gnuplot at the end; empty: none")->capture_default_str();
+  app.add_option("--plot", png, "loss curve PNG rendered with gnuplot at the end; empty: none")
+      ->check(xgrad::train::cli::not_special_file())  // gnuplot would block on a FIFO
+      ->capture_default_str();
 }
 
 // Renders `csv` to `png`; nothing when either is empty.

@@ -124,3 +124,63 @@ TEST(AutogradFunction, ReadmeExample) {
   EXPECT_EQ(x.grad(), Array<double>(xt::ones<double>({2, 3}) * 3.0));
   expect_gradcheck([](const Inputs& in) { return Scale::apply(in[0], 3.0); }, {input({2, 3})});
 }
+
+// ---- issue 29: names and undefined outputs --------------------------------------------------
+
+namespace user_ops {
+
+struct Nothing : autograd::Function<Nothing> {  // forgets to return its result
+  static T64 forward(AutogradContext<double>*, T64) { return T64(); }
+  static std::vector<T64> backward(AutogradContext<double>*, std::vector<T64> g) { return {g[0]}; }
+};
+
+struct HalfPair : autograd::Function<HalfPair> {  // the second of two outputs is undefined
+  static std::vector<T64> forward(AutogradContext<double>*, T64 x) { return {T64(Array<double>(x.value())), T64()}; }
+  static std::vector<T64> backward(AutogradContext<double>*, std::vector<T64> g) { return {g[0]}; }
+};
+
+struct WrongShape : autograd::Function<WrongShape> {  // backward returns a gradient of another shape
+  static T64 forward(AutogradContext<double>*, T64 x) { return T64(Array<double>(x.value() * 2.0)); }
+  static std::vector<T64> backward(AutogradContext<double>*, std::vector<T64>) {
+    return {T64(Array<double>(xt::ones<double>({7})))};
+  }
+};
+
+struct TooMany : autograd::Function<TooMany> {  // two gradients for one input
+  static T64 forward(AutogradContext<double>*, T64 x) { return T64(Array<double>(x.value() * 2.0)); }
+  static std::vector<T64> backward(AutogradContext<double>*, std::vector<T64> g) { return {g[0], g[0]}; }
+};
+
+}  // namespace user_ops
+
+// An undefined output of forward is refused at apply, naming the Function (demangled) and the
+// output, with or without grad; it used to surface later as "the tensor is undefined".
+TEST(AutogradFunction, AnUndefinedOutputIsRefusedNamingTheFunctionAndTheOutput) {
+  const T64 x = input({3});
+  const std::string single = "autograd::Function user_ops::Nothing: forward returned an undefined tensor; expected a "
+                             "defined one (an output that gets no gradient: ctx->mark_non_differentiable)";
+  EXPECT_EQ(error_of([&] { user_ops::Nothing::apply(x); }), single);
+  {
+    NoGradGuard no_grad;
+    EXPECT_EQ(error_of([&] { user_ops::Nothing::apply(x); }), single);
+  }
+  EXPECT_EQ(error_of([&] { user_ops::HalfPair::apply(x); }),
+            "autograd::Function user_ops::HalfPair: forward returned an undefined tensor as output 1 of 2; expected "
+            "a defined one (an output that gets no gradient: ctx->mark_non_differentiable)");
+  EXPECT_EQ(error_of([] { T64().backward(); }),
+            "backward: called on an undefined tensor (a default-constructed Tensor, with no value and no graph)");
+}
+
+// A custom Function's nodes are named as PyTorch names its grad_fn ("SiLUBackward"), demangled,
+// in every message that names an op.
+TEST(AutogradFunction, NamedAsWrittenNotMangled) {
+  const T64 x = input({3});
+  EXPECT_STREQ(user_ops::WrongShape::apply(x).op(), "user_ops::WrongShapeBackward");
+  const std::string shape = error_of([&] { sum(user_ops::WrongShape::apply(x)).backward(); });
+  EXPECT_NE(shape.find("the backward of 'user_ops::WrongShapeBackward' produced a gradient of shape"),
+            std::string::npos)
+      << shape;
+  EXPECT_EQ(error_of([&] { sum(user_ops::TooMany::apply(x)).backward(); }),
+            "autograd::Function user_ops::TooMany: backward should return 1 gradients (one per Tensor input), got 2");
+}
+

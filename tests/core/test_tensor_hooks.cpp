@@ -211,3 +211,22 @@ TEST(TensorHook, ErrorsNameWhatWasExpected) {
   EXPECT_THROW(sum(w * 2.0).backward(), std::runtime_error);
   EXPECT_EQ(w.grad(), arr({1, 1}));
 }
+
+// An empty std::function or a null function pointer is refused at registration; it used to be
+// wrapped and fail in the next backward as a bare std::bad_function_call.
+TEST(TensorHook, AnEmptyHookIsRefusedAtRegistration) {
+  auto x = vec({1, 2, 3});
+  const std::string expected = "register_hook: the hook is empty (an empty std::function or a null function "
+                               "pointer); expected a callable taking const Array<T>&";
+  std::function<void(const Array<double>&)> looks;
+  std::function<Array<double>(const Array<double>&)> replaces;
+  void (*pointer)(const Array<double>&) = nullptr;
+  EXPECT_EQ(error_of([&] { x.register_hook(looks); }), expected);
+  EXPECT_EQ(error_of([&] { x.register_hook(replaces); }), expected);
+  EXPECT_EQ(error_of([&] { x.register_hook(pointer); }), expected);
+  EXPECT_EQ(error_of([&] { x.register_hook(std::function<std::optional<Array<double>>(const Array<double>&)>()); }),
+            expected);
+  sum(x).backward();  // nothing was registered
+  EXPECT_EQ(x.grad(), arr({1, 1, 1}));
+}
+

@@ -352,7 +352,9 @@ TEST(DataLoaderTest, StateMismatchesAreRejected) {
   auto sequential = make_data_loader(std::make_shared<Numbers>(37), DataLoaderOptions().batch_size(4));
   const DataLoaderState s = shuffled.state_dict();
   EXPECT_EQ(error_of([&] { other_size.load_state_dict(s); }),
-            "DataLoader::load_state_dict: the state is for 37 examples in batches of 4, this loader has 36 in batches of 4");
+            "DataLoader::load_state_dict: the state was saved by a loader over 37 examples in batches of 4, this "
+            "loader has 36 examples in batches of 4 (a state of a run on another dataset or with another batch "
+            "size: build the loader over the dataset it was saved with)");
   EXPECT_NE(error_of([&] { sequential.load_state_dict(s); }).find("this sampler has a fixed order"), std::string::npos);
   DataLoaderState past = s;
   past.next_batch = 11;

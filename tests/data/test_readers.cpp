@@ -2,6 +2,8 @@
 // (missing file, empty file, ragged CSV rows, non-numeric fields, truncated .npy, index out of range).
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <xtensor/xnpy.hpp>
 
 #include <xgrad/xgrad.hpp>
@@ -134,6 +136,20 @@ TEST(DataReaders, TextLines) {
   EXPECT_EQ(*loader.next(), "apple|banana||");
   EXPECT_EQ(*loader.next(), "cherry|");
   EXPECT_FALSE(loader.next().has_value());
+}
+
+// A FIFO would block a reader forever, /dev/zero would be read until memory runs out: both are
+// refused before any read (the library's loaders' rule, xgrad::read_regular_file).
+TEST(DataReaders, SpecialFilesAreRefusedBeforeAnyRead) {
+  TempDir dir;
+  const std::string fifo = dir.file("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(error_of([&] { read_lines(fifo); }),
+            "read_lines: '" + fifo + "': cannot read the file (it is a FIFO (named pipe), not a regular file)");
+  EXPECT_EQ(error_of([&] { read_npy<float>("/dev/zero"); }),
+            "read_npy: '/dev/zero': cannot read the file (it is a character device, not a regular file)");
+  EXPECT_EQ(error_of([&] { read_csv<float>(dir.path()); }),
+            "read_csv: '" + dir.path() + "': cannot read the file (it is a folder, not a regular file)");
 }
 
 }  // namespace

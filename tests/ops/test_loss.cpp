@@ -1,6 +1,8 @@
 // mse_loss and cross_entropy: values against their formulas (and a PyTorch golden), gradchecks
 // for every reduction and form, ignore_index, label smoothing, and the argument errors.
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "test_util.hpp"
 
@@ -23,6 +25,29 @@ std::pair<double, double> naive_ce_terms(const std::vector<double>& x, std::size
 }  // namespace
 
 // ---- mse_loss ------------------------------------------------------------------------------
+
+// The broadcast warning is raised once per call site, and only by a call that goes through: a
+// call refused for shapes that cannot broadcast used to spend it, so the next call that did
+// broadcast wrongly went unwarned. With a handler that throws (warnings as errors), every call
+// from the site raises, not only the first.
+TEST(MseLoss, ARefusedCallDoesNotSpendTheBroadcastWarning) {
+  std::vector<std::string> messages;
+  const WarningHandler previous = set_warning_handler([&](const Warning& w) { messages.push_back(w.message); });
+  reset_warnings();
+  EXPECT_THROW(mse_loss(ones<double>({3, 2}), ones<double>({4})), std::invalid_argument);  // (3, 2) vs (4)
+  EXPECT_TRUE(messages.empty());
+  mse_loss(ones<double>({3, 1}), ones<double>({3}));  // broadcasts to (3, 3): warned
+  ASSERT_EQ(messages.size(), 1u);
+  EXPECT_NE(messages[0].find("using a target size (3) that is different to the input size (3, 1)"), std::string::npos)
+      << messages[0];
+
+  set_warning_handler([](const Warning& w) { throw std::runtime_error("as error: " + w.message); });
+  reset_warnings();
+  EXPECT_THROW(mse_loss(ones<double>({3, 1}), ones<double>({3})), std::runtime_error);
+  EXPECT_THROW(mse_loss(ones<double>({3, 1}), ones<double>({3})), std::runtime_error);  // raised again
+  set_warning_handler(previous);
+  reset_warnings();
+}
 
 TEST(MseLoss, ValuesForEveryReduction) {
   auto a = input({3, 4}, 1), b = input({3, 4}, 2);

@@ -5,13 +5,19 @@
 // when documented and the loop goes through its World's collectives.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <limits>
+#include <map>
 #include <sstream>
 
 #include <xgrad/backend/bf16.hpp>
@@ -230,7 +236,10 @@ std::string flag_error(const std::string& args) {
   train::RunOptions run("a.ckpt", "a.csv");
   double lr = 1, decay = 0, dropout = 0;
   int heads = 1;
+  std::uint64_t seed = 0;
+  train::Settings settings;
   CLI::App app;
+  cli::add_setting(app, settings, "--seed", seed, "seed");
   app.add_option("--lr", lr)->check(cli::positive());
   app.add_option("--weight-decay", decay)->check(cli::non_negative());
   app.add_option("--dropout", dropout)->check(cli::number_in(0.0, 0.9));
@@ -260,6 +269,56 @@ TEST(TrainerCli, ErrorsAreShortAndNameTheFlag) {
   EXPECT_EQ(flag_error("--stop-at -1"), "--stop-at: expected an integer >= 0, got '-1'");
   EXPECT_EQ(flag_error("--checkpoint-interval 3000000000"),
             "--checkpoint-interval: expected an integer >= 0, got '3000000000'");
+}
+
+// A std::uint64_t setting: CLI11 alone took -1 and 2^64 both as 2^64 - 1.
+TEST(TrainerCli, UnsignedSettingsAreInRange) {
+  const std::string range = "expected an integer in [0, 18446744073709551615]";
+  EXPECT_EQ(flag_error("--seed -1"), "--seed: " + range + ", got '-1'");
+  EXPECT_EQ(flag_error("--seed 18446744073709551616"), "--seed: " + range + ", got '18446744073709551616'");
+  EXPECT_EQ(flag_error("--seed 1e3"), "--seed: " + range + ", got '1e3'");
+  EXPECT_EQ(flag_error("--seed 18446744073709551615"), "");
+  EXPECT_EQ(flag_error("--seed 0"), "");
+  // and in a checkpoint's metadata
+  std::uint64_t v = 0;
+  EXPECT_THROW(train::parse_setting("-1", v), std::invalid_argument);
+  EXPECT_THROW(train::parse_setting("18446744073709551616", v), std::out_of_range);
+  train::parse_setting("18446744073709551615", v);
+  EXPECT_EQ(v, ~std::uint64_t(0));
+}
+
+// The path flags refuse a FIFO (the program would block forever), a device (/dev/zero: read
+// without end) and a folder, before anything opens them.
+TEST(TrainerCli, PathFlagsRefuseSpecialFiles) {
+  const fs::path dir = fs::temp_directory_path() / ("xgrad_trainer_fifo_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string fifo = (dir / "fifo").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  for (const std::string flag : {"--checkpoint", "--csv", "--save-weights", "--resume"}) {
+    EXPECT_EQ(flag_error(flag + " " + fifo), flag + ": expected a regular file, got '" + fifo + "', a FIFO (named pipe)");
+    EXPECT_EQ(flag_error(flag + " /dev/zero"), flag + ": expected a regular file, got '/dev/zero', a character device");
+  }
+  EXPECT_EQ(flag_error("--csv " + dir.string()), "--csv: expected a regular file, got '" + dir.string() + "', a folder");
+  EXPECT_EQ(flag_error("--csv " + (dir / "new.csv").string()), "");  // nothing there yet
+  EXPECT_EQ(train::special_file_kind(fifo), "a FIFO (named pipe)");
+  EXPECT_EQ(train::special_file_kind((dir / "none").string()), "");
+  // The Trainer's CSV log refuses one too (a program without these flags).
+  xgrad::manual_seed(0);
+  nn::Linear<float> model(2, 1);
+  optim::SGD<float> sgd(model.parameters(), optim::SGDOptions(0.1));
+  train::Settings settings;
+  train::RunOptions run("", fifo);
+  train::Trainer trainer("p", run, settings, {}, model, sgd, nullptr, {1, 1});
+  try {
+    trainer.fit([&](int) { return xgrad::sum(model.forward(xgrad::ones<float>({1, 2}))); }, [] { return 0.0; });
+    ADD_FAILURE() << "not refused";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), ("cannot write the CSV log " + fifo +
+                            ": it is a FIFO (named pipe), not a regular file; expected a regular file path")
+                               .c_str());
+  }
+  fs::remove_all(dir);
 }
 
 // --threads 0 is refused, as torch.set_num_threads(0) is (it used to mean "every core" silently).
@@ -392,6 +451,179 @@ TEST(TrainerOptions, AreChecked) {
     ADD_FAILURE() << "not refused";
   } catch (const std::invalid_argument& e) {
     EXPECT_STREQ(e.what(), "Trainer: expected val_check_interval >= 1, got 0");
+  }
+}
+
+// ---- issue 29: the loop's SIGINT handler, gradient_clip_val, callbacks, validation ------------
+
+volatile std::sig_atomic_t g_program_sigints = 0;
+extern "C" void program_sigint(int) { g_program_sigints = g_program_sigints + 1; }
+
+void expect_sigint_handler(void (*handler)(int), int flags, const char* when) {
+  struct sigaction now {};
+  ASSERT_EQ(::sigaction(SIGINT, nullptr, &now), 0);
+  EXPECT_EQ(now.sa_handler, handler) << when;
+  // (the C library adds flags of its own, SA_RESTORER on Linux)
+  EXPECT_EQ(now.sa_flags & (SA_RESTART | SA_RESETHAND | SA_SIGINFO), flags) << when;
+}
+
+// fit() installs its own SIGINT handler and gives the program's back when it returns (every step
+// done, or stopped by Ctrl-C) and when it throws: the program's next Ctrl-C reaches its handler.
+TEST_F(TrainerRun, FitGivesTheProgramsSigintHandlerBack) {
+  struct sigaction mine {}, before {};
+  mine.sa_handler = program_sigint;
+  sigemptyset(&mine.sa_mask);
+  mine.sa_flags = SA_RESTART;
+  ASSERT_EQ(::sigaction(SIGINT, &mine, &before), 0);
+
+  ASSERT_EQ(run_program(dir_ / "full", "").status, 0);
+  expect_sigint_handler(program_sigint, SA_RESTART, "after a run to its end");
+
+  const auto interrupt = std::make_shared<train::LambdaCallback>();
+  interrupt->train_batch_end = [](train::Trainer&, int step, double) {
+    if (step == 3) std::raise(SIGINT);  // Ctrl-C during step 3: the loop's handler
+  };
+  ASSERT_EQ(run_program(dir_ / "half", "", interrupt).status, 130);
+  EXPECT_EQ(g_program_sigints, 0);
+  expect_sigint_handler(program_sigint, SA_RESTART, "after a run stopped by Ctrl-C");
+  struct sigaction now {};
+  ::sigaction(SIGINT, nullptr, &now);
+  if (now.sa_handler == program_sigint) {  // (not SIG_DFL, which would end the test program)
+    std::raise(SIGINT);
+    EXPECT_EQ(g_program_sigints, 1);  // the program's own handler again
+  }
+
+  const auto throwing = std::make_shared<train::LambdaCallback>();
+  throwing->train_batch_end = [](train::Trainer&, int step, double) {
+    if (step == 2) throw std::runtime_error("failed in a callback");
+  };
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(run_program(dir_ / "half", "", throwing).status, 1);
+  EXPECT_NE(testing::internal::GetCapturedStderr().find("failed in a callback"), std::string::npos);
+  expect_sigint_handler(program_sigint, SA_RESTART, "after fit threw");
+
+  ::sigaction(SIGINT, &before, nullptr);
+}
+
+// A small Trainer without files: a Linear then Dropout model, SGD.
+struct Small {
+  nn::Sequential<float> model;
+  optim::SGD<float> sgd;
+  train::Settings settings;
+  train::RunOptions run;  // no checkpoint, no CSV
+  static std::vector<xgrad::Tensor<float>> build(nn::Sequential<float>& m) {
+    xgrad::manual_seed(5);
+    m.push_back(std::make_shared<nn::Linear<float>>(3, 4));
+    m.push_back(std::make_shared<nn::Dropout<float>>(0.5));
+    return m.parameters();
+  }
+  Small() : sgd(build(model), optim::SGDOptions(0.1)) {}
+  xgrad::Tensor<float> loss(int step) {
+    xgrad::Generator gen(std::uint64_t(step) + 1);
+    return xgrad::sum(model.forward(xgrad::randn<float>({2, 3}, gen)));
+  }
+  bool every_module_training(bool on) {
+    for (const auto& [name, m] : model.named_modules())
+      if (m->is_training() != on) return false;
+    return true;
+  }
+};
+
+TEST(TrainerOptions, GradientClipValMustBeANumberAtLeastZero) {
+  for (double bad : {std::nan(""), -1.0, -1e-9}) {
+    Small s;
+    try {
+      train::Trainer trainer("p", s.run, s.settings, {}, s.model, s.sgd, nullptr, {2, 1, bad});
+      ADD_FAILURE() << "gradient_clip_val " << bad << " not refused";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("Trainer: expected gradient_clip_val >= 0 (0: no clipping, infinity: the "
+                                           "gradient norm measured without clipping, as clip_grad_norm_), got "),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  // infinity measures the norm and clips nothing: the same weights as no clipping; 1e-3 clips.
+  std::vector<xgrad::nn::StateDict<float>> weights;
+  for (double clip : {0.0, std::numeric_limits<double>::infinity(), 1e-3}) {
+    Small s;
+    train::Trainer trainer("p", s.run, s.settings, {}, s.model, s.sgd, nullptr, {3, 3, clip});
+    ASSERT_FALSE(trainer.fit([&](int step) { return s.loss(step); }, [] { return 0.0; }));
+    weights.push_back(s.model.state_dict());
+  }
+  expect_same_weights(weights[0], weights[1]);
+  EXPECT_FALSE(weights[0].at("0.weight") == weights[2].at("0.weight"));
+}
+
+TEST(TrainerFit, AnUndefinedLossIsRefusedNamingTheStep) {
+  Small s;
+  train::Trainer trainer("p", s.run, s.settings, {}, s.model, s.sgd, nullptr, {4, 2});
+  try {
+    trainer.fit([&](int step) { return step == 2 ? xgrad::Tensor<float>() : s.loss(step); }, [] { return 0.0; });
+    ADD_FAILURE() << "not refused";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "Trainer::fit: training_step(2) returned an undefined tensor: expected the loss of the "
+                           "step's batch (a scalar with a graph)");
+  }
+}
+
+// Lightning's validation loop: eval mode and no graph during validation_step, every module back in
+// training mode for the next step even when validation_step calls eval() itself or throws.
+TEST(TrainerFit, ValidationRunsInEvalModeWithoutGradAndGivesTheModesBack) {
+  Small s;
+  train::Trainer trainer("p", s.run, s.settings, {}, s.model, s.sgd, nullptr, {6, 2});
+  std::vector<int> training_steps_in_train_mode;
+  int validations = 0;
+  ASSERT_FALSE(trainer.fit(
+      [&](int step) {
+        if (s.every_module_training(true) && xgrad::is_grad_enabled()) training_steps_in_train_mode.push_back(step);
+        return s.loss(step);
+      },
+      [&] {
+        EXPECT_TRUE(s.every_module_training(false));
+        EXPECT_FALSE(xgrad::is_grad_enabled());
+        EXPECT_FALSE(s.loss(0).requires_grad());  // no graph is built
+        ++validations;
+        s.model.eval();  // as a Lightning user's validation step may
+        return 0.5;
+      }));
+  EXPECT_EQ(validations, 3);
+  EXPECT_EQ(training_steps_in_train_mode, (std::vector<int>{0, 1, 2, 3, 4, 5}));
+  EXPECT_TRUE(xgrad::is_grad_enabled());
+
+  // A validation that throws: the modes and grad mode are given back all the same.
+  Small t;
+  train::Trainer again("p", t.run, t.settings, {}, t.model, t.sgd, nullptr, {4, 2});
+  EXPECT_THROW(again.fit([&](int step) { return t.loss(step); },
+                         []() -> double { throw std::runtime_error("validation failed"); }),
+               std::runtime_error);
+  EXPECT_TRUE(t.every_module_training(true));
+  EXPECT_TRUE(xgrad::is_grad_enabled());
+}
+
+// The run's settings and the loop's state in a checkpoint are the Trainer's: a callback that
+// changes, removes or adds one is refused naming the key, and no checkpoint is written.
+TEST_F(TrainerRun, CallbacksCannotOverwriteTheRunsSettings) {
+  const std::vector<std::pair<std::string, std::function<void(std::map<std::string, std::string>&)>>> cases{
+      {"changed the metadata key 'config.lr' from '0.01' to '1'", [](auto& m) { m["config.lr"] = "1"; }},
+      {"removed the metadata key 'loss_sum'", [](auto& m) { m.erase("loss_sum"); }},
+      {"added the metadata key 'config.extra'", [](auto& m) { m["config.extra"] = "1"; }},
+      {"added the metadata key 'world_size'", [](auto& m) { m["world_size"] = "2"; }},
+  };
+  for (const auto& [expected, change] : cases) {
+    const auto callback = std::make_shared<train::LambdaCallback>();
+    callback->save_checkpoint = [change = change](train::Trainer&, std::map<std::string, std::string>& m) {
+      m["mine"] = "allowed";
+      change(m);
+    };
+    testing::internal::CaptureStderr();
+    EXPECT_EQ(run_program(dir_ / "full", "", callback).status, 1);
+    const std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_NE(err.find("Trainer: a callback's on_save_checkpoint " + expected +
+                       " (the run's settings, config.*, and the loop's state are the Trainer's and read-only; store "
+                       "the program's own state under a key of its own)"),
+              std::string::npos)
+        << err;
+    EXPECT_FALSE(fs::exists(dir_ / "full" / "mlp.ckpt"));
   }
 }
 

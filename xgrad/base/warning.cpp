@@ -44,10 +44,18 @@ namespace detail {
 void warn_once(const char* file, int line, const std::string& message) {
   Warnings& w = warnings();
   std::lock_guard<std::mutex> lock(w.mutex);
-  if (!w.warned.emplace(file, line).second) return;
+  const auto site = w.warned.emplace(file, line);
+  if (!site.second) return;
   const Warning warning{message, file, line};
-  if (w.handler) w.handler(warning);
-  else print_to_stderr(warning);
+  try {
+    if (w.handler) w.handler(warning);
+    else print_to_stderr(warning);
+  } catch (...) {
+    // A handler that throws makes the warning an error: the call did not go through, so the
+    // next call from the site raises again (Python's "error" filter).
+    w.warned.erase(site.first);
+    throw;
+  }
 }
 
 }  // namespace detail

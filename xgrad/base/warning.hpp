@@ -6,7 +6,9 @@
 //   xgrad::set_warning_handler([](const xgrad::Warning& w) { my_log(w.message); });
 //   xgrad::set_warning_handler(nullptr);   // back to stderr
 // The handler may be called from any thread (calls are serialized); a handler that throws
-// turns the warning into an error at the call site.
+// turns the warning into an error at the call site, each time the site is reached (a call that
+// throws does not spend its site's warning). A call site warns only once its call is known to go
+// through (its arguments checked), so a refused call does not spend the warning either.
 #pragma once
 
 #include <functional>

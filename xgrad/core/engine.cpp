@@ -258,7 +258,8 @@ void with_backward_callbacks(F&& pass) {
 template <class T>
 void run_backward(const Tensor<T>& root, Array<T> gradient, bool retain_graph) {
   const std::shared_ptr<Node<T>>& r = root.node();
-  XGRAD_CHECK(r != nullptr, "backward: the tensor is undefined");
+  XGRAD_CHECK(r != nullptr, "backward: called on an undefined tensor (a default-constructed Tensor, with no value "
+              "and no graph)");
   XGRAD_CHECK(r->requires_grad, "backward: the tensor does not require grad and has no graph "
               "(did it come from inputs without requires_grad, or under a NoGradGuard?)");
   with_backward_callbacks([&] {

@@ -19,6 +19,9 @@
 // gradient per output (zeros for an output the loss does not reach) and returns one per Tensor
 // argument of forward, in order (an undefined Tensor for "no gradient"). Non-Tensor arguments
 // are passed through to forward. No create_graph: backward's result is not differentiated again.
+// forward must return defined tensors (an undefined one is refused, naming X and the output); the
+// results' nodes are named as PyTorch names a custom Function's grad_fn, X demangled plus
+// "Backward" ("my::SiLUBackward"), in every message and in to_dot.
 #pragma once
 
 #include <xgrad/base/check.hpp>
@@ -28,8 +31,11 @@
 #include <xgrad/core/tensor.hpp>
 #include <xgrad/core/trace.hpp>
 
+#include <cxxabi.h>
+
 #include <any>
 #include <cstddef>
+#include <cstdlib>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -84,6 +90,21 @@ class AutogradContext {
 };
 
 namespace detail {
+// A type's name as written in C++ ("my::SiLU"), not as typeid mangles it ("N2my4SiLUE").
+inline std::string demangle(const char* mangled) {
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> name(abi::__cxa_demangle(mangled, nullptr, nullptr, &status), std::free);
+  return status == 0 && name ? std::string(name.get()) : std::string(mangled);
+}
+// The name of X's nodes, as PyTorch names a custom Function's grad_fn: "my::SiLUBackward". Never
+// one of the built-in ops' names (an exporter would take the Function for that op).
+template <class X> const char* node_name() {
+  static const std::string name = demangle(typeid(X).name()) + "Backward";
+  return name.c_str();
+}
+// "autograd::Function my::SiLU", for messages.
+template <class X> std::string function_name() { return "autograd::Function " + demangle(typeid(X).name()); }
+
 template <class A> struct tensor_type { using type = void; };
 template <class U> struct tensor_type<Tensor<U>> { using type = U; };
 template <class... A> struct first_tensor { using type = void; };
@@ -122,11 +143,17 @@ struct Function {
     }();
     if (trace::active()) trace::function_outputs<T>(typeid(X).name(), out);  // for onnx's messages
     if constexpr (std::is_same_v<Out, Tensor<T>>) {
+      XGRAD_CHECK(out.defined(), detail::function_name<X>(), ": forward returned an undefined tensor; expected "
+                  "a defined one (an output that gets no gradient: ctx->mark_non_differentiable)");
       if (!any_grad || ctx->non_differentiable_.count(out.node().get())) return out;
-      return make_result<T>(typeid(X).name(), take_value(out), inputs, [ctx](Node<T>& node) {
+      return make_result<T>(detail::node_name<X>(), take_value(out), inputs, [ctx](Node<T>& node) {
         run_user_backward<T>(*ctx, node, {Tensor<T>(std::move(node.grad))});
       });
     } else {
+      for (std::size_t k = 0; k < out.size(); ++k)
+        XGRAD_CHECK(out[k].defined(), detail::function_name<X>(), ": forward returned an undefined tensor as output ",
+                    k, " of ", out.size(), "; expected a defined one (an output that gets no gradient: "
+                    "ctx->mark_non_differentiable)");
       return wrap_outputs<T>(ctx, inputs, std::move(out), any_grad);
     }
   }
@@ -136,7 +163,7 @@ struct Function {
   template <class T>
   static void run_user_backward(AutogradContext<T>& ctx, Node<T>& node, std::vector<Tensor<T>> grads) {
     std::vector<Tensor<T>> gi = X::backward(&ctx, std::move(grads));
-    XGRAD_CHECK(gi.size() == node.inputs.size(), "autograd::Function: backward should return ",
+    XGRAD_CHECK(gi.size() == node.inputs.size(), detail::function_name<X>(), ": backward should return ",
                 node.inputs.size(), " gradients (one per Tensor input), got ", gi.size());
     for (std::size_t i = 0; i < gi.size(); ++i)
       if (gi[i].defined() && node.input_needs_grad(i)) node.input(i).accumulate_grad(take_value(gi[i]));
@@ -163,7 +190,7 @@ struct Function {
     slots->grads.resize(outs.size());
     slots->has.assign(outs.size(), false);
     for (const auto& o : outs) slots->shapes.push_back(o.shape());
-    Tensor<T> fn = make_result<T>(typeid(X).name(), Array<T>(T(0)), inputs, [ctx, slots](Node<T>& node) {
+    Tensor<T> fn = make_result<T>(detail::node_name<X>(), Array<T>(T(0)), inputs, [ctx, slots](Node<T>& node) {
       std::vector<Tensor<T>> grads;
       for (std::size_t k = 0; k < slots->grads.size(); ++k) {
         if (!slots->has[k]) slots->grads[k] = full_array<T>(slots->shapes[k], T(0), "autograd::Function (backward)");
@@ -178,7 +205,7 @@ struct Function {
         result.push_back(outs[k]);
         continue;
       }
-      result.push_back(make_result<T>(typeid(X).name(), take_value(outs[k]), {fn}, [slots, k](Node<T>& node) {
+      result.push_back(make_result<T>(detail::node_name<X>(), take_value(outs[k]), {fn}, [slots, k](Node<T>& node) {
         slots->grads[k] = std::move(node.grad);
         slots->has[k] = true;
         node.input(0).accumulate_grad(Array<T>(T(0)));

@@ -25,6 +25,11 @@ namespace xgrad {
 template <class T>
 class Tensor;
 
+namespace detail {
+template <class F> struct is_std_function : std::false_type {};
+template <class S> struct is_std_function<std::function<S>> : std::true_type {};
+}  // namespace detail
+
 // What registering a hook returns: remove() unregisters the hook (torch.utils.hooks.RemovableHandle).
 // Dropping the handle keeps the hook; remove() on a handle whose tensor is gone does nothing.
 class RemovableHandle {
@@ -172,10 +177,15 @@ class Tensor {
   // previous one's result. autograd::grad runs them too. The same cycle rule as above applies:
   // capture no Tensor handle of this tensor in the hook.
   using GradHook = std::function<std::optional<Array<T>>(const Array<T>&)>;
+  // An empty std::function or a null function pointer is refused here (not as a
+  // std::bad_function_call during a later backward).
   template <class F>
   RemovableHandle register_hook(F&& hook) {
     using R = std::invoke_result_t<F&, const Array<T>&>;
     using D = std::decay_t<F>;
+    if constexpr (detail::is_std_function<D>::value || std::is_pointer_v<D>)
+      XGRAD_CHECK(static_cast<bool>(hook), "register_hook: the hook is empty (an empty std::function or a null "
+                  "function pointer); expected a callable taking const Array<T>&");
     if constexpr (std::is_void_v<R>) {
       return add_grad_hook([h = D(std::forward<F>(hook))](const Array<T>& g) mutable -> std::optional<Array<T>> {
         h(g);

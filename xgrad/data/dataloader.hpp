@@ -281,8 +281,11 @@ class DataLoader {
   // sampler kind); otherwise throws std::invalid_argument and changes nothing.
   void load_state_dict(const DataLoaderState& state) {
     XGRAD_CHECK(state.dataset_size == dataset_->size() && state.batch_size == options_.batch_size(),
-                "DataLoader::load_state_dict: the state is for ", state.dataset_size, " examples in batches of ",
-                state.batch_size, ", this loader has ", dataset_->size(), " in batches of ", options_.batch_size());
+                "DataLoader::load_state_dict: the state was saved by a loader over ", state.dataset_size,
+                " examples in batches of ", state.batch_size, ", this loader has ", dataset_->size(),
+                " examples in batches of ", options_.batch_size(),
+                " (a state of a run on another dataset or with another batch size: build the loader over the "
+                "dataset it was saved with)");
     XGRAD_CHECK(state.epoch >= 0 && state.next_batch <= size(), "DataLoader::load_state_dict: batch ",
                 state.next_batch, " of epoch ", state.epoch, " does not exist (", size(), " batches per epoch)");
     const std::optional<GeneratorState> before = sampler()->state();

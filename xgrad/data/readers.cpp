@@ -1,6 +1,8 @@
 // File readers (readers.hpp): .npy, numeric CSV, text lines.
 #include <xgrad/data/readers.hpp>
 
+#include <xgrad/serialize/atomic_file.hpp>
+
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -21,14 +23,22 @@ namespace {
   throw std::runtime_error(std::string(who) + ": '" + path + "': " + what);
 }
 
-// The whole file; throws naming it when it cannot be opened or is empty.
+// The whole file; throws naming it when it cannot be opened, is not a regular file (a FIFO would
+// block, /dev/zero never ends: refused before any read; at most the size fstat gives is read) or
+// is empty.
 std::string read_file(const char* who, const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(who, path, std::string("cannot open the file (") + std::strerror(errno) + ")");
-  std::ostringstream bytes;
-  bytes << in.rdbuf();
-  if (in.bad()) fail(who, path, "error while reading the file");
-  std::string data = std::move(bytes).str();
+  std::string data;
+  try {
+    data = read_regular_file(who, path);
+  } catch (const std::runtime_error& e) {
+    // "who: cannot open 'path': reason" -> "who: 'path': cannot open the file (reason)", as the
+    // readers' other messages.
+    const std::string what = e.what(), quoted = "'" + path + "': ";
+    const std::size_t at = what.find(quoted), verb = what.find(": cannot ");
+    if (at == std::string::npos || verb == std::string::npos) throw;
+    const std::string action = what.substr(verb + 2, at - verb - 3);  // "cannot open", "cannot read"
+    fail(who, path, action + " the file (" + what.substr(at + quoted.size()) + ")");
+  }
   if (data.empty()) fail(who, path, "the file is empty");
   return data;
 }

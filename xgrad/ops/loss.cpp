@@ -48,11 +48,13 @@ template <class T>
 Tensor<T> mse_loss(const Tensor<T>& input, const Tensor<T>& target, const std::string& reduction) {
   XGRAD_PROFILE_OP("mse_loss");
   const Reduction red = parse_reduction(reduction, "mse_loss");
+  Array<T> d = detail::binary_map(input.value(), target.value(), "mse_loss", [](T a, T b) { return a - b; });
+  // Only once the shapes are known to broadcast (binary_map throws otherwise): a call that is
+  // refused does not spend the call site's warning.
   if (target.shape() != input.shape())
     XGRAD_WARN_ONCE("mse_loss: using a target size ", target.shape(), " that is different to the input size ",
                     input.shape(), ". This will likely lead to incorrect results due to broadcasting. Please "
                     "ensure they have the same size.");
-  Array<T> d = detail::binary_map(input.value(), target.value(), "mse_loss", [](T a, T b) { return a - b; });
   T* pd = d.data();
   const std::size_t n = d.size();
   Array<T> y;

@@ -14,6 +14,8 @@
 // own CLI::PositiveNumber and CLI::Range print the whole double range (some 300 digits):
 //   --lr: expected a positive number, got 'abc'
 //   --heads: expected an integer in [1, 256], got '0'
+// A std::uint64_t setting is checked to be in [0, 2^64 - 1] (no "-1"), and every path flag of
+// add_run_flags to be a regular file or nothing yet (no FIFO, device or folder).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -27,6 +29,7 @@
 #include <limits>
 #include <sstream>
 #include <string>
+#include <type_traits>
 
 #include <xgrad/core/profiler.hpp>
 #include <xgrad/train/settings.hpp>
@@ -43,6 +46,16 @@ inline bool to_double(const std::string& text, double& v) {
   errno = 0;
   v = std::strtod(text.c_str(), &end);
   return end == text.c_str() + text.size() && errno != ERANGE && std::isfinite(v);
+}
+
+// The whole of `text` as a std::uint64_t, or false: digits only (no sign: strtoull would take
+// "-1" as 2^64 - 1), no overflow.
+inline bool to_unsigned(const std::string& text, unsigned long long& v) {
+  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos) return false;
+  char* end = nullptr;
+  errno = 0;
+  v = std::strtoull(text.c_str(), &end, 10);
+  return end == text.c_str() + text.size() && errno != ERANGE;
 }
 
 // The whole of `text` as an integer, or false (no fraction, no exponent, no overflow).
@@ -112,6 +125,29 @@ inline CLI::Validator integer_from(int lo) {
       ">= " + detail::str(lo));
 }
 
+// An integer in [0, 2^64 - 1], for a std::uint64_t (add_setting checks those by itself).
+inline CLI::Validator unsigned_integer() {
+  const std::string range = "[0, " + detail::str(std::numeric_limits<std::uint64_t>::max()) + "]";
+  return CLI::Validator(
+      [range](std::string& text) {
+        unsigned long long v;
+        return detail::to_unsigned(text, v) ? std::string() : "expected an integer in " + range + detail::got(text);
+      },
+      range);
+}
+
+// A path that is a regular file or nothing yet (a file to write, or to read whose absence the
+// program reports itself): a FIFO would block the program forever, a device such as /dev/zero
+// would be read without end, a folder is no file. Checked with stat(), which opens nothing.
+inline CLI::Validator not_special_file() {
+  return CLI::Validator(
+      [](std::string& text) {
+        const std::string kind = special_file_kind(text);
+        return kind.empty() ? std::string() : "expected a regular file, got '" + text + "', " + kind;
+      },
+      "FILE");
+}
+
 // A finite number in [lo, hi].
 inline CLI::Validator number_in(double lo, double hi) {
   const std::string range = "[" + detail::str(lo) + ", " + detail::str(hi) + "]";
@@ -132,7 +168,9 @@ template <class T>
 CLI::Option* add_setting(CLI::App& app, Settings& settings, const std::string& flag, T& value,
                          const std::string& help) {
   settings.add(flag.substr(2), value);
-  return app.add_option(flag, value, help)->capture_default_str();
+  CLI::Option* option = app.add_option(flag, value, help)->capture_default_str();
+  if constexpr (std::is_same_v<T, std::uint64_t>) option->check(unsigned_integer());  // CLI11 wraps -1 and 2^64
+  return option;
 }
 
 // A setting given as a flag without a value (given: true; default and older checkpoints: false).
@@ -153,14 +191,17 @@ inline CLI::Option* add_bf16_flag(CLI::App& app, Settings& settings, bool& bf16)
 // --checkpoint, --checkpoint-interval, --resume, --csv, --save-weights, --stop-at, --threads.
 inline void add_run_flags(CLI::App& app, RunOptions& run) {
   app.add_option("--checkpoint", run.checkpoint_path, "checkpoint file (written atomically); empty: none")
+      ->check(not_special_file())
       ->capture_default_str();
   app.add_option("--checkpoint-interval", run.checkpoint_interval, "steps between checkpoints; 0: only at the end")
       ->check(integer_from(0))
       ->capture_default_str();
-  app.add_option("--resume", run.resume_path, "continue the run saved in this checkpoint")->check(CLI::ExistingFile);
+  app.add_option("--resume", run.resume_path, "continue the run saved in this checkpoint")->check(CLI::ExistingFile)->check(not_special_file());
   app.add_option("--csv", run.csv_path, "metrics file (step,loss,accuracy,lr,elapsed); empty: none")
+      ->check(not_special_file())
       ->capture_default_str();
-  app.add_option("--save-weights", run.weights_path, "write the final weights as safetensors (loads in PyTorch)");
+  app.add_option("--save-weights", run.weights_path, "write the final weights as safetensors (loads in PyTorch)")
+      ->check(not_special_file());
   app.add_option("--stop-at", run.stop_at, "stop at this step with a checkpoint, as Ctrl-C does")
       ->check(integer_from(0));
   app.add_option("--threads", run.threads,

@@ -15,7 +15,12 @@ std::string format_setting(const std::string& v) { return v; }
 std::string format_setting(bool v) { return v ? "1" : "0"; }
 
 void parse_setting(const std::string& text, int& v) { v = std::stoi(text); }
-void parse_setting(const std::string& text, std::uint64_t& v) { v = std::stoull(text); }
+void parse_setting(const std::string& text, std::uint64_t& v) {
+  // std::stoull takes "-1" as 2^64 - 1.
+  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos)
+    throw std::invalid_argument("expected an integer in [0, 2^64 - 1], got " + text);
+  v = std::stoull(text);  // std::out_of_range beyond 2^64 - 1
+}
 void parse_setting(const std::string& text, double& v) { v = std::stod(text); }
 void parse_setting(const std::string& text, std::string& v) { v = text; }
 void parse_setting(const std::string& text, bool& v) {

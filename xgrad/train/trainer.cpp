@@ -1,5 +1,7 @@
 #include "trainer.hpp"
 
+#include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -42,6 +44,17 @@ int guarded(const std::string& program, const std::function<int()>& body, World&
   } catch (const std::exception& e) {
     return fail(world, (world.size() > 1 ? "" : "\n") + program + ": " + e.what(), 1);
   }
+}
+
+std::string special_file_kind(const std::string& path) {
+  struct stat st {};
+  if (path.empty() || ::stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode)) return "";
+  if (S_ISDIR(st.st_mode)) return "a folder";
+  if (S_ISCHR(st.st_mode)) return "a character device";
+  if (S_ISBLK(st.st_mode)) return "a block device";
+  if (S_ISFIFO(st.st_mode)) return "a FIFO (named pipe)";
+  if (S_ISSOCK(st.st_mode)) return "a socket";
+  return "not a regular file";
 }
 
 std::string precision_description(bool bf16) {
@@ -125,11 +138,52 @@ namespace {
 
 // Ctrl-C sets the flag, which the loop checks after each step; a second Ctrl-C ends the program
 // at once (a checkpoint being written is then left as it was before: saves are atomic).
+// Installed with SA_RESETHAND, so that the handler is back to SIG_DFL once it has run.
 volatile std::sig_atomic_t g_interrupted = 0;
-extern "C" void on_sigint(int) {
-  g_interrupted = 1;
-  std::signal(SIGINT, SIG_DFL);
-}
+extern "C" void on_sigint(int) { g_interrupted = 1; }
+
+// Installs on_sigint for the duration of fit() and gives the program's own SIGINT disposition
+// back when fit() returns or throws.
+class SigintScope {
+ public:
+  SigintScope() {
+    struct sigaction action {};
+    action.sa_handler = on_sigint;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESETHAND;  // a second Ctrl-C ends the program at once
+    g_interrupted = 0;
+    installed_ = ::sigaction(SIGINT, &action, &previous_) == 0;
+  }
+  ~SigintScope() {
+    if (installed_) ::sigaction(SIGINT, &previous_, nullptr);
+  }
+  SigintScope(const SigintScope&) = delete;
+  SigintScope& operator=(const SigintScope&) = delete;
+
+ private:
+  struct sigaction previous_ {};
+  bool installed_ = false;
+};
+
+// Puts every module of `model` in eval mode for a validation and gives each its own training
+// flag back afterwards, also when the validation throws (Lightning's validation loop).
+class EvalScope {
+ public:
+  explicit EvalScope(xgrad::nn::Module<float>& model) {
+    for (const auto& [name, module] : model.named_modules()) modes_.emplace_back(module, module->is_training());
+    model.eval();
+  }
+  ~EvalScope() {
+    // Parents before children (named_modules' order): a parent's train() sets its descendants,
+    // which then get their own flag back.
+    for (const auto& [module, training] : modes_) module->train(training);
+  }
+  EvalScope(const EvalScope&) = delete;
+  EvalScope& operator=(const EvalScope&) = delete;
+
+ private:
+  std::vector<std::pair<std::shared_ptr<xgrad::nn::Module<float>>, bool>> modes_;
+};
 
 std::string format_duration(double seconds) {
   const long s = std::lround(std::max(0.0, seconds));
@@ -145,6 +199,11 @@ class CsvLog {
  public:
   CsvLog(const std::string& path, int resumed_step, const std::string& metric_column) {
     if (path.empty()) return;
+    // A FIFO would block the open, a device such as /dev/zero would be read without end.
+    const std::string kind = special_file_kind(path);
+    if (!kind.empty())
+      throw std::runtime_error("cannot write the CSV log " + path + ": it is " + kind +
+                               ", not a regular file; expected a regular file path");
     std::vector<std::string> kept;
     if (resumed_step > 0) {
       std::ifstream in(path);
@@ -257,6 +316,10 @@ Trainer::Trainer(std::string program, const RunOptions& run, const Settings& set
   if (options_.val_check_interval < 1)
     throw std::invalid_argument("Trainer: expected val_check_interval >= 1, got " +
                                 std::to_string(options_.val_check_interval));
+  if (!(options_.gradient_clip_val >= 0))  // NaN too
+    throw std::invalid_argument("Trainer: expected gradient_clip_val >= 0 (0: no clipping, infinity: the gradient "
+                                "norm measured without clipping, as clip_grad_norm_), got " +
+                                format_setting(options_.gradient_clip_val));
   if (resumed.checkpoint) {
     try {
       resumed.checkpoint->restore(model, optimizer, schedule, xgrad::default_generator());
@@ -289,8 +352,10 @@ double Trainer::elapsed() const {
 
 void Trainer::save(const char* why) {
   if (run_.checkpoint_path.empty()) return;
-  std::map<std::string, std::string> metadata = metadata_of(settings_, state_);
+  const std::map<std::string, std::string> own = metadata_of(settings_, state_);
+  std::map<std::string, std::string> metadata = own;
   for (const auto& callback : callbacks_) callback->on_save_checkpoint(*this, metadata);
+  check_callback_metadata(own, metadata);
   if (world_.size() > 1) {
     // Every rank's generator, gathered to every rank; rank 0 alone writes, the others wait for the
     // file (a failed write ends the job through guarded()).
@@ -309,6 +374,35 @@ void Trainer::save(const char* why) {
     progress_.note("checkpoint " + run_.checkpoint_path + " (step " + std::to_string(state_.step) + ", " + why + ")");
 }
 
+namespace {
+
+// The keys of a checkpoint's metadata that are the Trainer's: the settings and the loop's state,
+// and the world size and the ranks' generators that save() adds.
+bool is_trainer_key(const std::string& key) {
+  return key.rfind("config.", 0) == 0 || key == kWorldSizeKey || key == xgrad::kRankGeneratorsKey;
+}
+
+}  // namespace
+
+// The run's settings and the loop's state in a checkpoint are read-only to callbacks: a changed,
+// removed or added key of the Trainer's would make a resumed run another one.
+void Trainer::check_callback_metadata(const std::map<std::string, std::string>& own,
+                                      const std::map<std::string, std::string>& metadata) const {
+  const std::string who = "Trainer: a callback's on_save_checkpoint ";
+  const std::string why = " (the run's settings, config.*, and the loop's state are the Trainer's and read-only; "
+                          "store the program's own state under a key of its own)";
+  for (const auto& [key, value] : own) {
+    const auto it = metadata.find(key);
+    if (it == metadata.end()) throw std::invalid_argument(who + "removed the metadata key '" + key + "'" + why);
+    if (it->second != value)
+      throw std::invalid_argument(who + "changed the metadata key '" + key + "' from '" + value + "' to '" +
+                                  it->second + "'" + why);
+  }
+  for (const auto& [key, value] : metadata)
+    if (own.count(key) == 0 && is_trainer_key(key))
+      throw std::invalid_argument(who + "added the metadata key '" + key + "'" + why);
+}
+
 std::optional<int> Trainer::fit(const std::function<xgrad::Tensor<float>(int step)>& training_step,
                                 const std::function<double()>& validation_step) {
   const bool main = world_.is_main();
@@ -317,14 +411,17 @@ std::optional<int> Trainer::fit(const std::function<xgrad::Tensor<float>(int ste
   const std::string how_to_continue = run_.checkpoint_path.empty()
                                           ? "no checkpoint written (--checkpoint is empty)"
                                           : "continue with --resume " + run_.checkpoint_path;
-  g_interrupted = 0;
-  std::signal(SIGINT, on_sigint);
+  const SigintScope sigint;  // the program's own handler is back when fit() returns or throws
   const std::vector<xgrad::Tensor<float>> params = model_.parameters();
   start_ = std::chrono::steady_clock::now();
   const int steps = options_.max_steps;
   model_.train();
   while (state_.step < steps) {
     const xgrad::Tensor<float> loss = training_step(state_.step);
+    if (!loss.defined())
+      throw std::invalid_argument("Trainer::fit: training_step(" + std::to_string(state_.step) +
+                                  ") returned an undefined tensor: expected the loss of the step's batch (a scalar "
+                                  "with a graph)");
     optimizer_.zero_grad();
     loss.backward();
     if (options_.gradient_clip_val > 0) optim::clip_grad_norm_(params, options_.gradient_clip_val);
@@ -343,7 +440,12 @@ std::optional<int> Trainer::fit(const std::function<xgrad::Tensor<float>(int ste
 
     const int run_steps = state_.step - first_step_;
     if (state_.step % options_.val_check_interval == 0 || state_.step == steps) {
-      state_.accuracy = validation_step();
+      {
+        // Lightning's validation loop: eval mode and no graph, each module's mode given back after.
+        const EvalScope eval(model_);
+        const xgrad::NoGradGuard no_grad;
+        state_.accuracy = validation_step();
+      }
       const Metrics metrics{state_.step, state_.loss_sum / state_.loss_count, state_.accuracy, lr, elapsed()};
       csv.row(metrics);
       if (main)

@@ -10,7 +10,8 @@
 //     under another name and shown otherwise with TrainerOptions::metric);
 //   - checkpoints (xgrad::save_checkpoint, written atomically) every RunOptions::checkpoint_interval
 //     steps, at the end, at RunOptions::stop_at and on Ctrl-C (SIGINT: the step in flight ends, the
-//     checkpoint is saved, fit() returns 130; a second Ctrl-C ends the program at once);
+//     checkpoint is saved, fit() returns 130; a second Ctrl-C ends the program at once; the
+//     program's own SIGINT handler is given back when fit() returns or throws);
 //   - resuming: prepare_run() reads RunOptions::resume_path and sets the Settings to the
 //     checkpoint's; the Trainer restores model, optimizer, schedule and generator, so the resumed
 //     run continues bit for bit (its batches must depend on (seed, step) or on state saved through
@@ -98,6 +99,12 @@ Resumed prepare_run(const std::string& program, const RunOptions& run, Settings&
                     World& world = single_process_world(),
                     const std::function<bool(const std::string& key)>& given_on_command_line = {});
 
+// What `path` is when it exists and is not a regular file (after symbolic links): "a FIFO (named
+// pipe)", "a character device", "a folder", ...; empty for a regular file or nothing there. A
+// program's path flags refuse those: reading a FIFO blocks, /dev/zero never ends. Uses stat(),
+// which opens nothing.
+std::string special_file_kind(const std::string& path);
+
 // "float32", or "bfloat16 autocast, gemm: <the bf16 gemm path>", for a run's header.
 std::string precision_description(bool bf16);
 
@@ -140,7 +147,9 @@ class Callback {
   // After each evaluation, once its CSV row and progress line are written.
   virtual void on_validation_end(Trainer& trainer, const Metrics& metrics);
   // Before each checkpoint is written: add the program's own state (a DataLoader's position) to
-  // `metadata`. Its keys must not start with "config." nor be the loop's own.
+  // `metadata`. The Trainer's keys are read-only: changing, removing or adding a "config." key or
+  // one of the loop's own (loss_sum, loss_count, accuracy, elapsed, world_size, rank_generators)
+  // throws std::invalid_argument naming the key, and nothing is written.
   virtual void on_save_checkpoint(Trainer& trainer, std::map<std::string, std::string>& metadata);
   // When every step is done (not when the run stops early).
   virtual void on_fit_end(Trainer& trainer);
@@ -171,7 +180,9 @@ struct ValidationMetric {
 struct TrainerOptions {
   int max_steps;                 // in all, counting the steps of the runs resumed
   int val_check_interval;        // steps between evaluations (and CSV rows); the last step is evaluated too
-  double gradient_clip_val = 0;  // max gradient norm (clip_grad_norm_); 0: none
+  // max gradient norm (clip_grad_norm_); 0: none; infinity: the norm measured, nothing clipped;
+  // NaN or negative: refused (std::invalid_argument)
+  double gradient_clip_val = 0;
   ValidationMetric metric = {};  // a held-out accuracy unless told otherwise
 };
 
@@ -188,8 +199,11 @@ class Trainer {
   void add_callback(std::shared_ptr<Callback> callback);
 
   // Trains to options.max_steps, in training mode. training_step(step) is the loss of the batch of
-  // that step (0-based; in a distributed run, this rank's part of the batch); validation_step()
-  // evaluates (on every rank: it may use the World's collectives). Returns the exit status when the
+  // that step (0-based; in a distributed run, this rank's part of the batch; an undefined tensor is
+  // refused naming the step); validation_step() evaluates (on every rank: it may use the World's
+  // collectives), as in Lightning with the model in eval mode and under a NoGradGuard, every
+  // module's training flag given back afterwards (also when it throws, or when it calls train() or
+  // eval() itself). Returns the exit status when the
   // run stops early, after saving a checkpoint: 130 on Ctrl-C, 0 at RunOptions::stop_at; nothing
   // when every step is done (the final checkpoint saved).
   std::optional<int> fit(const std::function<xgrad::Tensor<float>(int step)>& training_step,
@@ -207,6 +221,8 @@ class Trainer {
 
  private:
   void save(const char* why);
+  void check_callback_metadata(const std::map<std::string, std::string>& own,
+                               const std::map<std::string, std::string>& metadata) const;
 
   std::string program_;
   const RunOptions& run_;

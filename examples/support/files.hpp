@@ -1,0 +1,39 @@
+// The examples' input files: a path flag names a regular file, read at most to the size fstat
+// gives (xgrad::read_regular_file). A FIFO would block the program forever, /dev/zero or
+// /dev/urandom would be read until memory runs out: both are refused before anything is opened.
+#pragma once
+
+#include <string>
+
+#include <xgrad/serialize/atomic_file.hpp>
+#include <xgrad/train/settings.hpp>
+#include <xgrad/train/trainer.hpp>
+
+namespace files {
+
+// Refuses (xgrad::train::Refused) a `path` given to `flag` that exists and is not a regular file
+// (a FIFO, a device, a folder): "cannot read --text /dev/zero: it is a character device, not a
+// regular file; expected a UTF-8 text file".
+inline void refuse_special(const std::string& flag, const std::string& path, const std::string& expected) {
+  const std::string kind = xgrad::train::special_file_kind(path);
+  if (!kind.empty())
+    throw xgrad::train::Refused("cannot read " + flag + " " + path + ": it is " + kind + ", not a regular file; expected " +
+                                expected);
+}
+
+// The whole of the regular file `path` given to `flag`; Refused (naming the flag, the path, the
+// reason and what was expected) when it is missing, unreadable or not a regular file.
+inline std::string read(const std::string& flag, const std::string& path, const std::string& expected) {
+  refuse_special(flag, path, expected);
+  try {
+    return xgrad::read_regular_file(flag.c_str(), path);
+  } catch (const std::exception& e) {
+    // "--text: cannot open 'x.txt': No such file or directory" -> "No such file or directory"
+    std::string why = e.what();
+    const std::string quoted = "'" + path + "': ";
+    if (const auto at = why.find(quoted); at != std::string::npos) why = why.substr(at + quoted.size());
+    throw xgrad::train::Refused("cannot read " + flag + " " + path + ": expected " + expected + " (" + why + ")");
+  }
+}
+
+}  // namespace files
