@@ -205,7 +205,8 @@ Tensor<T> cached_self_attention(const char* who, const typename KVCache<T>::Owne
 template <class T>
 Tensor<T> layer_step(const char* who, const typename KVCache<T>::Owner& owner, TransformerEncoderLayer<T>& layer,
                      const Tensor<T>& x, KVCache<T>& cache) {
-  return layer.block(x, [&](const Tensor<T>& h) { return cached_self_attention(who, owner, *layer.self_attn, h, cache); });
+  return layer.block(x,
+                     [&](const Tensor<T>& h) { return cached_self_attention(who, owner, *layer.self_attn, h, cache); });
 }
 
 }  // namespace

@@ -67,8 +67,9 @@ template <class T>
 Tensor<T> TransformerEncoderLayer<T>::forward(const Tensor<T>& src, const AttnMask<T>& src_mask,
                                               const AttnMask<T>& src_key_padding_mask, bool is_causal) {
   return block(src, [&](const Tensor<T>& x) {
-    return self_attn->forward(x, x, x, src_key_padding_mask, /*need_weights=*/false, src_mask,
-                              /*average_attn_weights=*/true, is_causal).first;
+    const auto attended = self_attn->forward(x, x, x, src_key_padding_mask, /*need_weights=*/false, src_mask,
+                                             /*average_attn_weights=*/true, is_causal);
+    return attended.first;
   });
 }
 

@@ -96,7 +96,7 @@ std::pair<Tensor<T>, Tensor<T>> attention_heads(const std::vector<Tensor<T>>& pr
 // node, no gradient. Under autocast (float) the products run in bf16, as on the other paths.
 template <class T>
 struct CachedAttention {
-  const char* who = "attention (cached)";  // names the caller in errors (out of memory)
+  const char* who = "attention (cached)";          // names the caller in errors (out of memory)
   std::size_t batch = 0, heads = 0, head_dim = 0;  // N, H, d
   std::size_t start = 0, new_positions = 0;        // keys cached before the new queries, t
   // The queries: row i of sequence n at q + (n t + i) q_row_stride, head h at columns [h d, (h+1) d)
