@@ -222,7 +222,7 @@ TEST(SignalBlock, OnePairPerLayerForward) {
   manual_seed(0);
   for (const bool norm_first : {false, true}) {
     SCOPED_TRACE(norm_first ? "pre-norm" : "post-norm");
-    const auto options = nn::TransformerEncoderLayerOptions(64, 4).dim_feedforward(256).dropout(0.0).batch_first(true);
+    auto options = nn::TransformerEncoderLayerOptions(64, 4).dim_feedforward(256).dropout(0.0).batch_first(true);
     nn::TransformerEncoderLayer<float> layer(options.norm_first(norm_first));
     // (2, 16, 64): the in-projection, out-projection and both feed-forward products are 2^17 to
     // 2^19 multiply-adds, one oneDNN call each on this thread
