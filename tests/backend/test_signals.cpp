@@ -13,9 +13,16 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <memory>
+#include <string>
 #include <vector>
+
+#include <xgrad/backend/signals.hpp>
+#include <xgrad/nn/kv_cache.hpp>
 
 #include "test_util.hpp"
 
@@ -197,4 +204,56 @@ TEST(SignalStorm, PoolWorkersNeverRunTheHandlerAndTheCallersMaskIsRestored) {
   EXPECT_EQ(sigismember(&after, SIGALRM), sigismember(&before, SIGALRM));
   EXPECT_EQ(sigismember(&after, SIGINT), sigismember(&before, SIGINT));
   set_num_threads(previous_threads);
+}
+
+// A transformer layer's forward blocks the signals once on its thread, however many oneDNN calls
+// it makes (it runs as one BackendBatch, backend/batch.hpp), and so does the KV cache's forward
+// through the same layer structure; a lone oneDNN-sized linear blocks them once too.
+TEST(SignalBlock, OnePairPerLayerForward) {
+  const int previous_threads = get_num_threads();
+  const GemmBackend previous_backend = get_gemm_backend();
+  set_num_threads(1);
+  set_gemm_backend(GemmBackend::onednn);
+  const auto pairs = [](const std::function<void()>& f) {
+    const std::uint64_t before = detail::async_signal_blocks_on_this_thread();
+    f();
+    return detail::async_signal_blocks_on_this_thread() - before;
+  };
+  manual_seed(0);
+  for (const bool norm_first : {false, true}) {
+    SCOPED_TRACE(norm_first ? "pre-norm" : "post-norm");
+    auto options = nn::TransformerEncoderLayerOptions(64, 4).dim_feedforward(256).dropout(0.0).batch_first(true);
+    nn::TransformerEncoderLayer<float> layer(options.norm_first(norm_first));
+    // (2, 16, 64): the in-projection, out-projection and both feed-forward products are 2^17 to
+    // 2^19 multiply-adds, one oneDNN call each on this thread
+    const Tensor<float> x = seeded({2, 16, 64}, 1);
+    EXPECT_EQ(pairs([&] { linear(x, layer.linear1->weight, layer.linear1->bias); }), 1u);
+    EXPECT_EQ(pairs([&] { layer.forward(x, {}, {}, /*is_causal=*/true); }), 1u);
+    const NoGradGuard no_grad;
+    nn::KVCache<float> cache;
+    EXPECT_EQ(pairs([&] { nn::forward_cached(layer, x, cache); }), 1u);
+  }
+  set_gemm_backend(previous_backend);
+  set_num_threads(previous_threads);
+}
+
+// The signal block is the backend's business: no source outside xgrad/backend/ names it (code
+// above asks for a BackendBatch). The engine's backward pass still opens its scope by name.
+TEST(SignalBlock, NamedOnlyInTheBackend) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::path(XGRAD_SOURCE_DIR) / "xgrad";
+  std::vector<std::string> offenders;
+  std::size_t files = 0;
+  for (const auto& entry : fs::recursive_directory_iterator(root)) {
+    if (!entry.is_regular_file()) continue;
+    const fs::path relative = fs::relative(entry.path(), root);
+    if (*relative.begin() == "backend" || relative == fs::path("core/engine.cpp")) continue;
+    std::ifstream in(entry.path());
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    ++files;
+    for (const char* name : {"backend/signals.hpp", "AsyncSignalScope", "AsyncSignalBlock", "block_async_signals"})
+      if (text.find(name) != std::string::npos) offenders.push_back(relative.string() + " names " + name);
+  }
+  EXPECT_GT(files, 50u) << "the sources were not found under " << root;
+  EXPECT_TRUE(offenders.empty()) << ::testing::PrintToString(offenders);
 }

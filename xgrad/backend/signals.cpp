@@ -1,7 +1,9 @@
 #include <xgrad/backend/signals.hpp>
+#include <xgrad/backend/batch.hpp>
 
 #include <pthread.h>
 
+#include <cstdint>
 #include <initializer_list>
 
 namespace xgrad::detail {
@@ -13,6 +15,7 @@ struct ThreadState {
   bool blocked = false;  // by an AsyncSignalBlock, until its end or its scope's
   int scope_depth = 0;
   sigset_t previous;     // the mask to restore
+  std::uint64_t blocks = 0;  // pthread_sigmask pairs begun (for tests)
 };
 thread_local ThreadState t_state;
 
@@ -26,11 +29,19 @@ sigset_t async_signals() {
 void block(ThreadState& state) {
   static const sigset_t set = async_signals();
   state.blocked = pthread_sigmask(SIG_BLOCK, &set, &state.previous) == 0;
+  ++state.blocks;
 }
 
 void unblock(ThreadState& state) {
   pthread_sigmask(SIG_SETMASK, &state.previous, nullptr);
   state.blocked = false;
+}
+
+void enter_scope() { ++t_state.scope_depth; }
+
+void leave_scope() {
+  ThreadState& state = t_state;
+  if (--state.scope_depth == 0 && state.blocked) unblock(state);
 }
 
 }  // namespace
@@ -52,11 +63,13 @@ AsyncSignalBlock::~AsyncSignalBlock() {
   if (owner_) unblock(t_state);
 }
 
-AsyncSignalScope::AsyncSignalScope() { ++t_state.scope_depth; }
+AsyncSignalScope::AsyncSignalScope() { enter_scope(); }
+AsyncSignalScope::~AsyncSignalScope() { leave_scope(); }
 
-AsyncSignalScope::~AsyncSignalScope() {
-  ThreadState& state = t_state;
-  if (--state.scope_depth == 0 && state.blocked) unblock(state);
-}
+// A batch's setup is the signal block: a batch is a scope.
+BackendBatch::BackendBatch() { enter_scope(); }
+BackendBatch::~BackendBatch() { leave_scope(); }
+
+std::uint64_t async_signal_blocks_on_this_thread() { return t_state.blocks; }
 
 }  // namespace xgrad::detail

@@ -11,6 +11,8 @@
 
 #include <signal.h>
 
+#include <cstdint>
+
 namespace xgrad::detail {
 
 // Blocks the asynchronous signals on the calling thread for the rest of its life. The pool's
@@ -33,9 +35,11 @@ class AsyncSignalBlock {
 };
 
 // A kernel that may call oneDNN many times (a split gemm, the attention heads: parallel_for's
-// jobs) runs in a scope, so that it pays the two system calls once, at its first oneDNN call and
-// at its end, rather than per call: on a virtual machine a pair costs 1-2 us, as much as a small
-// gemm. A scope that calls no oneDNN costs no system call. Scopes nest.
+// jobs; the engine's backward pass) runs in a scope, so that it pays the two system calls once, at
+// its first oneDNN call and at its end, rather than per call: on a virtual machine a pair costs
+// 1-5 us, as much as a small gemm. A scope that calls no oneDNN costs no system call. Scopes nest.
+// Code above the backend asks for the same through a BackendBatch (batch.hpp), which names no
+// signal: a batch is a scope.
 class AsyncSignalScope {
  public:
   AsyncSignalScope();
@@ -43,5 +47,9 @@ class AsyncSignalScope {
   AsyncSignalScope(const AsyncSignalScope&) = delete;
   AsyncSignalScope& operator=(const AsyncSignalScope&) = delete;
 };
+
+// For tests: how many times the calling thread has blocked the asynchronous signals for a
+// oneDNN call (one pthread_sigmask pair each).
+std::uint64_t async_signal_blocks_on_this_thread();
 
 }  // namespace xgrad::detail

@@ -1,8 +1,8 @@
 // KVCache and forward_cached (kv_cache.hpp): a TransformerEncoderLayer's causal forward for the
 // newest positions only, reusing the keys and values of the earlier ones. The layer's own
 // submodules compute everything but the attention (norms, projections, feed-forward, all per
-// position); the attention of the t new queries against the S = length + t cached keys is two
-// gemms per batch-head over the cache's buffers.
+// position); the attention of the t new queries against the S = length + t cached keys is the
+// attention op's cached decode path (ops/attention.hpp: attention_cached).
 #include <xgrad/nn/kv_cache.hpp>
 
 #include <algorithm>
@@ -12,12 +12,8 @@
 #include <string>
 #include <vector>
 
-#include <xgrad/backend/autocast.hpp>
-#include <xgrad/backend/gemm.hpp>
-#include <xgrad/backend/parallel.hpp>
-#include <xgrad/backend/signals.hpp>
 #include <xgrad/core/grad_mode.hpp>
-#include <xgrad/ops/attention_kernels.hpp>
+#include <xgrad/ops/attention.hpp>
 #include <xgrad/ops/ops.hpp>
 
 namespace xgrad::nn {
@@ -174,7 +170,6 @@ Tensor<T> cached_self_attention(const char* who, const typename KVCache<T>::Owne
   const std::size_t N = s[0], t = s[1], E = s[2];
   const auto H = static_cast<std::size_t>(mha.options().num_heads()), d = E / H;
   const auto start = static_cast<std::size_t>(cache.prepare(who, owner, N, H, d, mha.options().batch_first(), t));
-  const std::size_t S = start + t;
   const Tensor<T> qkv = linear(h, mha.in_proj_weight, mha.in_proj_bias);  // (N, t, 3E): q | k | v
   const T* p = qkv.value().data();
   bool finite = true;
@@ -187,57 +182,31 @@ Tensor<T> cached_self_attention(const char* who, const typename KVCache<T>::Owne
         for (std::size_t c = 0; c < d; ++c) finite = finite && std::isfinite(row[2 * E + c]);
       }
   if (!finite) cache.note_nonfinite_values();
-  const bool nonfinite = cache.may_hold_nonfinite_values();
-  Array<T> attn = empty_array<T>({N, t, E}, who);
-  const T scale = T(1) / std::sqrt(static_cast<T>(d));
-  // Under autocast the products run in bf16, as in the full forward's attention; decided here, on
-  // the caller's thread, not on the pool's.
-  const bool bf16 = detail::autocast_gemm<T>();
-  const std::size_t work = std::max<std::size_t>(1, t * S * d);  // multiply-adds per batch-head, per gemm
-  detail::parallel_for(N * H, std::max<std::size_t>(1, (1u << 15) / work), [&](std::size_t begin, std::size_t end) {
-    std::vector<T> scores(t * S);  // (t, S)
-    for (std::size_t nh = begin; nh < end; ++nh) {
-      const std::size_t n = nh / H, hh = nh % H;
-      detail::gemm_autocast<T>(bf16, false, true, t, S, d, scale, p + n * t * 3 * E + hh * d, 3 * E,
-                               cache.key(n, hh, 0), d, T(0), scores.data(), S);
-      // P = softmax over the visible keys, by the attention op's rule (attention_kernels.hpp), so
-      // that Inf and NaN come out as on the full forward; 0 for the keys causality hides
-      for (std::size_t i = 0; i < t; ++i) {
-        T* row = scores.data() + i * S;
-        const std::size_t visible = start + i + 1;
-        detail::softmax_row(row, visible);
-        std::fill(row + visible, row + S, T(0));
-      }
-      // O = P V: a probability 0 reads nothing of its value (a hidden NaN value stays hidden)
-      if (nonfinite)
-        detail::gemm_zeros_pass_nothing<T>(bf16, false, t, d, S, T(1), scores.data(), S, cache.value(n, hh, 0), d,
-                                           T(0), attn.data() + n * t * E + hh * d, E);
-      else
-        detail::gemm_autocast<T>(bf16, false, false, t, d, S, T(1), scores.data(), S, cache.value(n, hh, 0), d, T(0),
-                                 attn.data() + n * t * E + hh * d, E);
-    }
-  });
+  detail::CachedAttention<T> a;
+  a.who = who;
+  a.batch = N;
+  a.heads = H;
+  a.head_dim = d;
+  a.start = start;
+  a.new_positions = t;
+  a.q = p;
+  a.q_row_stride = 3 * E;
+  a.k = cache.key(0, 0, 0);
+  a.v = cache.value(0, 0, 0);
+  a.capacity = static_cast<std::size_t>(cache.capacity());
+  a.values_may_be_nonfinite = cache.may_hold_nonfinite_values();
+  Array<T> attn = detail::attention_cached(a);
   cache.commit(t);
   return linear(Tensor<T>(std::move(attn)), mha.out_proj->weight, mha.out_proj->bias);
 }
 
-// One layer on x (N, t, E), as TransformerEncoderLayer::forward without dropout:
-//   post-norm: x = norm1(x + sa(x)); x = norm2(x + ff(x));  pre-norm: x = x + sa(norm1(x)); x = x + ff(norm2(x))
+// One layer on x (N, t, E): TransformerEncoderLayer::forward's own structure (its block()), with
+// the self-attention over the cache (dropout is off: check_inference).
 template <class T>
 Tensor<T> layer_step(const char* who, const typename KVCache<T>::Owner& owner, TransformerEncoderLayer<T>& layer,
                      const Tensor<T>& x, KVCache<T>& cache) {
-  const auto sa = [&](const Tensor<T>& h) { return cached_self_attention(who, owner, *layer.self_attn, h, cache); };
-  const auto ff = [&](const Tensor<T>& h) {
-    Tensor<T> a = layer.linear1->forward(h);
-    a = transformer_activation(who, layer.options().activation(), a);
-    return layer.linear2->forward(a);
-  };
-  if (layer.options().norm_first()) {
-    const Tensor<T> y = x + sa(layer.norm1->forward(x));
-    return y + ff(layer.norm2->forward(y));
-  }
-  const Tensor<T> y = layer.norm1->forward(x + sa(x));
-  return layer.norm2->forward(y + ff(y));
+  return layer.block(x,
+                     [&](const Tensor<T>& h) { return cached_self_attention(who, owner, *layer.self_attn, h, cache); });
 }
 
 }  // namespace
@@ -246,7 +215,6 @@ template <class T>
 Tensor<T> forward_cached(TransformerEncoderLayer<T>& layer, const Tensor<T>& x_new, KVCache<T>& cache) {
   const char* who = "forward_cached(TransformerEncoderLayer)";
   check_inference(who, layer);
-  const detail::AsyncSignalScope one_signal_block;  // as TransformerEncoderLayer::forward
   const Tensor<T> y = layer_step(who, {&layer, nullptr, -1}, layer, to_batch_first(who, x_new, layer.options()), cache);
   return layer.options().batch_first() ? y : transpose(y, 0, 1);
 }
@@ -263,7 +231,6 @@ Tensor<T> forward_cached(TransformerEncoder<T>& encoder, const Tensor<T>& x_new,
     XGRAD_CHECK(caches[i].length() == caches[0].length(), who, ": the caches must hold the same positions, but ",
                 "cache ", i, " holds ", caches[i].length(), " and cache 0 ", caches[0].length());
   }
-  const detail::AsyncSignalScope one_signal_block;
   Tensor<T> x = x_new;
   if (layers > 0) {
     // The layers are copies of one layer: they share its options, hence its layout.

@@ -3,7 +3,6 @@
 
 #include <limits>
 
-#include <xgrad/backend/signals.hpp>
 #include <xgrad/nn/init.hpp>
 
 namespace xgrad::nn {
@@ -58,14 +57,6 @@ TransformerEncoderLayer<T>::TransformerEncoderLayer(const TransformerEncoderLaye
 }
 
 template <class T>
-Tensor<T> TransformerEncoderLayer<T>::sa_block(const Tensor<T>& x, const AttnMask<T>& attn_mask,
-                                               const AttnMask<T>& key_padding_mask, bool is_causal) {
-  Tensor<T> a = self_attn->forward(x, x, x, key_padding_mask, /*need_weights=*/false, attn_mask,
-                                   /*average_attn_weights=*/true, is_causal).first;
-  return dropout1->forward(a);
-}
-
-template <class T>
 Tensor<T> TransformerEncoderLayer<T>::ff_block(const Tensor<T>& x) {
   Tensor<T> h = linear1->forward(x);
   h = transformer_activation("TransformerEncoderLayer", options_.activation(), h);
@@ -75,18 +66,11 @@ Tensor<T> TransformerEncoderLayer<T>::ff_block(const Tensor<T>& x) {
 template <class T>
 Tensor<T> TransformerEncoderLayer<T>::forward(const Tensor<T>& src, const AttnMask<T>& src_mask,
                                               const AttnMask<T>& src_key_padding_mask, bool is_causal) {
-  // The layer's oneDNN calls block the asynchronous signals once, not once per product
-  // (backend/signals.hpp): a signal arriving meanwhile is handled when the layer is done.
-  const detail::AsyncSignalScope one_signal_block;
-  Tensor<T> x = src;
-  if (options_.norm_first()) {
-    x = x + sa_block(norm1->forward(x), src_mask, src_key_padding_mask, is_causal);
-    x = x + ff_block(norm2->forward(x));
-  } else {
-    x = norm1->forward(x + sa_block(x, src_mask, src_key_padding_mask, is_causal));
-    x = norm2->forward(x + ff_block(x));
-  }
-  return x;
+  return block(src, [&](const Tensor<T>& x) {
+    const auto attended = self_attn->forward(x, x, x, src_key_padding_mask, /*need_weights=*/false, src_mask,
+                                             /*average_attn_weights=*/true, is_causal);
+    return attended.first;
+  });
 }
 
 template <class T>
@@ -109,7 +93,6 @@ std::shared_ptr<TransformerEncoderLayer<T>> TransformerEncoder<T>::layer(std::in
 template <class T>
 Tensor<T> TransformerEncoder<T>::forward(const Tensor<T>& src, const AttnMask<T>& mask,
                                          const AttnMask<T>& src_key_padding_mask, bool is_causal) {
-  const detail::AsyncSignalScope one_signal_block;  // for all the layers, as in each layer
   Tensor<T> x = src;
   for (std::int64_t i = 0; i < num_layers(); ++i) x = layer(i)->forward(x, mask, src_key_padding_mask, is_causal);
   if (norm) x = norm->forward(x);
@@ -182,7 +165,7 @@ Tensor<T> TransformerDecoderLayer<T>::forward(const Tensor<T>& tgt, const Tensor
               "TransformerDecoderLayer: tgt and memory must have the same batch size (dim ", batch_dim,
               options_.batch_first() ? " with batch_first" : " without batch_first", "), got ", tgt.shape(), " and ",
               memory.shape());
-  const detail::AsyncSignalScope one_signal_block;  // as in the encoder layer
+  const detail::BackendBatch one_batch;  // as in the encoder layer
   Tensor<T> x = tgt;
   if (options_.norm_first()) {
     x = x + sa_block(norm1->forward(x), tgt_mask, tgt_key_padding_mask, tgt_is_causal);
@@ -218,7 +201,6 @@ Tensor<T> TransformerDecoder<T>::forward(const Tensor<T>& tgt, const Tensor<T>& 
                                          const AttnMask<T>& memory_mask, const AttnMask<T>& tgt_key_padding_mask,
                                          const AttnMask<T>& memory_key_padding_mask, bool tgt_is_causal,
                                          bool memory_is_causal) {
-  const detail::AsyncSignalScope one_signal_block;  // for all the layers, as in each layer
   Tensor<T> x = tgt;
   for (std::int64_t i = 0; i < num_layers(); ++i)
     x = layer(i)->forward(x, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask,
@@ -282,7 +264,6 @@ Tensor<T> Transformer<T>::forward(const Tensor<T>& src, const Tensor<T>& tgt, co
   XGRAD_CHECK(src.size(-1) == options_.d_model() && tgt.size(-1) == options_.d_model(),
               "Transformer: the feature number of src and tgt must be equal to d_model=", options_.d_model(), ", got ",
               src.shape(), " and ", tgt.shape());
-  const detail::AsyncSignalScope one_signal_block;  // for the encoder and the decoder
   const Tensor<T> memory = encoder->forward(src, src_mask, src_key_padding_mask, src_is_causal);
   return decoder->forward(tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask,
                           tgt_is_causal, memory_is_causal);

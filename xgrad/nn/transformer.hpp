@@ -41,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include <xgrad/backend/batch.hpp>
 #include <xgrad/nn/activation.hpp>
 #include <xgrad/arg.hpp>
 #include <xgrad/nn/dropout.hpp>
@@ -91,9 +92,26 @@ class TransformerEncoderLayer : public Module<T> {
   std::shared_ptr<Dropout<T>> dropout1;  // on the attention block's output
   std::shared_ptr<Dropout<T>> dropout2;  // on the feed-forward block's output
 
+  // The layer's structure (the residuals, the norms, dropout1 and the feed-forward block) around
+  // a self-attention attend(h) -> what self_attn gives for h. forward() is block(src, self_attn
+  // with its masks); nn::forward_cached (kv_cache.hpp) runs the layer through it with a KV cache's
+  // attention, so that both are this one definition. Not in PyTorch.
+  template <class Attend>
+  Tensor<T> block(const Tensor<T>& src, const Attend& attend) {
+    const detail::BackendBatch one_batch;  // the layer's kernel calls as one run (backend/batch.hpp)
+    const auto sa = [&](const Tensor<T>& h) { return dropout1->forward(attend(h)); };
+    Tensor<T> x = src;
+    if (options_.norm_first()) {
+      x = x + sa(norm1->forward(x));
+      x = x + ff_block(norm2->forward(x));
+    } else {
+      x = norm1->forward(x + sa(x));
+      x = norm2->forward(x + ff_block(x));
+    }
+    return x;
+  }
+
  private:
-  Tensor<T> sa_block(const Tensor<T>& x, const AttnMask<T>& attn_mask, const AttnMask<T>& key_padding_mask,
-                     bool is_causal);
   Tensor<T> ff_block(const Tensor<T>& x);
 
   TransformerEncoderLayerOptions options_;

@@ -7,7 +7,9 @@
 //      the kernel reads;
 //   2. attention / attention_heads: one node computing softmax(scale q k^T + M) v
 //      and, on request, the probabilities themselves, with gradients through both (attention.cpp
-//      holds the attention_forward / attention_backward kernel pair).
+//      holds the attention_forward / attention_backward kernel pair; attention_tiled.cpp the tiled
+//      path).
+// Beside them, attention_cached: the same attention for a KV cache's decode steps (inference).
 #pragma once
 
 #include <cstddef>
@@ -84,6 +86,35 @@ std::pair<Tensor<T>, Tensor<T>> attention(const Tensor<T>& q, const Tensor<T>& k
 template <class T>
 std::pair<Tensor<T>, Tensor<T>> attention_heads(const std::vector<Tensor<T>>& projections, std::size_t num_heads,
                                                 bool batch_first, const AttentionArgs<T>& args);
+
+// The cached decode path (attention_cached.cpp), behind nn::forward_cached: t new queries against
+// the S = start + t keys and values of a KV cache, causal (new query i, at position start + i,
+// sees keys 0 .. start + i), for each of the B = N H batch-heads b = n H + h:
+//   O_b = P_b V_b,  P_b = softmax(scale q_b K_b^T)  with scale = 1 / sqrt(d),
+// P by the probability rule every attention path follows (attention_kernels.hpp), so that it
+// agrees with the materialized and tiled paths on every NaN, Inf and zero. Inference only: no
+// node, no gradient. Under autocast (float) the products run in bf16, as on the other paths.
+template <class T>
+struct CachedAttention {
+  const char* who = "attention (cached)";          // names the caller in errors (out of memory)
+  std::size_t batch = 0, heads = 0, head_dim = 0;  // N, H, d
+  std::size_t start = 0, new_positions = 0;        // keys cached before the new queries, t
+  // The queries: row i of sequence n at q + (n t + i) q_row_stride, head h at columns [h d, (h+1) d)
+  // of that row (an (N, t, 3E) in-projection output: q_row_stride = 3E).
+  const T* q = nullptr;
+  std::size_t q_row_stride = 0;
+  // The keys and values, (N, H, capacity, d) each: key j of batch-head b at k + (b capacity + j) d.
+  const T* k = nullptr;
+  const T* v = nullptr;
+  std::size_t capacity = 0;
+  // Whether a value may be Inf or NaN: then a probability 0 must not read its value row (else a
+  // hidden NaN would leak through 0 x NaN); false lets the product run as one plain gemm.
+  bool values_may_be_nonfinite = true;
+};
+
+// -> O (N, t, E = H d), the heads side by side (as out_proj takes them).
+template <class T>
+Array<T> attention_cached(const CachedAttention<T>& a);
 
 extern template struct AttentionMask<float>;
 extern template struct AttentionMask<double>;
