@@ -246,12 +246,11 @@ void attention_forward(const Mat<T*>& out, const Mat<T*>& w, T* P, const Qkv<con
 
 // From dO (B, L, Ev) and, when its base is set, dW (B, L, S)
 //   -> d.q (B, L, E), d.k (B, S, E), d.v (B, S, Ev), each overwritten; null ones are skipped.
-// P, in = (q, k, v), D, the sizes and bf16 are attention_forward's; out and w its O and W.
+// P, in = (q, k, v), D, the sizes and bf16 are attention_forward's.
 // Zeros pass nothing, as in the forward: where P, D or dA is 0 the products leave out the other
 // factor, NaN or not (gemm_zeros_pass_nothing), so a masked or dropped key gets and gives no NaN.
 template <class T>
-void attention_backward(const Qkv<T*>& d, const Mat<const T*>& dout, const Mat<const T*>& dw, const Mat<const T*>& out,
-                        const Mat<const T*>& w, const T* P, const Qkv<const T*>& in, const T* D, const Dims& n, T alpha,
+void attention_backward(const Qkv<T*>& d, const Mat<const T*>& dout, const Mat<const T*>& dw, const T* P, const Qkv<const T*>& in, const T* D, const Dims& n, T alpha,
                         bool bf16) {
   const std::size_t L = n.L, S = n.S, E = n.E, Ev = n.Ev;
   const bool need_scores = d.q.base || d.k.base;
@@ -279,18 +278,22 @@ void attention_backward(const Qkv<T*>& d, const Mat<const T*>& dout, const Mat<c
       for (std::size_t i = 0; i < L; ++i) {
         T* g = dA.data() + i * S;
         const T* p = pb + i * S;
-        // Dr = rowsum(dP * P) = dO O + dW W    (as the tiled path computes it)
-        T dr = detail::simd_dot(dout.row(b, i), out.row(b, i), Ev);
         if (dWb) {
           const T* dwi = dWb + i * dw.ld;
           for (std::size_t j = 0; j < S; ++j) g[j] += dwi[j];
-          dr += detail::simd_dot(dwi, w.row(b, i), S);
         }
         // dP = dPd * D                          <- Pd = P * D
         if (db) {
           const T* m = db + i * S;
           for (std::size_t j = 0; j < S; ++j) g[j] = m[j] == T(0) ? T(0) : g[j] * m[j];
         }
+        // Dr = rowsum(dP * P) over the keys with P != 0 (a masked key's dP may be NaN: it passes
+        // nothing). As softmax's backward computes it, from dP itself: under autocast dO O would
+        // differ by the rounding of O's bf16 product. The tiled path, which keeps no P, uses dO O
+        // (equal in exact arithmetic).
+        T dr = 0;
+        for (std::size_t j = 0; j < S; ++j)
+          if (p[j] != T(0)) dr += p[j] * g[j];
         // dA = P * (dP - Dr)                    <- P = softmax(A); 0 wherever P = 0: masked
         //                                          keys and fully masked rows pass no gradient
         for (std::size_t j = 0; j < S; ++j) g[j] = p[j] == T(0) ? T(0) : p[j] * (g[j] - dr);
@@ -388,10 +391,8 @@ Tensor<T> attention_node(std::vector<Tensor<T>> inputs, const NodeLayout& l, con
           if ((need[i] = node.input_needs_grad(i))) g[i] = empty_array<T>(node.input_shape(i), kOp);
         auto grad = [&](const Place& p) { return need[p.input] ? p.at(g[p.input].data()) : Mat<T*>{}; };
         const T* dy = node.grad.data();
-        const T* y = node.output_value().data();
         attention_backward<T>(Qkv<T*>{grad(l.q), grad(l.k), grad(l.v)}, l.o.at(dy),
-                              weights ? l.w.at(dy) : Mat<const T*>{}, l.o.at(y),
-                              weights ? l.w.at(y) : Mat<const T*>{}, P.data(),
+                              weights ? l.w.at(dy) : Mat<const T*>{}, P.data(),
                               read_qkv<T>(l, [&](std::size_t i) { return node.input_value(i).data(); }),
                               dropping ? D.data() : nullptr, l.n, alpha, bf16);
         for (std::size_t i = 0; i < count; ++i)
