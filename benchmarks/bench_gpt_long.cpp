@@ -123,11 +123,12 @@ int main(int argc, char** argv) {
   std::sort(steady.begin(), steady.end());
   std::string list;
   for (double t : times) list += (list.empty() ? "" : ",") + std::to_string(t);
-  std::printf("{\"path\":\"%s\",\"L\":%lld,\"layers\":%lld,\"heads\":%lld,\"embd\":%lld,\"vocab\":%lld,\"params\":%zu,"
-              "\"threads\":%d,\"times_s\":[%s],\"median_s\":%.6g,\"loss\":%.4f,\"rss_built_mib\":%.1f,"
-              "\"peak_rss_mib\":%.1f}\n",
-              o.path.c_str(), static_cast<long long>(o.L), static_cast<long long>(o.layers),
-              static_cast<long long>(o.heads), static_cast<long long>(o.embd), static_cast<long long>(o.vocab),
-              n_params, o.threads, list.c_str(), steady[steady.size() / 2], loss, rss_built, peak_rss_mib());
+  std::printf(
+      "{\"path\":\"%s\",\"L\":%lld,\"layers\":%lld,\"heads\":%lld,\"embd\":%lld,\"vocab\":%lld,\"params\":%zu,"
+      "\"threads\":%d,\"times_s\":[%s],\"median_s\":%.6g,\"loss\":%.4f,\"rss_built_mib\":%.1f,"
+      "\"peak_rss_mib\":%.1f}\n",
+      o.path.c_str(), static_cast<long long>(o.L), static_cast<long long>(o.layers), static_cast<long long>(o.heads),
+      static_cast<long long>(o.embd), static_cast<long long>(o.vocab), n_params, o.threads, list.c_str(),
+      steady[steady.size() / 2], loss, rss_built, peak_rss_mib());
   return 0;
 }

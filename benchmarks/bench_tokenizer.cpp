@@ -106,12 +106,13 @@ int main(int argc, char** argv) {
   const double decode_s = xgrad::bench::seconds_since(t0);
   const bool round_trip = decoded == text;
   const double mb = static_cast<double>(text.size()) / 1e6;
-  std::printf("{\"bench\": \"bench_tokenizer\", \"bytes\": %zu, \"tokens\": %zu, \"load_s\": %.3f, "
-              "\"first_encode_s\": %.3f, \"encode_s\": %.3f, \"encode_mb_per_s\": %.2f, "
-              "\"whole_text_tokens\": %zu, \"whole_text_encode_s\": %.3f, \"encode_decode_s\": %.3f, "
-              "\"round_trip\": %s}\n",
-              text.size(), ids.size(), load_s, first_s, xgrad::bench::median(warm), mb / xgrad::bench::median(warm),
-              whole_tokens, xgrad::bench::median(whole), decode_s, round_trip ? "true" : "false");
+  std::printf(
+      "{\"bench\": \"bench_tokenizer\", \"bytes\": %zu, \"tokens\": %zu, \"load_s\": %.3f, "
+      "\"first_encode_s\": %.3f, \"encode_s\": %.3f, \"encode_mb_per_s\": %.2f, "
+      "\"whole_text_tokens\": %zu, \"whole_text_encode_s\": %.3f, \"encode_decode_s\": %.3f, "
+      "\"round_trip\": %s}\n",
+      text.size(), ids.size(), load_s, first_s, xgrad::bench::median(warm), mb / xgrad::bench::median(warm),
+      whole_tokens, xgrad::bench::median(whole), decode_s, round_trip ? "true" : "false");
   if (!ids_out.empty()) {
     std::ofstream out(ids_out);
     out << "[";

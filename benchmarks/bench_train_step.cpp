@@ -28,7 +28,8 @@
 //                          keeps BLAS single-threaded. The count in use is printed.
 //   --bf16                 the step's forward and loss under xgrad::AutocastGuard (bfloat16 gemms,
 //                          fp32 accumulation; everything else fp32), as torch.autocast on CPU; the
-//                          bf16 gemm path is printed. benchmarks/compare.py runs the same steps in PyTorch beside this program.
+//                          bf16 gemm path is printed. benchmarks/compare.py runs the same steps in PyTorch beside this
+//                          program.
 //   --profile FILE         profile the timed steps (xgrad::profiler; the timings include its cost):
 //                          the Chrome trace to FILE (FILE.<config>.json for each of several configs)
 //                          and the op and thread-pool tables to stderr
@@ -65,11 +66,8 @@ struct Config {
 
 // The same as benchmarks/compare.py's CONFIGS.
 constexpr Config kConfigs[] = {
-    {"tiny", 2, 3, 4, 2, 64, 3},
-    {"small", 16, 32, 64, 4, 256, 2},
-    {"medium", 32, 64, 256, 8, 1024, 4},
-    {"large", 8, 128, 512, 8, 2048, 2},
-    {"gpt2s", 1, 1024, 768, 12, 3072, 12, 256},
+    {"tiny", 2, 3, 4, 2, 64, 3},        {"small", 16, 32, 64, 4, 256, 2},           {"medium", 32, 64, 256, 8, 1024, 4},
+    {"large", 8, 128, 512, 8, 2048, 2}, {"gpt2s", 1, 1024, 768, 12, 3072, 12, 256},
 };
 
 // Model FLOPs of one training step: the matmuls only (LayerNorm, softmax, GELU, the loss and
@@ -341,11 +339,12 @@ int run_config(const Config& c, const Options& o) {
   }
   const double flops = step_flops(c), gflops = flops / (s.median * 1e6), peak = peak_rss_mib();
   if (o.json) {
-    std::printf("{\"kind\":\"train_step\",\"framework\":\"xgrad\",\"config\":\"%s\",\"model\":\"%s\",\"B\":%zu,"
-                "\"N\":%zu,\"d\":%zu,\"h\":%zu,\"ff\":%zu,\"L\":%zu,\"vocab\":%zu,\"xgrad_threads\":%d,"
-                "\"blas_threads\":%d,\"gemm_backend\":\"%s\",\"flops\":%.6g,",
-                c.name, c.vocab > 0 ? "gpt" : "encoder", c.B, c.N, c.d, c.h, c.ff, c.L, c.vocab, get_num_threads(),
-                blas_threads(), gemm_backend_name(get_gemm_backend()), flops);
+    std::printf(
+        "{\"kind\":\"train_step\",\"framework\":\"xgrad\",\"config\":\"%s\",\"model\":\"%s\",\"B\":%zu,"
+        "\"N\":%zu,\"d\":%zu,\"h\":%zu,\"ff\":%zu,\"L\":%zu,\"vocab\":%zu,\"xgrad_threads\":%d,"
+        "\"blas_threads\":%d,\"gemm_backend\":\"%s\",\"flops\":%.6g,",
+        c.name, c.vocab > 0 ? "gpt" : "encoder", c.B, c.N, c.d, c.h, c.ff, c.L, c.vocab, get_num_threads(),
+        blas_threads(), gemm_backend_name(get_gemm_backend()), flops);
     if (o.bf16)
       std::printf("\"precision\":\"bf16\",\"bf16_path\":\"%s\",", json_escape(xgrad::autocast_gemm_path()).c_str());
     print_stats_json(s);
@@ -428,7 +427,8 @@ Options parse(int argc, char** argv) {
     else if (a == "--warmup-time") o.warmup_time = std::stod(value());
     else if (a == "--threads") o.threads = std::stoi(value());
     else if (a == "--bf16") o.bf16 = true;
-    else if (a == "--profile") o.profile = value();
+    else if (a == "--profile")
+      o.profile = value();
     else throw std::invalid_argument("unknown argument " + a);
   }
   if (o.min_reps < 1) o.min_reps = 1;
@@ -489,13 +489,13 @@ int main(int argc, char** argv) {
                   json_escape(xgrad::autocast_gemm_path()).c_str());
     std::printf("}\n");
   } else {
-    std::printf("xgrad %s training step: zero_grad, forward, mse_loss(encoder(x), target), backward, Adam\n"
-                "model: pre-norm GELU TransformerEncoder, dropout 0, batch_first (gpt2s: a GPT, cross_entropy over\n"
-                "the next tokens, AdamW); BLAS: %s; %d xgrad threads\n"
-                "GFLOP/s = model matmul FLOPs / median step time, FLOPs = %s (backward = 2x forward)\n"
-                "each configuration runs in its own process: peak MiB is that process's ru_maxrss\n",
-                o.bf16 ? "bfloat16 autocast" : "float32", blas_config().c_str(), xgrad::get_num_threads(),
-                kFlopFormula);
+    std::printf(
+        "xgrad %s training step: zero_grad, forward, mse_loss(encoder(x), target), backward, Adam\n"
+        "model: pre-norm GELU TransformerEncoder, dropout 0, batch_first (gpt2s: a GPT, cross_entropy over\n"
+        "the next tokens, AdamW); BLAS: %s; %d xgrad threads\n"
+        "GFLOP/s = model matmul FLOPs / median step time, FLOPs = %s (backward = 2x forward)\n"
+        "each configuration runs in its own process: peak MiB is that process's ru_maxrss\n",
+        o.bf16 ? "bfloat16 autocast" : "float32", blas_config().c_str(), xgrad::get_num_threads(), kFlopFormula);
     if (o.bf16)
       std::printf("bf16: forward and loss under xgrad::AutocastGuard; bf16 gemm path: %s\n",
                   xgrad::autocast_gemm_path());

@@ -155,8 +155,8 @@ std::u32string decode_utf8(const std::string& s, const std::string& where, const
         message += " (line " + std::to_string(std::count(s.begin(), s.begin() + std::ptrdiff_t(i), '\n') + 1) + ")";
       message += ", " + found;
       if (!file.empty())
-        message += "; a Latin-1 (ISO-8859-1) file converts with: iconv -f latin1 -t utf-8 " + file + " > " + file +
-                   ".utf8";
+        message +=
+            "; a Latin-1 (ISO-8859-1) file converts with: iconv -f latin1 -t utf-8 " + file + " > " + file + ".utf8";
       throw train::Refused(message);
     }
     out.push_back(c);
@@ -324,9 +324,9 @@ void check_same_text(const Corpus& corpus, const Config& c, const xgrad::Checkpo
   const bool same_tokens = fingerprint_it == m.end() || fingerprint_it->second == text_fingerprint(corpus);
   if (saved_windows == windows && same_vocab && same_tokens) return;
   const std::string saved_vocab =
-      vocab_it == m.end()
-          ? std::string()
-          : ", " + std::to_string(decode_utf8(vocab_it->second, path + "'s vocabulary").size()) + " distinct characters";
+      vocab_it == m.end() ? std::string()
+                          : ", " + std::to_string(decode_utf8(vocab_it->second, path + "'s vocabulary").size()) +
+                                " distinct characters";
   const std::string what = "cannot resume from " + path + ": it was made with another text than the one in " +
                            corpus.source + " now (changed since?): ";
   const std::string todo = "; resume with the text the checkpoint was trained on, or start a new run without --resume";

@@ -262,12 +262,15 @@ int train_model(Config& c, train::RunOptions& run, const std::string& plot_path,
                                            .generator(xgrad::Generator(c.seed + 1)),
                                        collate);
   if (resumed.checkpoint) {
-    const data::DataLoaderState saved = data::DataLoaderState::from_string(resumed.checkpoint->metadata.at("data_loader"));
+    const data::DataLoaderState saved =
+        data::DataLoaderState::from_string(resumed.checkpoint->metadata.at("data_loader"));
     if (saved.dataset_size != train_lines.size())
-      throw train::Refused("cannot resume from " + run.resume_path + ": it was made with another word list than the "
-                           "one in " + c.words + " now (changed since?): expected " +
-                           std::to_string(saved.dataset_size) + " training words, got " +
-                           std::to_string(train_lines.size()) + "; resume with the word list the checkpoint was "
+      throw train::Refused("cannot resume from " + run.resume_path +
+                           ": it was made with another word list than the "
+                           "one in " +
+                           c.words + " now (changed since?): expected " + std::to_string(saved.dataset_size) +
+                           " training words, got " + std::to_string(train_lines.size()) +
+                           "; resume with the word list the checkpoint was "
                            "trained on, or start a new run without --resume");
     loader.load_state_dict(saved);
   }

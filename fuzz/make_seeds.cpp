@@ -224,9 +224,10 @@ void hf_gpt2_seeds(const std::filesystem::path& dir) {
 void tokenizer_seeds(const std::filesystem::path& dir) {
   using xgrad::text::BPETokenizer;
   std::filesystem::create_directories(dir);
-  const BPETokenizer tok = xgrad::text::train_bpe(
-      {"the heaven and the earth, and the deep", "I'm sure they'll say it's 12,345", "caf\xc3\xa9 \xf0\x9f\x98\x80 \xff"},
-      xgrad::text::BPETrainerOptions(300));
+  const BPETokenizer tok =
+      xgrad::text::train_bpe({"the heaven and the earth, and the deep", "I'm sure they'll say it's 12,345",
+                              "caf\xc3\xa9 \xf0\x9f\x98\x80 \xff"},
+                             xgrad::text::BPETrainerOptions(300));
   write(dir / "encoder.json", tok.encoder_json());
   write(dir / "vocab.bpe", tok.vocab_bpe());
   write(dir / "both", tok.encoder_json() + std::string(1, '\0') + tok.vocab_bpe());
@@ -235,7 +236,8 @@ void tokenizer_seeds(const std::filesystem::path& dir) {
   const std::string tokenizer_json =
       R"({"added_tokens": [{"id": 299, "content": "<|endoftext|>", "special": true}], "normalizer": null, )"
       R"("pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true}, )"
-      R"("model": {"type": "BPE", "dropout": null, "vocab": )" + tok.encoder_json() + R"(, "merges": )" + merges + "]}}";
+      R"("model": {"type": "BPE", "dropout": null, "vocab": )" +
+      tok.encoder_json() + R"(, "merges": )" + merges + "]}}";
   BPETokenizer::from_tokenizer_json_bytes(tokenizer_json);  // a seed that loads
   write(dir / "tokenizer.json", tokenizer_json);
   write(dir / "text_mixed.txt", "Hello world! I'm here   \n\t12345 caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac <|endoftext|>");
@@ -246,12 +248,10 @@ void tokenizer_seeds(const std::filesystem::path& dir) {
   hostile(dir / "hostile_added_id.json", forge(tokenizer_json, R"("id": 299)", R"("id": 2999999999)"),
           load_tokenizer_json);
   const std::string json = tok.encoder_json(), bpe = tok.vocab_bpe();
-  hostile(dir / "hostile_merge_line.bpe", bpe + "abc\n", [&](const std::string& b) {
-    BPETokenizer::from_json_and_merges(json, b);
-  });
-  hostile(dir / "hostile_id_gap.json", forge(json, ": 0,", ": 100000,"), [&](const std::string& b) {
-    BPETokenizer::from_json_and_merges(b, bpe);
-  });
+  hostile(dir / "hostile_merge_line.bpe", bpe + "abc\n",
+          [&](const std::string& b) { BPETokenizer::from_json_and_merges(json, b); });
+  hostile(dir / "hostile_id_gap.json", forge(json, ": 0,", ": 100000,"),
+          [&](const std::string& b) { BPETokenizer::from_json_and_merges(b, bpe); });
 }
 
 }  // namespace

@@ -17,8 +17,8 @@ namespace files {
 inline void refuse_special(const std::string& flag, const std::string& path, const std::string& expected) {
   const std::string kind = xgrad::train::special_file_kind(path);
   if (!kind.empty())
-    throw xgrad::train::Refused("cannot read " + flag + " " + path + ": it is " + kind + ", not a regular file; expected " +
-                                expected);
+    throw xgrad::train::Refused("cannot read " + flag + " " + path + ": it is " + kind +
+                                ", not a regular file; expected " + expected);
 }
 
 // The whole of the regular file `path` given to `flag`; Refused (naming the flag, the path, the

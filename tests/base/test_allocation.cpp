@@ -27,9 +27,9 @@ using F32 = Tensor<float>;
 TEST(Allocation, EveryArrayOfTheLibraryIsAllocatedThroughEmptyArray) {
   namespace fs = std::filesystem;
   const fs::path root = fs::path(XGRAD_SOURCE_DIR) / "xgrad";
-  const std::vector<std::string> forbidden = {"::from_shape(", "xt::zeros<",  "xt::ones<",   "xt::empty<",
-                                              "xt::full_like(", "xt::zeros_like(", "xt::ones_like(",
-                                              "xt::arange<", "sizeof(T) *", "sizeof(T)*"};
+  const std::vector<std::string> forbidden = {"::from_shape(",  "xt::zeros<",      "xt::ones<",      "xt::empty<",
+                                              "xt::full_like(", "xt::zeros_like(", "xt::ones_like(", "xt::arange<",
+                                              "sizeof(T) *",    "sizeof(T)*"};
   std::size_t files = 0;
   std::vector<std::string> found;
   for (const auto& entry : fs::recursive_directory_iterator(root)) {
@@ -123,20 +123,20 @@ std::string failure_of(Fn&& f) {
   return "no error";
 }
 
-#define EXPECT_MESSAGE_HAS(message, ...)                                                      \
-  do {                                                                                        \
-    const std::string m_ = (message);                                                         \
-    for (const char* part : {__VA_ARGS__})                                                    \
+#define EXPECT_MESSAGE_HAS(message, ...)                                                          \
+  do {                                                                                            \
+    const std::string m_ = (message);                                                             \
+    for (const char* part : {__VA_ARGS__})                                                        \
       EXPECT_NE(m_.find(part), std::string::npos) << "\"" << m_ << "\" lacks \"" << part << "\""; \
   } while (0)
 
 // The statement run under the limit.
-#define EXPECT_OOM(statement, ...)                 \
-  EXPECT_MESSAGE_HAS(failure_of([&] {              \
-                       AddressSpaceLimit limit_;   \
-                       limit_.apply();             \
-                       statement;                  \
-                     }),                           \
+#define EXPECT_OOM(statement, ...)               \
+  EXPECT_MESSAGE_HAS(failure_of([&] {            \
+                       AddressSpaceLimit limit_; \
+                       limit_.apply();           \
+                       statement;                \
+                     }),                         \
                      __VA_ARGS__)
 
 // root.backward() with the limit applied when the gradient reaches `at` (computed, before its
@@ -163,8 +163,9 @@ TEST(Allocation, ARealAllocationFailureInAnyOpNamesTheOpTheShapeAndTheBytes) {
   EXPECT_OOM(exp(x), "exp: not enough memory for a tensor of shape " BIG);
   EXPECT_OOM(gelu(x), "gelu: not enough memory for a tensor of shape " BIG);
   EXPECT_OOM(dropout(x, 0.5, true), "dropout: not enough memory for a tensor of shape " BIG);
-  EXPECT_OOM(sort(x, -1), "sort: not enough memory for a tensor of shape (512, 16384): tried to allocate "
-                          "67108864 bytes");  // its indices, int64
+  EXPECT_OOM(sort(x, -1),
+             "sort: not enough memory for a tensor of shape (512, 16384): tried to allocate "
+             "67108864 bytes");  // its indices, int64
   EXPECT_OOM(softmax(x, -1), "softmax: not enough memory for a tensor of shape " BIG);
   EXPECT_OOM(layer_norm(x, {kCols}, w, b), "layer_norm: not enough memory for a tensor of shape " BIG);
   EXPECT_OOM(transpose(x, 0, 1), "transpose: not enough memory for a tensor of shape (16384, 512)");
@@ -178,8 +179,9 @@ TEST(Allocation, ARealAllocationFailureInAnyOpNamesTheOpTheShapeAndTheBytes) {
   EXPECT_OOM(var(x3, {2}, true, false), "var: not enough memory for a tensor of shape (8388608)");
   EXPECT_OOM(max(x3, 2, false), "max: not enough memory for a tensor of shape (8388608)");
   const F32 a = ones<float>({4096, 64}), c = ones<float>({64, 4096});
-  EXPECT_OOM(matmul(a, c), "matmul: not enough memory for a tensor of shape (4096, 4096): tried to allocate "
-                           "67108864 bytes");
+  EXPECT_OOM(matmul(a, c),
+             "matmul: not enough memory for a tensor of shape (4096, 4096): tried to allocate "
+             "67108864 bytes");
   EXPECT_EQ(sum(ones<float>({3})).item(), 3.0f);  // the library still works
 }
 
@@ -205,11 +207,13 @@ TEST(Allocation, ARealAllocationFailureInABackwardNamesTheOpTheShapeAndTheBytes)
   }
   {
     const F32 p = layer_norm(x, {kCols}, w, b);
-    EXPECT_MESSAGE_HAS(backward_failure_at(p, sum(p)), "layer_norm (backward): not enough memory for a tensor of shape " BIG);
+    EXPECT_MESSAGE_HAS(backward_failure_at(p, sum(p)),
+                       "layer_norm (backward): not enough memory for a tensor of shape " BIG);
   }
   {
     const F32 p = dropout(x, 0.5, true);
-    EXPECT_MESSAGE_HAS(backward_failure_at(p, sum(p)), "dropout (backward): not enough memory for a tensor of shape " BIG);
+    EXPECT_MESSAGE_HAS(backward_failure_at(p, sum(p)),
+                       "dropout (backward): not enough memory for a tensor of shape " BIG);
   }
   {  // sort's backward scatters into zeros of x's shape (32 MiB)
     const F32 p = sort(x, -1).first;
@@ -217,7 +221,8 @@ TEST(Allocation, ARealAllocationFailureInABackwardNamesTheOpTheShapeAndTheBytes)
   }
   {  // dA of matmul: (512, 16384)
     const F32 p = matmul(x, ones<float>({kCols, 8}));
-    EXPECT_MESSAGE_HAS(backward_failure_at(p, sum(p)), "matmul (backward): not enough memory for a tensor of shape " BIG);
+    EXPECT_MESSAGE_HAS(backward_failure_at(p, sum(p)),
+                       "matmul (backward): not enough memory for a tensor of shape " BIG);
   }
   EXPECT_EQ(sum(ones<float>({3})).item(), 3.0f);
 }
@@ -247,6 +252,5 @@ TEST(Allocation, ABareBadAllocInABackwardBecomesAnOutOfMemoryErrorNamingTheOp) {
         << m;
   }
 }
-
 
 }  // namespace

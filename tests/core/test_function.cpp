@@ -157,8 +157,9 @@ struct TooMany : autograd::Function<TooMany> {  // two gradients for one input
 // output, with or without grad; it used to surface later as "the tensor is undefined".
 TEST(AutogradFunction, AnUndefinedOutputIsRefusedNamingTheFunctionAndTheOutput) {
   const T64 x = input({3});
-  const std::string single = "autograd::Function user_ops::Nothing: forward returned an undefined tensor; expected a "
-                             "defined one (an output that gets no gradient: ctx->mark_non_differentiable)";
+  const std::string single =
+      "autograd::Function user_ops::Nothing: forward returned an undefined tensor; expected a "
+      "defined one (an output that gets no gradient: ctx->mark_non_differentiable)";
   EXPECT_EQ(error_of([&] { user_ops::Nothing::apply(x); }), single);
   {
     NoGradGuard no_grad;
@@ -183,4 +184,3 @@ TEST(AutogradFunction, NamedAsWrittenNotMangled) {
   EXPECT_EQ(error_of([&] { sum(user_ops::TooMany::apply(x)).backward(); }),
             "autograd::Function user_ops::TooMany: backward should return 1 gradients (one per Tensor input), got 2");
 }
-

@@ -26,13 +26,13 @@ struct Step {
 
   explicit Step(std::size_t d = 32, std::size_t tokens = 16, std::size_t batch = 4) {
     manual_seed(3);
-    auto layer = std::make_shared<nn::TransformerEncoderLayer<float>>(
-        nn::TransformerEncoderLayerOptions(std::int64_t(d), 4)
-            .dim_feedforward(std::int64_t(4 * d))
-            .dropout(0.0)
-            .activation("gelu")
-            .batch_first(true)
-            .norm_first(true));
+    auto layer =
+        std::make_shared<nn::TransformerEncoderLayer<float>>(nn::TransformerEncoderLayerOptions(std::int64_t(d), 4)
+                                                                 .dim_feedforward(std::int64_t(4 * d))
+                                                                 .dropout(0.0)
+                                                                 .activation("gelu")
+                                                                 .batch_first(true)
+                                                                 .norm_first(true));
     encoder = std::make_shared<nn::TransformerEncoder<float>>(layer, 2);
     opt = std::make_unique<optim::Adam<float>>(encoder->parameters(), optim::AdamOptions(1e-3));
     x = randn<float>({batch, tokens, d});
@@ -80,10 +80,10 @@ TEST(Profiler, TrainingStepTraceLoadsAsJsonWithForwardAndBackwardOps) {
     EXPECT_GE(e["dur"].get<double>(), 0.0);
     names.insert(e["name"].get<std::string>());
   }
-  for (const char* op : {"linear", "layer_norm", "gelu", "attention_heads", "add", "mse_loss", "LinearBackward",
-                         "LayerNormBackward", "GeluBackward", "ScaledDotProductAttentionBackward", "AddBackward",
-                         "MseLossBackward", "backward", "forward", "train_step", "Optimizer.step#Adam.step",
-                         "Optimizer.zero_grad#Adam.zero_grad"})
+  for (const char* op :
+       {"linear", "layer_norm", "gelu", "attention_heads", "add", "mse_loss", "LinearBackward", "LayerNormBackward",
+        "GeluBackward", "ScaledDotProductAttentionBackward", "AddBackward", "MseLossBackward", "backward", "forward",
+        "train_step", "Optimizer.step#Adam.step", "Optimizer.zero_grad#Adam.zero_grad"})
     EXPECT_TRUE(names.count(op)) << op << " missing from the trace";
   // Two layers: two layer_norms each plus the linear layers (in-projection, out-projection, two
   // feed-forward) per layer, each with a backward.
@@ -175,8 +175,8 @@ TEST(Profiler, TotalsMatchTheMeasuredWallTime) {
     EXPECT_LE(top, wall);
     EXPECT_GT(ops_self, 0.0);
     if (top >= 0.9 * wall) return;  // a preempted run gets another chance
-    ADD_FAILURE_AT(__FILE__, __LINE__) << "attempt " << attempt << ": top-level total " << top << " ns of wall "
-                                      << wall << " ns";
+    ADD_FAILURE_AT(__FILE__, __LINE__) << "attempt " << attempt << ": top-level total " << top << " ns of wall " << wall
+                                       << " ns";
   }
 }
 

@@ -216,8 +216,9 @@ TEST(TensorHook, ErrorsNameWhatWasExpected) {
 // wrapped and fail in the next backward as a bare std::bad_function_call.
 TEST(TensorHook, AnEmptyHookIsRefusedAtRegistration) {
   auto x = vec({1, 2, 3});
-  const std::string expected = "register_hook: the hook is empty (an empty std::function or a null function "
-                               "pointer); expected a callable taking const Array<T>&";
+  const std::string expected =
+      "register_hook: the hook is empty (an empty std::function or a null function "
+      "pointer); expected a callable taking const Array<T>&";
   std::function<void(const Array<double>&)> looks;
   std::function<Array<double>(const Array<double>&)> replaces;
   void (*pointer)(const Array<double>&) = nullptr;
@@ -229,4 +230,3 @@ TEST(TensorHook, AnEmptyHookIsRefusedAtRegistration) {
   sum(x).backward();  // nothing was registered
   EXPECT_EQ(x.grad(), arr({1, 1, 1}));
 }
-

@@ -114,9 +114,9 @@ TEST(TokenFile, EmptyFiles) {
   EXPECT_EQ(file->read(0, 0), std::vector<std::int64_t>{});
   EXPECT_THROW(file->at(0), std::out_of_range);
   EXPECT_NO_THROW(file->verify());
-  EXPECT_TRUE(contains(error_of([&] { TokenWindowDataset(file, 4); }),
-                       "TokenWindowDataset: '" + dir.file("empty.tok") + "' has 0 ids; a window of block_size 4 "
-                       "needs at least 5"));
+  EXPECT_TRUE(contains(error_of([&] { TokenWindowDataset(file, 4); }), "TokenWindowDataset: '" + dir.file("empty.tok") +
+                                                                           "' has 0 ids; a window of block_size 4 "
+                                                                           "needs at least 5"));
   write_bytes(dir.file("empty.bin"), "");
   EXPECT_EQ(TokenFile(dir.file("empty.bin"), HeaderlessTokens{TokenDtype::UInt16}).size(), 0u);
   // Refused as a token file: an empty file has no header.
@@ -144,22 +144,25 @@ TEST(TokenFile, HeaderlessRefusals) {
   TempDir dir;
   write_bytes(dir.file("odd.bin"), "abc");
   EXPECT_EQ(format_error_of([&] { TokenFile f(dir.file("odd.bin"), HeaderlessTokens{TokenDtype::UInt16}); }),
-            "TokenFile: '" + dir.file("odd.bin") + "': a headerless file of uint16 ids must be a multiple of 2 bytes "
-            "long, it has 3");
+            "TokenFile: '" + dir.file("odd.bin") +
+                "': a headerless file of uint16 ids must be a multiple of 2 bytes "
+                "long, it has 3");
   write_bytes(dir.file("six.bin"), "abcdef");
   EXPECT_TRUE(contains(format_error_of([&] { TokenFile f(dir.file("six.bin"), HeaderlessTokens{TokenDtype::UInt32}); }),
                        "multiple of 4 bytes long, it has 6"));
   // A raw .bin opened as a token file, and a token file opened as raw ids.
   EXPECT_EQ(format_error_of([&] { TokenFile f(dir.file("six.bin")); }),
-            "TokenFile: '" + dir.file("six.bin") + "': not a token file (no XGRADTOK header; for nanoGPT's headerless "
-            ".bin pass HeaderlessTokens{dtype})");
+            "TokenFile: '" + dir.file("six.bin") +
+                "': not a token file (no XGRADTOK header; for nanoGPT's headerless "
+                ".bin pass HeaderlessTokens{dtype})");
   write_bytes(dir.file("short.tok"), "XGRADTOK\x01");
   EXPECT_EQ(format_error_of([&] { TokenFile f(dir.file("short.tok")); }),
             "TokenFile: '" + dir.file("short.tok") + "': truncated: the header needs 64 bytes, the file has 9");
   write_bytes(dir.file("raw.bin"), std::string(100, '\x01'));
   EXPECT_TRUE(contains(format_error_of([&] { TokenFile f(dir.file("raw.bin")); }),
-                       "'" + dir.file("raw.bin") + "': not a token file (no XGRADTOK header; for nanoGPT's headerless "
-                       ".bin pass HeaderlessTokens{dtype})"));
+                       "'" + dir.file("raw.bin") +
+                           "': not a token file (no XGRADTOK header; for nanoGPT's headerless "
+                           ".bin pass HeaderlessTokens{dtype})"));
   write_token_file(dir.file("a.tok"), std::vector<std::int64_t>{1, 2, 3});
   EXPECT_TRUE(contains(format_error_of([&] { TokenFile f(dir.file("a.tok"), HeaderlessTokens{TokenDtype::UInt16}); }),
                        "'" + dir.file("a.tok") + "': it starts with the token-file header (XGRADTOK)"));
@@ -187,11 +190,13 @@ TEST(TokenFile, CorruptTruncatedAndForgedFilesAreRefusedNamingTheFile) {
   };
   const std::string prefix = "TokenFile: '" + path + "': ";
   EXPECT_EQ(refusal(good.substr(0, good.size() - 1)),
-            prefix + "truncated: the header claims 1000 uint16 ids (1000 x 2 bytes), the file has 1999 bytes after the "
-                     "header");
+            prefix +
+                "truncated: the header claims 1000 uint16 ids (1000 x 2 bytes), the file has 1999 bytes after the "
+                "header");
   EXPECT_EQ(refusal(good.substr(0, 64)),
-            prefix + "truncated: the header claims 1000 uint16 ids (1000 x 2 bytes), the file has 0 bytes after the "
-                     "header");
+            prefix +
+                "truncated: the header claims 1000 uint16 ids (1000 x 2 bytes), the file has 0 bytes after the "
+                "header");
   EXPECT_EQ(refusal(good.substr(0, 30)), prefix + "truncated: the header needs 64 bytes, the file has 30");
   EXPECT_EQ(refusal(good + "xyz"), prefix + "the header claims 1000 uint16 ids, but 3 more bytes follow them");
   std::string flipped = good;
@@ -204,8 +209,9 @@ TEST(TokenFile, CorruptTruncatedAndForgedFilesAreRefusedNamingTheFile) {
   EXPECT_EQ(refusal(forge<std::uint32_t>(good, 8, 2)), prefix + "version 2 is not supported (expected 1)");
   EXPECT_EQ(refusal(forge<std::uint32_t>(good, 12, 3)), prefix + "ids of 3 bytes: expected 2 (uint16) or 4 (uint32)");
   EXPECT_EQ(refusal(forge<std::uint32_t>(good, 12, 4)),  // 2000 bytes as uint32: 500 ids, not 1000
-            prefix + "truncated: the header claims 1000 uint32 ids (1000 x 4 bytes), the file has 2000 bytes after "
-                     "the header");
+            prefix +
+                "truncated: the header claims 1000 uint32 ids (1000 x 4 bytes), the file has 2000 bytes after "
+                "the header");
   EXPECT_TRUE(contains(refusal(forge<std::uint64_t>(good, 16, ~std::uint64_t(0))),  // count * 2 overflows
                        prefix + "truncated: the header claims 18446744073709551615 uint16 ids"));
   EXPECT_TRUE(contains(refusal(forge<std::uint64_t>(good, 16, std::uint64_t(1) << 63)), prefix + "truncated"));
@@ -215,8 +221,8 @@ TEST(TokenFile, CorruptTruncatedAndForgedFilesAreRefusedNamingTheFile) {
   // Ids at or past a forged-down vocabulary: the header opens, every read of such an id refuses.
   write_bytes(path, forge<std::uint64_t>(good, 24, 10));
   const auto shrunk = std::make_shared<const TokenFile>(path);
-  const std::size_t first_bad = std::size_t(std::find_if(ids.begin(), ids.end(), [](auto id) { return id >= 10; }) -
-                                             ids.begin());
+  const std::size_t first_bad =
+      std::size_t(std::find_if(ids.begin(), ids.end(), [](auto id) { return id >= 10; }) - ids.begin());
   ASSERT_LT(first_bad, 900u);
   EXPECT_EQ(shrunk->read(first_bad + 1, 0), std::vector<std::int64_t>{});
   const std::string bad_id = format_error_of([&] { shrunk->at(first_bad); });
@@ -266,13 +272,17 @@ TEST(TokenFile, WriterRefusesBadIdsAndLeavesThePreviousFile) {
     EXPECT_EQ(read_bytes(path), before);
     EXPECT_EQ(dir.entries(), std::set<std::string>{"t.tok"});
   };
-  expect_refused({0, -1}, {}, "write_token_file: '" + path + "': id -1 at position 1 is out of range: expected 0 to "
-                              "65535 (uint16)");
+  expect_refused({0, -1}, {},
+                 "write_token_file: '" + path +
+                     "': id -1 at position 1 is out of range: expected 0 to "
+                     "65535 (uint16)");
   expect_refused({65536}, {}, "id 65536 at position 0 is out of range: expected 0 to 65535 (uint16)");
-  expect_refused({3, 4, 5}, TokenFileOptions().vocab_size(5), "id 5 at position 2 is out of range: the vocabulary "
-                                                              "has 5 ids");
-  expect_refused({1}, TokenFileOptions().vocab_size(70000), "a vocabulary of 70000 ids does not fit uint16 (at most "
-                                                            "65536): use TokenDtype::UInt32");
+  expect_refused({3, 4, 5}, TokenFileOptions().vocab_size(5),
+                 "id 5 at position 2 is out of range: the vocabulary "
+                 "has 5 ids");
+  expect_refused({1}, TokenFileOptions().vocab_size(70000),
+                 "a vocabulary of 70000 ids does not fit uint16 (at most "
+                 "65536): use TokenDtype::UInt32");
   expect_refused({std::int64_t(1) << 32}, TokenFileOptions().dtype(TokenDtype::UInt32), "expected 0 to 4294967295");
   // A writer that throws midway.
   const std::string m = error_of([&] {
@@ -401,7 +411,8 @@ TEST(TokenWindowDataset, MemoryDoesNotGrowWithTheCorpus) {
     std::vector<std::uint16_t> chunk(1'000'000);
     std::uint64_t x = 1;
     for (std::uint64_t done = 0; done < n; done += chunk.size()) {
-      for (auto& id : chunk) id = static_cast<std::uint16_t>((x = x * 6364136223846793005ULL + 1442695040888963407ULL) >> 33) % vocab;
+      for (auto& id : chunk)
+        id = static_cast<std::uint16_t>((x = x * 6364136223846793005ULL + 1442695040888963407ULL) >> 33) % vocab;
       out.append(chunk);
     }
   });

@@ -336,8 +336,10 @@ TYPED_TEST(KVCacheTest, OneCacheServesOneLayer) {
   std::vector<nn::KVCache<T>> caches;
   nn::forward_cached(*encoder, x, caches);
   std::vector<nn::KVCache<T>> swapped{caches[1], caches[0]};
-  XGRAD_EXPECT_THROW_MSG(nn::forward_cached(*encoder, x, swapped), "holds the keys and values of layer 1 of the "
-                         "TransformerEncoder at", "not of layer 0 of the TransformerEncoder at");
+  XGRAD_EXPECT_THROW_MSG(nn::forward_cached(*encoder, x, swapped),
+                         "holds the keys and values of layer 1 of the "
+                         "TransformerEncoder at",
+                         "not of layer 0 of the TransformerEncoder at");
   XGRAD_EXPECT_THROW_MSG(nn::forward_cached(*other, x, caches), "layer 0 of the TransformerEncoder at",
                          "not of layer 0 of the TransformerEncoder at");
   EXPECT_EQ(caches[0].length(), 3);
@@ -362,7 +364,8 @@ TYPED_TEST(KVCacheTest, NonFinitePositionFollowsCausality) {
       std::vector<nn::KVCache<T>> prefilled, stepped;
       const Tensor<T> whole = nn::forward_cached(*encoder, x, prefilled);
       std::vector<Tensor<T>> steps;
-      for (std::int64_t p = 0; p < 5; ++p) steps.push_back(nn::forward_cached(*encoder, slice(x, sd, p, p + 1), stepped));
+      for (std::int64_t p = 0; p < 5; ++p)
+        steps.push_back(nn::forward_cached(*encoder, slice(x, sd, p, p + 1), stepped));
       const Tensor<T> one_by_one = cat<T>(steps, sd);
       // Before p and in the other sequence: finite. At p: NaN (its LayerNorm sees the Inf or NaN).
       // After p: NaN as the full forward says (a NaN key poisons, an Inf one may score -inf).
@@ -373,9 +376,10 @@ TYPED_TEST(KVCacheTest, NonFinitePositionFollowsCausality) {
           for (std::size_t n = 0; n < 2; ++n)
             for (std::size_t e = 0; e < 8; ++e) {
               const T value = c.batch_first ? y(n, p, e) : y(p, n, e);
-              const bool nan_wanted = n == 1 || p < 2             ? false
-                                      : p == 2 || std::isnan(bad) ? true
-                                                                  : std::isnan(c.batch_first ? want(n, p, e) : want(p, n, e));
+              const bool nan_wanted = n == 1 || p < 2 ? false
+                                      : p == 2 || std::isnan(bad)
+                                          ? true
+                                          : std::isnan(c.batch_first ? want(n, p, e) : want(p, n, e));
               EXPECT_EQ(std::isnan(value), nan_wanted) << "position " << p << ", sequence " << n;
               if (n == 1 || p < 2) {
                 EXPECT_TRUE(std::isfinite(value)) << "position " << p;

@@ -47,7 +47,8 @@ std::size_t pick(Generator& g, std::size_t lo, std::size_t hi) {  // in [lo, hi]
 // rel * max |finite want| (at least rel).
 template <class T>
 ::testing::AssertionResult agree(const Array<T>& got, const Array<double>& want, double rel) {
-  if (got.size() != want.size()) return ::testing::AssertionFailure() << "sizes " << got.size() << " vs " << want.size();
+  if (got.size() != want.size())
+    return ::testing::AssertionFailure() << "sizes " << got.size() << " vs " << want.size();
   double scale = 1;
   for (double w : want)
     if (std::isfinite(w)) scale = std::max(scale, std::abs(w));
@@ -72,9 +73,9 @@ template <class T>
 struct AttentionCase {
   std::size_t B, H, L, S, E, Ev;
   Array<T> q, k, v;
-  AttnMask<T> mask;        // broadcastable to (B, H, L, S)
+  AttnMask<T> mask;  // broadcastable to (B, H, L, S)
   bool causal = false;
-  double p = 0;            // dropout
+  double p = 0;  // dropout
   std::optional<double> scale;
   std::uint64_t seed = 0;  // dropout's generator
   std::string what;
@@ -163,16 +164,27 @@ AttentionCase<T> draw_case(Generator& g) {
     c.what += std::string(", ") + name + " at row " + std::to_string(r);
   };
   switch (pick(g, 0, 7)) {
-    case 0: place(c.q, L, c.E, nan, "NaN in q"); break;
-    case 1: place(c.k, S, c.E, nan, "NaN in k"); break;
-    case 2: place(c.v, S, c.Ev, nan, "NaN in v"); break;
-    case 3: place(c.k, S, c.E, g.uniform() < 0.5 ? inf : -inf, "Inf in k"); break;
-    case 4: place(c.v, S, c.Ev, inf, "Inf in v"); break;
+    case 0:
+      place(c.q, L, c.E, nan, "NaN in q");
+      break;
+    case 1:
+      place(c.k, S, c.E, nan, "NaN in k");
+      break;
+    case 2:
+      place(c.v, S, c.Ev, nan, "NaN in v");
+      break;
+    case 3:
+      place(c.k, S, c.E, g.uniform() < 0.5 ? inf : -inf, "Inf in k");
+      break;
+    case 4:
+      place(c.v, S, c.Ev, inf, "Inf in v");
+      break;
     case 5:
       c.scale = std::numeric_limits<double>::quiet_NaN();
       c.what += ", scale NaN";
       break;
-    default: break;  // none
+    default:
+      break;  // none
   }
   if (g.uniform() < 0.3) {
     c.p = 0.3;
@@ -203,7 +215,8 @@ Array<double> reference(const AttentionCase<T>& c) {
     for (std::size_t i = 0; i < L; ++i) {
       for (std::size_t j = 0; j < S; ++j) {
         double s = 0;
-        for (std::size_t e = 0; e < E; ++e) s += double(c.q.data()[(b * L + i) * E + e]) * double(c.k.data()[(b * S + j) * E + e]);
+        for (std::size_t e = 0; e < E; ++e)
+          s += double(c.q.data()[(b * L + i) * E + e]) * double(c.k.data()[(b * S + j) * E + e]);
         // the score and the mask's addition rounded to T, as the op computes them (in float,
         // -1e9 + s is -1e9 for |s| < 32: a row of such keys is uniform)
         s = static_cast<T>(s * scale);
@@ -235,7 +248,8 @@ Array<double> reference(const AttentionCase<T>& c) {
       for (std::size_t j = 0; j < S; ++j) {
         const double pd = p[j] * d[j];
         if (pd == 0) continue;
-        for (std::size_t e = 0; e < Ev; ++e) out.data()[(b * L + i) * Ev + e] += pd * double(c.v.data()[(b * S + j) * Ev + e]);
+        for (std::size_t e = 0; e < Ev; ++e)
+          out.data()[(b * L + i) * Ev + e] += pd * double(c.v.data()[(b * S + j) * Ev + e]);
       }
     }
   return out;
@@ -298,11 +312,11 @@ void kv_cache_properties(std::uint64_t seed, int cases) {
     const std::size_t H = pick(g, 1, 2), E = H * pick(g, 1, 3) * 2, N = pick(g, 1, 2), L = pick(g, 1, 7);
     const bool norm_first = g.uniform() < 0.5, batch_first = g.uniform() < 0.5;
     manual_seed(g.next_u64());
-    nn::TransformerEncoderLayer<T> layer(nn::TransformerEncoderLayerOptions(static_cast<std::int64_t>(E),
-                                                                            static_cast<std::int64_t>(H))
-                                             .dim_feedforward(6)
-                                             .norm_first(norm_first)
-                                             .batch_first(batch_first));
+    nn::TransformerEncoderLayer<T> layer(
+        nn::TransformerEncoderLayerOptions(static_cast<std::int64_t>(E), static_cast<std::int64_t>(H))
+            .dim_feedforward(6)
+            .norm_first(norm_first)
+            .batch_first(batch_first));
     layer.eval();
     Array<T> x = randn<T>(batch_first ? Shape{N, L, E} : Shape{L, N, E}, g).value();
     std::string what = "N " + std::to_string(N) + ", L " + std::to_string(L) + ", E " + std::to_string(E) + ", H " +
@@ -330,13 +344,15 @@ void kv_cache_properties(std::uint64_t seed, int cases) {
       std::vector<Tensor<T>> parts;
       for (std::size_t at = 0; at < L;) {
         const std::size_t chunk = way == 0 ? L : way == 2 ? 1 : pick(g, 1, L - at);
-        parts.push_back(nn::forward_cached(layer, slice(Tensor<T>(x), sd, static_cast<std::int64_t>(at),
-                                                        static_cast<std::int64_t>(at + chunk)),
-                                           cache));
+        parts.push_back(nn::forward_cached(
+            layer, slice(Tensor<T>(x), sd, static_cast<std::int64_t>(at), static_cast<std::int64_t>(at + chunk)),
+            cache));
         at += chunk;
       }
-      EXPECT_TRUE(agree(cat<T>(parts, sd).value(), full, tolerance<T>()))
-          << (way == 0 ? "prefill" : way == 1 ? "chunks" : "step by step") << " vs the full forward";
+      EXPECT_TRUE(agree(cat<T>(parts, sd).value(), full, tolerance<T>())) << (way == 0   ? "prefill"
+                                                                              : way == 1 ? "chunks"
+                                                                                         : "step by step")
+                                                                          << " vs the full forward";
     }
   }
 }
@@ -402,9 +418,21 @@ TEST(AttentionNaN, FollowsTheDocumentedRuleOnBothPaths) {
       {"a bool mask hides a NaN key", q0, with(k0, 2, nan), v0, hide2, false, std::nullopt, {0, 1, 1, 0, 1}},
       {"a bool mask hides a NaN value", q0, k0, with(v0, 2, nan), hide2, false, std::nullopt, {0, 1, 1, 0, 1}},
       {"a -inf mask hides a NaN key", q0, with(k0, 2, nan), v0, minus_inf2, false, std::nullopt, {0, 1, 1, 0, 1}},
-      {"-1e9 hides a NaN value (exp underflows to 0)", q0, k0, with(v0, 2, nan), big2, false, std::nullopt,
+      {"-1e9 hides a NaN value (exp underflows to 0)",
+       q0,
+       k0,
+       with(v0, 2, nan),
+       big2,
+       false,
+       std::nullopt,
        {0, 1, 1, 0, 1}},
-      {"-1e9 does not hide a NaN key (NaN - 1e9 is NaN)", q0, with(k0, 2, nan), v0, big2, false, std::nullopt,
+      {"-1e9 does not hide a NaN key (NaN - 1e9 is NaN)",
+       q0,
+       with(k0, 2, nan),
+       v0,
+       big2,
+       false,
+       std::nullopt,
        {1, 1, 1, 1, 1}},
       {"an Inf value hidden by causality", q0, k0, with(v0, 3, inf), {}, true, std::nullopt, {0, 0, 0, -1, -1}},
   };

@@ -24,7 +24,9 @@ struct Pick {
   std::size_t below(std::size_t n) { return static_cast<std::size_t>(g.next_u64() % n); }
   double uniform() { return g.uniform(); }
   template <class V>
-  V of(std::initializer_list<V> values) { return values.begin()[below(values.size())]; }
+  V of(std::initializer_list<V> values) {
+    return values.begin()[below(values.size())];
+  }
 };
 
 // A weight of one of the kinds that broke samplers: zero, denormal, ordinary, huge.
@@ -32,11 +34,16 @@ template <class T>
 T random_weight(Pick& pick) {
   using L = std::numeric_limits<T>;
   switch (pick.below(5)) {
-    case 0: return T(0);
-    case 1: return L::denorm_min() * static_cast<T>(1 + pick.below(1000));
-    case 2: return static_cast<T>(pick.uniform());
-    case 3: return L::max() * static_cast<T>(0.5 + 0.5 * pick.uniform());  // sums overflow
-    default: return static_cast<T>(pick.uniform() * 1e-30);
+    case 0:
+      return T(0);
+    case 1:
+      return L::denorm_min() * static_cast<T>(1 + pick.below(1000));
+    case 2:
+      return static_cast<T>(pick.uniform());
+    case 3:
+      return L::max() * static_cast<T>(0.5 + 0.5 * pick.uniform());  // sums overflow
+    default:
+      return static_cast<T>(pick.uniform() * 1e-30);
   }
 }
 
@@ -77,8 +84,12 @@ void multinomial_properties(std::uint64_t seed) {
   }
 }
 
-TEST(SamplingProperties, MultinomialNeverDrawsAZeroWeightWhateverTheWeightsFloat64) { multinomial_properties<double>(1); }
-TEST(SamplingProperties, MultinomialNeverDrawsAZeroWeightWhateverTheWeightsFloat32) { multinomial_properties<float>(2); }
+TEST(SamplingProperties, MultinomialNeverDrawsAZeroWeightWhateverTheWeightsFloat64) {
+  multinomial_properties<double>(1);
+}
+TEST(SamplingProperties, MultinomialNeverDrawsAZeroWeightWhateverTheWeightsFloat32) {
+  multinomial_properties<float>(2);
+}
 
 // The share of category c in `draws` draws of multinomial(w, draws, replacement), or of the
 // first draw over `draws` calls without replacement.
@@ -148,11 +159,16 @@ TEST(SamplingProperties, HugeNumSamplesAreRefused) {
 template <class T>
 T random_logit(Pick& pick) {
   switch (pick.below(6)) {
-    case 0: return -std::numeric_limits<T>::infinity();
-    case 1: return static_cast<T>(pick.uniform() * 1e30 - 5e29);
-    case 2: return std::numeric_limits<T>::lowest() * static_cast<T>(pick.uniform());
-    case 3: return std::numeric_limits<T>::max() * static_cast<T>(pick.uniform());
-    default: return static_cast<T>(8 * pick.uniform() - 4);
+    case 0:
+      return -std::numeric_limits<T>::infinity();
+    case 1:
+      return static_cast<T>(pick.uniform() * 1e30 - 5e29);
+    case 2:
+      return std::numeric_limits<T>::lowest() * static_cast<T>(pick.uniform());
+    case 3:
+      return std::numeric_limits<T>::max() * static_cast<T>(pick.uniform());
+    default:
+      return static_cast<T>(8 * pick.uniform() - 4);
   }
 }
 
@@ -164,8 +180,8 @@ void sampler_properties(std::uint64_t seed) {
     std::vector<T> logits(N * V);
     for (auto& v : logits) v = random_logit<T>(pick);
     for (std::size_t r = 0; r < N; ++r)  // one finite logit at least
-      if (pick.below(5) == 0 || std::none_of(logits.begin() + r * V, logits.begin() + (r + 1) * V,
-                                             [](T v) { return std::isfinite(v); })) {
+      if (pick.below(5) == 0 ||
+          std::none_of(logits.begin() + r * V, logits.begin() + (r + 1) * V, [](T v) { return std::isfinite(v); })) {
         std::fill(logits.begin() + r * V, logits.begin() + (r + 1) * V, -std::numeric_limits<T>::infinity());
         logits[r * V + pick.below(V)] = static_cast<T>(pick.uniform());
       }

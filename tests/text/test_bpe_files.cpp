@@ -24,22 +24,36 @@ using Ids = std::vector<std::int64_t>;
 // GPT-2's tokenizer.json as transformers writes it, from the fixture's two files.
 nlohmann::json gpt2_tokenizer_json(bool merges_as_pairs) {  // pairs: tokenizers 0.20 and later
   nlohmann::json merges = nlohmann::json::array();
-  for (const auto& [a, b] : gpt2().merges()) merges.push_back(merges_as_pairs ? nlohmann::json{a, b} : nlohmann::json(a + " " + b));
+  for (const auto& [a, b] : gpt2().merges())
+    merges.push_back(merges_as_pairs ? nlohmann::json{a, b} : nlohmann::json(a + " " + b));
   nlohmann::json vocab = nlohmann::json::object();
   for (std::size_t id = 0; id < gpt2().vocab_size(); ++id) vocab[gpt2().tokens()[id]] = id;
   return {{"version", "1.0"},
           {"truncation", nullptr},
           {"padding", nullptr},
           {"added_tokens",
-           {{{"id", 50256}, {"content", "<|endoftext|>"}, {"single_word", false}, {"lstrip", false},
-             {"rstrip", false}, {"normalized", true}, {"special", true}}}},
+           {{{"id", 50256},
+             {"content", "<|endoftext|>"},
+             {"single_word", false},
+             {"lstrip", false},
+             {"rstrip", false},
+             {"normalized", true},
+             {"special", true}}}},
           {"normalizer", nullptr},
-          {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}}},
-          {"post_processor", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", false}, {"use_regex", true}}},
+          {"pre_tokenizer",
+           {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}}},
+          {"post_processor",
+           {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", false}, {"use_regex", true}}},
           {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
           {"model",
-           {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", ""},
-            {"end_of_word_suffix", ""}, {"fuse_unk", false}, {"byte_fallback", false}, {"vocab", vocab},
+           {{"type", "BPE"},
+            {"dropout", nullptr},
+            {"unk_token", nullptr},
+            {"continuing_subword_prefix", ""},
+            {"end_of_word_suffix", ""},
+            {"fuse_unk", false},
+            {"byte_fallback", false},
+            {"vocab", vocab},
             {"merges", merges}}}};
 }
 
@@ -79,13 +93,15 @@ TEST(BPEFiles, FolderLoaderFindsEachLayout) {
   EXPECT_EQ(BPETokenizer::load(dir.str()).vocab_size(), gpt2().vocab_size());
   // tokenizer.json comes first: a broken one is reported, not skipped.
   write_file(dir / "tokenizer.json", "{}");
-  EXPECT_NE(thrown<FormatError>([&] { BPETokenizer::load(dir.str()); }).find("tokenizer.json: no object at the key 'model'"),
-            std::string::npos);
+  EXPECT_NE(
+      thrown<FormatError>([&] { BPETokenizer::load(dir.str()); }).find("tokenizer.json: no object at the key 'model'"),
+      std::string::npos);
 }
 
 TEST(BPEFiles, MissingAndSpecialFilesAreRefused) {
-  EXPECT_NE(thrown<std::runtime_error>([] { BPETokenizer::from_files("/nonexistent/encoder.json", "x"); })
-                .find("/nonexistent/encoder.json"),
+  EXPECT_NE(thrown<std::runtime_error>([] {
+              BPETokenizer::from_files("/nonexistent/encoder.json", "x");
+            }).find("/nonexistent/encoder.json"),
             std::string::npos);
   EXPECT_THROW(BPETokenizer::from_files("/dev/zero", tokenizer_fixture("vocab.bpe")), std::runtime_error);
   EXPECT_THROW(BPETokenizer::from_tokenizer_json("/dev/null"), std::runtime_error);
@@ -130,10 +146,12 @@ TEST(BPEFiles, BadVocabBpeIsRefusedNamingTheFileAndLine) {
             std::string::npos);
   EXPECT_NE(load_error(vocab, "a  b\n").find("vocab.bpe: line 1: expected two tokens"), std::string::npos);
   EXPECT_NE(load_error(vocab, "a b c\n").find("vocab.bpe: line 1"), std::string::npos);
-  EXPECT_NE(load_error(vocab, "a b\nab x\n").find("vocab.bpe: merge 2 ('ab x'): its result 'abx' is not in the vocabulary"),
-            std::string::npos);
-  EXPECT_NE(load_error(vocab, "a zz\n").find("vocab.bpe: merge 1 ('a zz'): its right part 'zz' is not in the vocabulary"),
-            std::string::npos);
+  EXPECT_NE(
+      load_error(vocab, "a b\nab x\n").find("vocab.bpe: merge 2 ('ab x'): its result 'abx' is not in the vocabulary"),
+      std::string::npos);
+  EXPECT_NE(
+      load_error(vocab, "a zz\n").find("vocab.bpe: merge 1 ('a zz'): its right part 'zz' is not in the vocabulary"),
+      std::string::npos);
   EXPECT_NE(load_error(vocab, "a b\na b\n").find("vocab.bpe: merge 2 ('a b') appears twice"), std::string::npos);
 }
 
@@ -142,13 +160,15 @@ TEST(BPEFiles, TokensNoMergeReachesAreSpecial) {
   const auto tok = BPETokenizer::from_json_and_merges(small_vocab({"ab", "<pad>", "\xe4\xb8\xad"}), "a b\n");
   EXPECT_EQ(tok.special_tokens(), (std::map<std::string, std::int64_t>{{"<pad>", 257}, {"\xe4\xb8\xad", 258}}));
   EXPECT_EQ(tok.encode("ab<pad>", xgrad::text::Special::all), (Ids{256, 257}));
-  EXPECT_EQ(tok.decode({258, 256}), "\xe4\xb8\xad" "ab");
+  EXPECT_EQ(tok.decode({258, 256}),
+            "\xe4\xb8\xad"
+            "ab");
 }
 
 std::string tokenizer_json_error(const std::function<void(nlohmann::json&)>& edit) {
-  nlohmann::json j = {{"model", {{"type", "BPE"}, {"vocab", nlohmann::json::parse(small_vocab({"ab"}))},
-                                 {"merges", {"a b"}}}},
-                      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}}}};
+  nlohmann::json j = {
+      {"model", {{"type", "BPE"}, {"vocab", nlohmann::json::parse(small_vocab({"ab"}))}, {"merges", {"a b"}}}},
+      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}}}};
   edit(j);
   return thrown<FormatError>([&] { BPETokenizer::from_tokenizer_json_bytes(j.dump()); });
 }
@@ -163,7 +183,10 @@ TEST(BPEFiles, TokenizerJsonOfAnotherKindIsRefusedByName) {
       {[](nlohmann::json& j) { j["model"].erase("merges"); }, "tokenizer.json: no key 'model.merges'"},
       {[](nlohmann::json& j) { j["model"]["merges"] = 3; }, "tokenizer.json: model.merges must be a list"},
       {[](nlohmann::json& j) { j["model"]["merges"] = {"a b c"}; }, "tokenizer.json: model.merges[0]"},
-      {[](nlohmann::json& j) { j["model"]["merges"] = nlohmann::json::array({nlohmann::json::array({"a", 1})}); }, "tokenizer.json: model.merges[0]: expected"},
+      {[](nlohmann::json& j) {
+         j["model"]["merges"] = nlohmann::json::array({nlohmann::json::array({"a", 1})});
+       },
+       "tokenizer.json: model.merges[0]: expected"},
       {[](nlohmann::json& j) { j["model"]["merges"] = {"a zz"}; },
        "tokenizer.json: model.merges: merge 1 ('a zz'): its right part 'zz' is not in the vocabulary"},
       {[](nlohmann::json& j) { j["model"]["vocab"]["a"] = 7; }, "both have the id 7"},
@@ -171,20 +194,31 @@ TEST(BPEFiles, TokenizerJsonOfAnotherKindIsRefusedByName) {
       {[](nlohmann::json& j) { j["model"]["byte_fallback"] = true; }, "tokenizer.json: model.byte_fallback is true"},
       {[](nlohmann::json& j) { j["model"]["continuing_subword_prefix"] = "##"; },
        "tokenizer.json: model.continuing_subword_prefix is \"##\""},
-      {[](nlohmann::json& j) { j["normalizer"] = {{"type", "NFC"}}; }, "tokenizer.json: normalizer is set (NFC)"},
+      {[](nlohmann::json& j) {
+         j["normalizer"] = {{"type", "NFC"}};
+       },
+       "tokenizer.json: normalizer is set (NFC)"},
       {[](nlohmann::json& j) { j["pre_tokenizer"]["type"] = "Metaspace"; },
        "tokenizer.json: pre_tokenizer.type is 'Metaspace'"},
       {[](nlohmann::json& j) { j.erase("pre_tokenizer"); }, "tokenizer.json: no key 'pre_tokenizer'"},
       {[](nlohmann::json& j) { j["pre_tokenizer"]["add_prefix_space"] = true; },
        "tokenizer.json: pre_tokenizer.add_prefix_space is true"},
       {[](nlohmann::json& j) { j["pre_tokenizer"]["use_regex"] = false; }, "tokenizer.json: pre_tokenizer.use_regex"},
-      {[](nlohmann::json& j) { j["post_processor"] = {{"type", "RobertaProcessing"}}; },
+      {[](nlohmann::json& j) {
+         j["post_processor"] = {{"type", "RobertaProcessing"}};
+       },
        "tokenizer.json: post_processor.type is 'RobertaProcessing'"},
-      {[](nlohmann::json& j) { j["added_tokens"] = {{{"id", 3}, {"content", "<s>"}}}; },
+      {[](nlohmann::json& j) {
+         j["added_tokens"] = {{{"id", 3}, {"content", "<s>"}}};
+       },
        "tokenizer.json: added_tokens[0] ('<s>') and model.vocab["},
-      {[](nlohmann::json& j) { j["added_tokens"] = {{{"id", 300}, {"content", "ab"}}}; },
+      {[](nlohmann::json& j) {
+         j["added_tokens"] = {{{"id", 300}, {"content", "ab"}}};
+       },
        "tokenizer.json: added_tokens[0] ('ab') has the id 300, but model.vocab gives it 256"},
-      {[](nlohmann::json& j) { j["added_tokens"] = {{{"content", "x"}}}; },
+      {[](nlohmann::json& j) {
+         j["added_tokens"] = {{{"content", "x"}}};
+       },
        "tokenizer.json: added_tokens[0] must be an object with an integer 'id'"},
       {[](nlohmann::json& j) { j = nlohmann::json::array(); }, "tokenizer.json: expected a JSON object at the top"},
   };
@@ -214,16 +248,20 @@ TEST(BPEFiles, InMemoryConstructorChecksItsInput) {
   EXPECT_NE(message([&] { BPETokenizer(with({"a"}), {}); }).find("BPETokenizer: the token 'a' appears twice"),
             std::string::npos);
   EXPECT_NE(message([&] { BPETokenizer(with({""}), {}); }).find("the token of id 256 is empty"), std::string::npos);
-  EXPECT_NE(message([&] { BPETokenizer(with({"ab"}), {{"a", "c"}}); }).find("merge 1 ('a c'): its result 'ac'"),
+  EXPECT_NE(message([&] {
+              BPETokenizer(with({"ab"}), {{"a", "c"}});
+            }).find("merge 1 ('a c'): its result 'ac'"),
             std::string::npos);
   EXPECT_NE(message([&] { BPETokenizer(with({"x y"}), {}); }).find("outside GPT-2's byte alphabet"), std::string::npos);
   EXPECT_NE(message([&] { BPETokenizer(bytes, {}, {"<s>"}); }).find("the special token '<s>' is not in the vocabulary"),
             std::string::npos);
-  EXPECT_NE(message([&] { BPETokenizer(with({"ab"}), {{"a", "b"}}, {"ab"}); }).find("its result 'ab' is a special token"),
+  EXPECT_NE(message([&] {
+              BPETokenizer(with({"ab"}), {{"a", "b"}}, {"ab"});
+            }).find("its result 'ab' is a special token"),
             std::string::npos);
-  EXPECT_NE(message([&] { BPETokenizer(std::vector<std::string>(bytes.begin(), bytes.end() - 1), {}); })
-                .find("has no token"),
-            std::string::npos);
+  EXPECT_NE(
+      message([&] { BPETokenizer(std::vector<std::string>(bytes.begin(), bytes.end() - 1), {}); }).find("has no token"),
+      std::string::npos);
 }
 
 }  // namespace

@@ -111,7 +111,8 @@ TEST(BPETrainer, VocabularySizeLimits) {
   const auto bytes_only = train_bpe(lines, BPETrainerOptions(257));
   EXPECT_TRUE(bytes_only.merges().empty());
   EXPECT_EQ(bytes_only.encode("In the").size(), 6u);
-  for (const std::size_t size : {258u, 300u, 1024u}) EXPECT_EQ(train_bpe(lines, BPETrainerOptions(size)).vocab_size(), size);
+  for (const std::size_t size : {258u, 300u, 1024u})
+    EXPECT_EQ(train_bpe(lines, BPETrainerOptions(size)).vocab_size(), size);
   // More than the text can give: it stops when no pair is left.
   const auto small = train_bpe({"abcabc"}, BPETrainerOptions(100000).special_tokens({}));
   EXPECT_EQ(small.merges(), (std::vector<Merge>{{"a", "b"}, {"ab", "c"}, {"abc", "abc"}}));

@@ -78,16 +78,42 @@ TEST(GPT2Tokenizer, DecodeRoundTripsTheCorpus) {
 // bytes that never occur in UTF-8.
 TEST(GPT2Tokenizer, RoundTripsRandomBytes) {
   std::mt19937 rng(30);
-  const std::vector<std::string> atoms = {"a", "Z", "0", "7", " ", "  ", "\n", "\t", "'", "'s", "!", ".", ",",
-                                          "\xc3\xa9", "\xe6\x97\xa5", "\xf0\x9f\x98\x80", "\xc3", "\xe6\x97",
-                                          "\xf0\x9f", "\x80", "\xff", "\xfe", "\xc0\x80", "\xed\xa0\x80",
-                                          "\xc2\x85", "\xef\xbb\xbf", std::string(1, '\0'), "<|endoftext|>"};
+  const std::vector<std::string> atoms = {"a",
+                                          "Z",
+                                          "0",
+                                          "7",
+                                          " ",
+                                          "  ",
+                                          "\n",
+                                          "\t",
+                                          "'",
+                                          "'s",
+                                          "!",
+                                          ".",
+                                          ",",
+                                          "\xc3\xa9",
+                                          "\xe6\x97\xa5",
+                                          "\xf0\x9f\x98\x80",
+                                          "\xc3",
+                                          "\xe6\x97",
+                                          "\xf0\x9f",
+                                          "\x80",
+                                          "\xff",
+                                          "\xfe",
+                                          "\xc0\x80",
+                                          "\xed\xa0\x80",
+                                          "\xc2\x85",
+                                          "\xef\xbb\xbf",
+                                          std::string(1, '\0'),
+                                          "<|endoftext|>"};
   for (int i = 0; i < 300; ++i) {
     std::string s;
     const int n = static_cast<int>(rng() % 40);
     for (int j = 0; j < n; ++j) {
-      if (rng() % 4 == 0) s.push_back(static_cast<char>(rng() % 256));
-      else s += atoms[rng() % atoms.size()];
+      if (rng() % 4 == 0)
+        s.push_back(static_cast<char>(rng() % 256));
+      else
+        s += atoms[rng() % atoms.size()];
     }
     const Ids ids = gpt2().encode(s);
     ASSERT_EQ(gpt2().decode(ids), s) << "case " << i;
@@ -107,13 +133,16 @@ TEST(GPT2Tokenizer, SpecialTokens) {
   EXPECT_EQ(gpt2().encode("<|endoftext|><|endoftext|>", Special::all), (Ids{50256, 50256}));
   EXPECT_EQ(gpt2().encode(" <|endoftext|> x", Special::all), (Ids{220, 50256, 2124}));
   EXPECT_EQ(gpt2().decode({64, 50256, 65}), text);
-  EXPECT_NE(thrown([] { gpt2().encode("x", std::vector<std::string>{"<pad>"}); })
-                .find("BPETokenizer::encode: '<pad>' is not a special token"),
+  EXPECT_NE(thrown([] {
+              gpt2().encode("x", std::vector<std::string>{"<pad>"});
+            }).find("BPETokenizer::encode: '<pad>' is not a special token"),
             std::string::npos);
 }
 
 TEST(GPT2Tokenizer, DecodeRefusesIdsOutsideTheVocabulary) {
-  EXPECT_EQ(thrown<std::invalid_argument>([] { gpt2().decode({1, 50257}); }),
+  EXPECT_EQ(thrown<std::invalid_argument>([] {
+              gpt2().decode({1, 50257});
+            }),
             "BPETokenizer::decode: the id 50257 at position 1 is outside the vocabulary [0, 50257)");
   EXPECT_NE(thrown<std::invalid_argument>([] { gpt2().decode({-1}); }).find("the id -1 at position 0"),
             std::string::npos);
@@ -153,7 +182,7 @@ using Pieces = std::vector<std::string>;
 TEST(Pretokenizer, SplitsAsGPT2) {
   EXPECT_EQ(split("Hello world"), (Pieces{"Hello", " world"}));
   EXPECT_EQ(split("I'm here, they'll go"), (Pieces{"I", "'m", " here", ",", " they", "'ll", " go"}));
-  EXPECT_EQ(split("I'M"), (Pieces{"I", "'", "M"}));  // case-sensitive contractions
+  EXPECT_EQ(split("I'M"), (Pieces{"I", "'", "M"}));      // case-sensitive contractions
   EXPECT_EQ(split("a   b"), (Pieces{"a", "  ", " b"}));  // \s+(?!\S): the last space joins the word
   EXPECT_EQ(split("a   "), (Pieces{"a", "   "}));
   EXPECT_EQ(split("x\n\n y"), (Pieces{"x", "\n\n", " y"}));
@@ -169,10 +198,12 @@ TEST(Pretokenizer, SplitsAsGPT2) {
 TEST(Pretokenizer, InvalidBytesAreOtherCharacters) {
   // As Python's surrogate escapes: an invalid byte is neither letter, number nor space.
   EXPECT_EQ(split(" \xff! x"), (Pieces{" \xff!", " x"}));
-  EXPECT_EQ(split("ab\xff" "cd"), (Pieces{"ab", "\xff", "cd"}));
+  EXPECT_EQ(split("ab\xff"
+                  "cd"),
+            (Pieces{"ab", "\xff", "cd"}));
   EXPECT_EQ(split("caf\xc3"), (Pieces{"caf", "\xc3"}));
   EXPECT_EQ(split("12\xe2\x82 x"), (Pieces{"12", "\xe2\x82", " x"}));
-  EXPECT_EQ(split("\xed\xa0\x80"), (Pieces{"\xed\xa0\x80"}));  // an encoded surrogate: 3 invalid bytes
+  EXPECT_EQ(split("\xed\xa0\x80"), (Pieces{"\xed\xa0\x80"}));          // an encoded surrogate: 3 invalid bytes
   EXPECT_EQ(split("\xee\x80\x80\xff"), (Pieces{"\xee\x80\x80\xff"}));  // U+E000 (private use) beside one
 }
 

@@ -296,10 +296,12 @@ TEST(TrainerCli, PathFlagsRefuseSpecialFiles) {
   const std::string fifo = (dir / "fifo").string();
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   for (const std::string flag : {"--checkpoint", "--csv", "--save-weights", "--resume"}) {
-    EXPECT_EQ(flag_error(flag + " " + fifo), flag + ": expected a regular file, got '" + fifo + "', a FIFO (named pipe)");
+    EXPECT_EQ(flag_error(flag + " " + fifo),
+              flag + ": expected a regular file, got '" + fifo + "', a FIFO (named pipe)");
     EXPECT_EQ(flag_error(flag + " /dev/zero"), flag + ": expected a regular file, got '/dev/zero', a character device");
   }
-  EXPECT_EQ(flag_error("--csv " + dir.string()), "--csv: expected a regular file, got '" + dir.string() + "', a folder");
+  EXPECT_EQ(flag_error("--csv " + dir.string()),
+            "--csv: expected a regular file, got '" + dir.string() + "', a folder");
   EXPECT_EQ(flag_error("--csv " + (dir / "new.csv").string()), "");  // nothing there yet
   EXPECT_EQ(train::special_file_kind(fifo), "a FIFO (named pipe)");
   EXPECT_EQ(train::special_file_kind((dir / "none").string()), "");
@@ -470,7 +472,8 @@ void expect_sigint_handler(void (*handler)(int), int flags, const char* when) {
 // fit() installs its own SIGINT handler and gives the program's back when it returns (every step
 // done, or stopped by Ctrl-C) and when it throws: the program's next Ctrl-C reaches its handler.
 TEST_F(TrainerRun, FitGivesTheProgramsSigintHandlerBack) {
-  struct sigaction mine {}, before {};
+  struct sigaction mine {
+  }, before{};
   mine.sa_handler = program_sigint;
   sigemptyset(&mine.sa_mask);
   mine.sa_flags = SA_RESTART;
@@ -561,8 +564,9 @@ TEST(TrainerFit, AnUndefinedLossIsRefusedNamingTheStep) {
     trainer.fit([&](int step) { return step == 2 ? xgrad::Tensor<float>() : s.loss(step); }, [] { return 0.0; });
     ADD_FAILURE() << "not refused";
   } catch (const std::invalid_argument& e) {
-    EXPECT_STREQ(e.what(), "Trainer::fit: training_step(2) returned an undefined tensor: expected the loss of the "
-                           "step's batch (a scalar with a graph)");
+    EXPECT_STREQ(e.what(),
+                 "Trainer::fit: training_step(2) returned an undefined tensor: expected the loss of the "
+                 "step's batch (a scalar with a graph)");
   }
 }
 

@@ -58,7 +58,6 @@ Array<T> cached_array(const S& shape, std::size_t numel) {
 }
 }  // namespace detail
 
-
 // The one allocation path for the library's arrays: every tensor value and gradient, index array
 // (IndexArray) and mask (BoolArray) is made here, from_shape is called nowhere else.
 //

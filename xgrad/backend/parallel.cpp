@@ -125,8 +125,9 @@ class Pool {
       if (spins < 4096) XGRAD_CPU_RELAX();
       else std::this_thread::yield();
     }
-    if (observe) observe({detail::PoolEvent::Kind::Job, t_worker, generation_, job_.published_ns, job_.published_ns,
-                          now_ns(), n, false});
+    if (observe)
+      observe({detail::PoolEvent::Kind::Job, t_worker, generation_, job_.published_ns, job_.published_ns, now_ns(), n,
+               false});
     if (error_) std::rethrow_exception(error_);
   }
 

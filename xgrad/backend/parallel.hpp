@@ -60,12 +60,12 @@ void set_thread_start_hook(void (*hook)(int worker));
 // std::chrono::steady_clock nanoseconds. Without an observer the pool pays one relaxed load per job.
 struct PoolEvent {
   enum class Kind { Job, Chunk } kind;
-  int worker;                  // 0: the job's caller; 1..n-1: the pool's threads
-  std::uint64_t job;           // the job's number
-  std::int64_t publish_ns;     // when the job was published
+  int worker;               // 0: the job's caller; 1..n-1: the pool's threads
+  std::uint64_t job;        // the job's number
+  std::int64_t publish_ns;  // when the job was published
   std::int64_t start_ns, end_ns;
-  std::size_t items;           // the job's n, or the chunk's items
-  bool first;                  // a chunk: the first this thread ran of this job
+  std::size_t items;  // the job's n, or the chunk's items
+  bool first;         // a chunk: the first this thread ran of this job
 };
 using PoolObserver = void (*)(const PoolEvent&);
 void set_pool_observer(PoolObserver observer);  // nullptr: none

@@ -48,8 +48,10 @@ void warn_once(const char* file, int line, const std::string& message) {
   if (!site.second) return;
   const Warning warning{message, file, line};
   try {
-    if (w.handler) w.handler(warning);
-    else print_to_stderr(warning);
+    if (w.handler)
+      w.handler(warning);
+    else
+      print_to_stderr(warning);
   } catch (...) {
     // A handler that throws makes the warning an error: the call did not go through, so the
     // next call from the site raises again (Python's "error" filter).

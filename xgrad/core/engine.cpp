@@ -258,7 +258,8 @@ void with_backward_callbacks(F&& pass) {
 template <class T>
 void run_backward(const Tensor<T>& root, Array<T> gradient, bool retain_graph) {
   const std::shared_ptr<Node<T>>& r = root.node();
-  XGRAD_CHECK(r != nullptr, "backward: called on an undefined tensor (a default-constructed Tensor, with no value "
+  XGRAD_CHECK(r != nullptr,
+              "backward: called on an undefined tensor (a default-constructed Tensor, with no value "
               "and no graph)");
   XGRAD_CHECK(r->requires_grad, "backward: the tensor does not require grad and has no graph "
               "(did it come from inputs without requires_grad, or under a NoGradGuard?)");
@@ -401,7 +402,8 @@ void run_backward_pass(const std::vector<std::shared_ptr<Node<T>>>& roots, std::
           running_backward_op = nullptr;
           throw OutOfMemoryError(detail::concat("the backward of '", node.op, "'"),
                                  detail::concat("(an allocation failed while computing the gradients for its "
-                                                "output of shape ", node.value.shape(), ")"));
+                                                "output of shape ",
+                                                node.value.shape(), ")"));
         } catch (...) {
           running_backward_op = nullptr;
           throw;

@@ -98,12 +98,16 @@ inline std::string demangle(const char* mangled) {
 }
 // The name of X's nodes, as PyTorch names a custom Function's grad_fn: "my::SiLUBackward". Never
 // one of the built-in ops' names (an exporter would take the Function for that op).
-template <class X> const char* node_name() {
+template <class X>
+const char* node_name() {
   static const std::string name = demangle(typeid(X).name()) + "Backward";
   return name.c_str();
 }
 // "autograd::Function my::SiLU", for messages.
-template <class X> std::string function_name() { return "autograd::Function " + demangle(typeid(X).name()); }
+template <class X>
+std::string function_name() {
+  return "autograd::Function " + demangle(typeid(X).name());
+}
 
 template <class A> struct tensor_type { using type = void; };
 template <class U> struct tensor_type<Tensor<U>> { using type = U; };
@@ -143,7 +147,8 @@ struct Function {
     }();
     if (trace::active()) trace::function_outputs<T>(typeid(X).name(), out);  // for onnx's messages
     if constexpr (std::is_same_v<Out, Tensor<T>>) {
-      XGRAD_CHECK(out.defined(), detail::function_name<X>(), ": forward returned an undefined tensor; expected "
+      XGRAD_CHECK(out.defined(), detail::function_name<X>(),
+                  ": forward returned an undefined tensor; expected "
                   "a defined one (an output that gets no gradient: ctx->mark_non_differentiable)");
       if (!any_grad || ctx->non_differentiable_.count(out.node().get())) return out;
       return make_result<T>(detail::node_name<X>(), take_value(out), inputs, [ctx](Node<T>& node) {
@@ -152,7 +157,8 @@ struct Function {
     } else {
       for (std::size_t k = 0; k < out.size(); ++k)
         XGRAD_CHECK(out[k].defined(), detail::function_name<X>(), ": forward returned an undefined tensor as output ",
-                    k, " of ", out.size(), "; expected a defined one (an output that gets no gradient: "
+                    k, " of ", out.size(),
+                    "; expected a defined one (an output that gets no gradient: "
                     "ctx->mark_non_differentiable)");
       return wrap_outputs<T>(ctx, inputs, std::move(out), any_grad);
     }

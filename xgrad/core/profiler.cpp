@@ -181,9 +181,12 @@ std::string shapes_text(const Shapes& shapes) {
 // torch's time format: "12.345us", "1.234ms", "2.345s".
 std::string format_time(double ns) {
   char buf[32];
-  if (ns >= 1e9) std::snprintf(buf, sizeof buf, "%.3fs", ns / 1e9);
-  else if (ns >= 1e6) std::snprintf(buf, sizeof buf, "%.3fms", ns / 1e6);
-  else std::snprintf(buf, sizeof buf, "%.3fus", ns / 1e3);
+  if (ns >= 1e9)
+    std::snprintf(buf, sizeof buf, "%.3fs", ns / 1e9);
+  else if (ns >= 1e6)
+    std::snprintf(buf, sizeof buf, "%.3fms", ns / 1e6);
+  else
+    std::snprintf(buf, sizeof buf, "%.3fus", ns / 1e3);
   return buf;
 }
 
@@ -197,10 +200,18 @@ std::string json_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           char buf[8];
@@ -452,8 +463,7 @@ std::string Profile::pool_table() const {
     std::snprintf(line, sizeof line, "%8d  %12s  %12s  %7s  %8lld  %9lld  %13s  %13s\n", s.worker,
                   format_time(double(s.busy_ns)).c_str(), format_time(double(s.idle_ns)).c_str(),
                   format_percent(double(s.busy_ns), double(duration_ns())).c_str(), static_cast<long long>(s.tasks),
-                  static_cast<long long>(s.wakeups),
-                  s.worker == 0 ? "-" : format_time(s.mean_wake_latency_ns).c_str(),
+                  static_cast<long long>(s.wakeups), s.worker == 0 ? "-" : format_time(s.mean_wake_latency_ns).c_str(),
                   s.worker == 0 ? "-" : format_time(double(s.max_wake_latency_ns)).c_str());
     out << line;
   }
@@ -531,12 +541,18 @@ const FunctionEventAvg& EventList::at(const std::string& key) const {
 std::string EventList::table(const std::string& sort_by, int row_limit) const {
   using Key = double (*)(const FunctionEventAvg&);
   Key key = nullptr;
-  if (sort_by == "self_cpu_time_total") key = [](const FunctionEventAvg& r) { return double(r.self_cpu_time_total_ns); };
-  else if (sort_by == "cpu_time_total") key = [](const FunctionEventAvg& r) { return double(r.cpu_time_total_ns); };
-  else if (sort_by == "cpu_time") key = [](const FunctionEventAvg& r) { return r.cpu_time_ns(); };
-  else if (sort_by == "count") key = [](const FunctionEventAvg& r) { return double(r.count); };
-  XGRAD_CHECK(key != nullptr, "profiler::EventList::table: sort_by must be self_cpu_time_total, cpu_time_total, "
-              "cpu_time or count, got '", sort_by, "'");
+  if (sort_by == "self_cpu_time_total")
+    key = [](const FunctionEventAvg& r) { return double(r.self_cpu_time_total_ns); };
+  else if (sort_by == "cpu_time_total")
+    key = [](const FunctionEventAvg& r) { return double(r.cpu_time_total_ns); };
+  else if (sort_by == "cpu_time")
+    key = [](const FunctionEventAvg& r) { return r.cpu_time_ns(); };
+  else if (sort_by == "count")
+    key = [](const FunctionEventAvg& r) { return double(r.count); };
+  XGRAD_CHECK(key != nullptr,
+              "profiler::EventList::table: sort_by must be self_cpu_time_total, cpu_time_total, "
+              "cpu_time or count, got '",
+              sort_by, "'");
   std::vector<const FunctionEventAvg*> sorted;
   double self_total = 0;
   for (const FunctionEventAvg& r : rows_) {
@@ -545,7 +561,8 @@ std::string EventList::table(const std::string& sort_by, int row_limit) const {
   }
   std::stable_sort(sorted.begin(), sorted.end(),
                    [key](const FunctionEventAvg* a, const FunctionEventAvg* b) { return key(*a) > key(*b); });
-  if (row_limit >= 0 && sorted.size() > static_cast<std::size_t>(row_limit)) sorted.resize(static_cast<std::size_t>(row_limit));
+  if (row_limit >= 0 && sorted.size() > static_cast<std::size_t>(row_limit))
+    sorted.resize(static_cast<std::size_t>(row_limit));
 
   std::size_t name_width = 4, shapes_width = 12;
   for (const FunctionEventAvg* r : sorted) {
@@ -576,9 +593,9 @@ std::string EventList::table(const std::string& sort_by, int row_limit) const {
   rule();
   for (const FunctionEventAvg* r : sorted)
     cells(r->key,
-          {format_percent(double(r->self_cpu_time_total_ns), self_total), format_time(double(r->self_cpu_time_total_ns)),
-           format_percent(double(r->cpu_time_total_ns), self_total), format_time(double(r->cpu_time_total_ns)),
-           format_time(r->cpu_time_ns()), std::to_string(r->count)},
+          {format_percent(double(r->self_cpu_time_total_ns), self_total),
+           format_time(double(r->self_cpu_time_total_ns)), format_percent(double(r->cpu_time_total_ns), self_total),
+           format_time(double(r->cpu_time_total_ns)), format_time(r->cpu_time_ns()), std::to_string(r->count)},
           r->input_shapes);
   rule();
   out << "Self CPU time total: " << format_time(self_total) << '\n';

@@ -62,10 +62,10 @@ struct Event {
   };
   std::string name;
   Kind kind = Kind::Op;
-  int thread = 0;                    // the profile's number for the thread (0: the first seen)
+  int thread = 0;  // the profile's number for the thread (0: the first seen)
   std::int64_t start_ns = 0, end_ns = 0;
-  std::int64_t self_ns = 0;          // end - start less the op and range events directly inside
-  int parent = -1;                   // the op or range directly around it (index in events()), or -1
+  std::int64_t self_ns = 0;                             // end - start less the op and range events directly inside
+  int parent = -1;                                      // the op or range directly around it (index in events()), or -1
   std::vector<std::vector<std::int64_t>> input_shapes;  // ops, with record_shapes
   // Pool events: the worker (0: the job's caller, 1..n-1: the pool's threads), the job's number,
   // the items in the job or chunk, and for a worker's first chunk of a job its wake-up latency.
@@ -79,7 +79,7 @@ struct Event {
 // One row of key_averages(): every op or range of one name (and input shapes, when grouped).
 struct FunctionEventAvg {
   std::string key;
-  std::string input_shapes;          // "[[8, 32], [32]]" when grouped by input shape
+  std::string input_shapes;  // "[[8, 32], [32]]" when grouped by input shape
   std::int64_t count = 0;
   std::int64_t self_cpu_time_total_ns = 0;
   std::int64_t cpu_time_total_ns = 0;
@@ -107,12 +107,12 @@ class EventList {
 
 // What one thread of the pool did during the profile.
 struct WorkerStats {
-  int worker = 0;                      // 0: the callers of the jobs; 1..n-1: the pool's threads
-  std::int64_t busy_ns = 0;            // running chunks
-  std::int64_t idle_ns = 0;            // the profile's duration less busy_ns
-  std::int64_t tasks = 0;              // chunks run
-  std::int64_t wakeups = 0;            // jobs it joined (a worker's first chunk of a job)
-  double mean_wake_latency_ns = 0;     // from the job's publication to that first chunk
+  int worker = 0;                   // 0: the callers of the jobs; 1..n-1: the pool's threads
+  std::int64_t busy_ns = 0;         // running chunks
+  std::int64_t idle_ns = 0;         // the profile's duration less busy_ns
+  std::int64_t tasks = 0;           // chunks run
+  std::int64_t wakeups = 0;         // jobs it joined (a worker's first chunk of a job)
+  double mean_wake_latency_ns = 0;  // from the job's publication to that first chunk
   std::int64_t max_wake_latency_ns = 0;
 };
 

@@ -133,7 +133,8 @@ RemovableHandle Tensor<T>::add_grad_hook(GradHook hook) {
 
 template <class T>
 void Tensor<T>::backward(bool retain_graph) const {
-  XGRAD_CHECK(node_ != nullptr, "backward: called on an undefined tensor (a default-constructed Tensor, with no "
+  XGRAD_CHECK(node_ != nullptr,
+              "backward: called on an undefined tensor (a default-constructed Tensor, with no "
               "value and no graph)");
   XGRAD_CHECK(numel() == 1, "backward: grad can be implicitly created only for scalar outputs; got shape ",
               shape(), " (pass a gradient of that shape)");
@@ -142,7 +143,8 @@ void Tensor<T>::backward(bool retain_graph) const {
 
 template <class T>
 void Tensor<T>::backward(const Array<T>& gradient, bool retain_graph) const {
-  XGRAD_CHECK(node_ != nullptr, "backward: called on an undefined tensor (a default-constructed Tensor, with no "
+  XGRAD_CHECK(node_ != nullptr,
+              "backward: called on an undefined tensor (a default-constructed Tensor, with no "
               "value and no graph)");
   XGRAD_CHECK(gradient.shape() == value().shape(), "backward: expected a gradient of shape ", shape(),
               ", got ", gradient.shape());

@@ -26,8 +26,10 @@ template <class T>
 class Tensor;
 
 namespace detail {
-template <class F> struct is_std_function : std::false_type {};
-template <class S> struct is_std_function<std::function<S>> : std::true_type {};
+template <class F>
+struct is_std_function : std::false_type {};
+template <class S>
+struct is_std_function<std::function<S>> : std::true_type {};
 }  // namespace detail
 
 // What registering a hook returns: remove() unregisters the hook (torch.utils.hooks.RemovableHandle).
@@ -184,7 +186,8 @@ class Tensor {
     using R = std::invoke_result_t<F&, const Array<T>&>;
     using D = std::decay_t<F>;
     if constexpr (detail::is_std_function<D>::value || std::is_pointer_v<D>)
-      XGRAD_CHECK(static_cast<bool>(hook), "register_hook: the hook is empty (an empty std::function or a null "
+      XGRAD_CHECK(static_cast<bool>(hook),
+                  "register_hook: the hook is empty (an empty std::function or a null "
                   "function pointer); expected a callable taking const Array<T>&");
     if constexpr (std::is_void_v<R>) {
       return add_grad_hook([h = D(std::forward<F>(hook))](const Array<T>& g) mutable -> std::optional<Array<T>> {

@@ -70,12 +70,16 @@ TokenDtype token_dtype_for(std::uint64_t vocab_size) {
 // ---- writing ---------------------------------------------------------------------------------
 
 TokenFileWriter::TokenFileWriter(std::ostream& out, const std::string& path, const TokenFileOptions& options)
-    : out_(out), path_(path), options_(options), hash_(kFnvBasis), staging_(kChunk),
+    : out_(out),
+      path_(path),
+      options_(options),
+      hash_(kFnvBasis),
+      staging_(kChunk),
       bytes_(kChunk * token_dtype_bytes(options.dtype())) {
   const std::uint64_t dtype_limit = options.dtype() == TokenDtype::UInt16 ? 65536ULL : 4294967296ULL;
   XGRAD_CHECK(options.vocab_size() <= dtype_limit, "write_token_file: '", path, "': a vocabulary of ",
-              options.vocab_size(), " ids does not fit ", token_dtype_name(options.dtype()), " (at most ",
-              dtype_limit, "): use TokenDtype::UInt32");
+              options.vocab_size(), " ids does not fit ", token_dtype_name(options.dtype()), " (at most ", dtype_limit,
+              "): use TokenDtype::UInt32");
   limit_ = options.vocab_size() > 0 ? options.vocab_size() : dtype_limit;
 }
 

@@ -77,7 +77,7 @@ Tensor<T> GPT<T>::forward_cached(const IndexArray& idx_new, std::vector<nn::KVCa
   XGRAD_CHECK(past + t <= config_.block_size, "GPT::forward_cached: cannot forward ", t, " positions after ", past,
               " cached ones: block size is only ", config_.block_size);
   IndexArray positions = empty_array<std::int64_t>({static_cast<std::size_t>(t)}, "GPT::forward_cached");
-  std::iota(positions.begin(), positions.end(), past);  // past, ..., past + t - 1
+  std::iota(positions.begin(), positions.end(), past);                                 // past, ..., past + t - 1
   const Tensor<T> x = drop->forward(wte->forward(idx_new) + wpe->forward(positions));  // (N, t, C)
   return linear(ln_f->forward(nn::forward_cached(*h, x, caches)), wte->weight);
 }
@@ -92,12 +92,12 @@ IndexArray GPT<T>::generate(const IndexArray& idx, std::int64_t max_new_tokens, 
               config_.block_size, "] (0: none), got ", window);
   const std::int64_t n = static_cast<std::int64_t>(idx.shape(0)), t0 = static_cast<std::int64_t>(idx.shape(1));
   // The length of the result, t0 + max_new_tokens, checked: INT64_MAX new tokens would wrap.
-  const std::int64_t total_length = checked_add(t0, max_new_tokens, "GPT::generate",
-                                                "the length of the result (prompt length + max_new_tokens)");
+  const std::int64_t total_length =
+      checked_add(t0, max_new_tokens, "GPT::generate", "the length of the result (prompt length + max_new_tokens)");
   // The last forward sees the sequence without its last new token.
   XGRAD_CHECK(window > 0 || total_length - 1 <= config_.block_size, "GPT::generate: ", t0, " tokens and ",
-              max_new_tokens, " new ones exceed the block size ", config_.block_size,
-              ": generate at most ", std::max<std::int64_t>(0, config_.block_size - t0 + 1),
+              max_new_tokens, " new ones exceed the block size ", config_.block_size, ": generate at most ",
+              std::max<std::int64_t>(0, config_.block_size - t0 + 1),
               ", or pass a window to keep the last tokens of a longer sequence");
   options.check();
   NoGradGuard no_grad;

@@ -64,8 +64,8 @@ class KVCache {
   // on first use, makes room for `t` more positions and returns the position the new ones start
   // at; when it throws the cache is as before. The caller then writes them with key()/value(),
   // calls note_nonfinite_values() if a value it wrote is Inf or NaN, and commit(t).
-  std::int64_t prepare(const char* who, const Owner& owner, std::size_t batch, std::size_t heads,
-                       std::size_t head_dim, bool batch_first, std::size_t t);
+  std::int64_t prepare(const char* who, const Owner& owner, std::size_t batch, std::size_t heads, std::size_t head_dim,
+                       bool batch_first, std::size_t t);
   void commit(std::size_t t) { length_ += static_cast<std::int64_t>(t); }
   void note_nonfinite_values() { nonfinite_values_ = true; }
   // Whether a value written since the cache was last empty may be Inf or NaN (then the attention

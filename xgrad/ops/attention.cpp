@@ -166,10 +166,10 @@ void detail::gemm_zeros_pass_nothing(bool bf16, bool trans_a, std::size_t m, std
 }
 
 #define XGRAD_INSTANTIATE(T)                                                                                       \
-  template T detail::row_max<T>(const T*, std::size_t);                                                             \
-  template bool detail::has_nan<T>(const T*, std::size_t);                                                          \
-  template void detail::probabilities<T>(T*, std::size_t, T, T);                                                    \
-  template void detail::softmax_row<T>(T*, std::size_t);                                                            \
+  template T detail::row_max<T>(const T*, std::size_t);                                                            \
+  template bool detail::has_nan<T>(const T*, std::size_t);                                                         \
+  template void detail::probabilities<T>(T*, std::size_t, T, T);                                                   \
+  template void detail::softmax_row<T>(T*, std::size_t);                                                           \
   template void detail::gemm_zeros_pass_nothing<T>(bool, bool, std::size_t, std::size_t, std::size_t, T, const T*, \
                                                    std::size_t, const T*, std::size_t, T, T*, std::size_t);
 XGRAD_INSTANTIATE(float)
@@ -250,8 +250,8 @@ void attention_forward(const Mat<T*>& out, const Mat<T*>& w, T* P, const Qkv<con
 // Zeros pass nothing, as in the forward: where P, D or dA is 0 the products leave out the other
 // factor, NaN or not (gemm_zeros_pass_nothing), so a masked or dropped key gets and gives no NaN.
 template <class T>
-void attention_backward(const Qkv<T*>& d, const Mat<const T*>& dout, const Mat<const T*>& dw, const T* P, const Qkv<const T*>& in, const T* D, const Dims& n, T alpha,
-                        bool bf16) {
+void attention_backward(const Qkv<T*>& d, const Mat<const T*>& dout, const Mat<const T*>& dw, const T* P,
+                        const Qkv<const T*>& in, const T* D, const Dims& n, T alpha, bool bf16) {
   const std::size_t L = n.L, S = n.S, E = n.E, Ev = n.Ev;
   const bool need_scores = d.q.base || d.k.base;
   detail::parallel_for(n.B, batch_grain(n), [&](std::size_t b0, std::size_t b1) {

@@ -162,9 +162,8 @@ void softmax_row(T* row, std::size_t n);
 // (a NaN scale) reach them. When alpha and B are finite (the common case) this is one
 // gemm_autocast after a scan of B.
 template <class T>
-void gemm_zeros_pass_nothing(bool bf16, bool trans_a, std::size_t m, std::size_t n, std::size_t k, T alpha,
-                             const T* a, std::size_t lda, const T* b, std::size_t ldb, T beta, T* c,
-                             std::size_t ldc);
+void gemm_zeros_pass_nothing(bool bf16, bool trans_a, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a,
+                             std::size_t lda, const T* b, std::size_t ldb, T beta, T* c, std::size_t ldc);
 
 // A Mat of the node with an offset in place of the base pointer: into input `input` (q, k, v) or
 // into the node's value (O, W).

@@ -142,8 +142,8 @@ void tiled_forward(const Mat<T*>& out, const RowStats<T*>& stats, const Qkv<cons
           }
         }
         // O~ += (P~ * D) v_j
-        detail::gemm_zeros_pass_nothing<T>(bf16, false, rows, Ev, cols, T(1), a.data(), cols, in.v.row(b, j0),
-                                           in.v.ld, T(1), acc.data(), Ev);
+        detail::gemm_zeros_pass_nothing<T>(bf16, false, rows, Ev, cols, T(1), a.data(), cols, in.v.row(b, j0), in.v.ld,
+                                           T(1), acc.data(), Ev);
       }
       // O = O~ / l: 0 when every key is masked, NaN when a logit is
       for (std::size_t r = 0; r < rows; ++r) {
@@ -170,9 +170,9 @@ void zero_rows(const Mat<T*>& x, std::size_t b, std::size_t r0, std::size_t r1, 
 // From dO (B, L, Ev), the forward's O and row statistics -> d.q (B, L, E), d.k (B, S, E),
 // d.v (B, S, Ev), each overwritten; null ones are skipped.
 template <class T>
-void tiled_backward(const Qkv<T*>& d, const Mat<const T*>& dout, const Mat<const T*>& out, const RowStats<const T*>& stats,
-                    const Qkv<const T*>& in, const MaskView<T>& mask, const AttentionDropout& dropout, const Dims& n,
-                    T alpha, bool bf16, Tiles t) {
+void tiled_backward(const Qkv<T*>& d, const Mat<const T*>& dout, const Mat<const T*>& out,
+                    const RowStats<const T*>& stats, const Qkv<const T*>& in, const MaskView<T>& mask,
+                    const AttentionDropout& dropout, const Dims& n, T alpha, bool bf16, Tiles t) {
   const std::size_t L = n.L, S = n.S, E = n.E, Ev = n.Ev;
   const bool need_scores = d.q.base || d.k.base;
   const T neg_inf = -std::numeric_limits<T>::infinity();
@@ -261,8 +261,8 @@ Tensor<T> detail::tiled_attention_node(std::vector<Tensor<T>> inputs, const Node
   Array<T> m = empty_array<T>({n.B, n.L}, kAttentionOp), inv_l = empty_array<T>({n.B, n.L}, kAttentionOp);
   const bool bf16 = detail::autocast_gemm<T>();  // here, not on the pool threads; recorded for the backward
   tiled_forward<T>(l.o.at(out.data()), RowStats<T*>{m.data(), inv_l.data()},
-                   read_qkv<T>(l, [&](std::size_t i) { return inputs[i].value().data(); }),
-                   MaskView<T>(mask, n.L, n.S), dropout, n, alpha, bf16, t);
+                   read_qkv<T>(l, [&](std::size_t i) { return inputs[i].value().data(); }), MaskView<T>(mask, n.L, n.S),
+                   dropout, n, alpha, bf16, t);
 
   const std::size_t count = inputs.size();
   return make_result<T>(

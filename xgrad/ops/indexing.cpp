@@ -51,8 +51,7 @@ Tensor<T> index_select(const Tensor<T>& a, std::int64_t dim, const IndexArray& i
     for (std::size_t j = 0; j < m; ++j)
       std::memcpy(y.data() + (o * m + j) * inner, src + (o * size + rows[j]) * inner, inner * sizeof(T));
   XGRAD_TRACE_NOTE("index_select", {"dim", k}, {"index", index});
-  return make_result<T>("index_select", std::move(y), {a},
-                        [outer, size, inner, rows = std::move(rows)](Node<T>& out) {
+  return make_result<T>("index_select", std::move(y), {a}, [outer, size, inner, rows = std::move(rows)](Node<T>& out) {
     Array<T> g = full_array<T>(out.input_shape(0), T(0), "index_select (backward)");
     const std::size_t m = rows.size();
     const T* pg = out.grad.data();

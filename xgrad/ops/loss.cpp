@@ -53,7 +53,8 @@ Tensor<T> mse_loss(const Tensor<T>& input, const Tensor<T>& target, const std::s
   // refused does not spend the call site's warning.
   if (target.shape() != input.shape())
     XGRAD_WARN_ONCE("mse_loss: using a target size ", target.shape(), " that is different to the input size ",
-                    input.shape(), ". This will likely lead to incorrect results due to broadcasting. Please "
+                    input.shape(),
+                    ". This will likely lead to incorrect results due to broadcasting. Please "
                     "ensure they have the same size.");
   T* pd = d.data();
   const std::size_t n = d.size();
@@ -199,9 +200,10 @@ Tensor<T> cross_entropy(const Tensor<T>& logits, const IndexArray& target, std::
     if (pl) pl[p] = static_cast<T>(loss);
     total += loss;
   }
-  Array<T> y = red == Reduction::none ? std::move(losses)
-                                      : scalar_array<T>("cross_entropy", red == Reduction::sum ? total
-                                                                             : total / static_cast<double>(s.count));
+  Array<T> y =
+      red == Reduction::none
+          ? std::move(losses)
+          : scalar_array<T>("cross_entropy", red == Reduction::sum ? total : total / static_cast<double>(s.count));
 
   return make_result<T>("cross_entropy", std::move(y), {logits}, [saved](Node<T>& out) {
     if (!out.input_needs_grad(0)) return;

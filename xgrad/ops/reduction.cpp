@@ -267,7 +267,8 @@ std::pair<Tensor<T>, IndexArray> max(const Tensor<T>& a, std::int64_t dim, bool 
     inner = detail::numel(in, k + 1, in.size());
   }
   constexpr std::size_t none = std::numeric_limits<std::size_t>::max();
-  std::vector<std::size_t> arg = scratch_vector<std::size_t>(plan.out_size, none, "max");  // flat input index of each maximum
+  std::vector<std::size_t> arg =
+      scratch_vector<std::size_t>(plan.out_size, none, "max");  // flat input index of each maximum
   const T* px = a.value().data();
   // Row-major order visits each output's candidates in increasing position: ties keep the first.
   visit(plan, [&](std::size_t i, std::size_t o) {

@@ -33,7 +33,8 @@ void Adagrad<T>::step_group(ParamGroup<T>& group) {
     const Array<T>& grad = p.grad();
     Array<T>& value = p.mutable_value();
     ParamState<T>& state = this->state_of(p);
-    if (!state.has("sum")) state.set("sum", full_array<T>(value.shape(), static_cast<T>(o.initial_accumulator_value()), "Adagrad"));
+    if (!state.has("sum"))
+      state.set("sum", full_array<T>(value.shape(), static_cast<T>(o.initial_accumulator_value()), "Adagrad"));
     T* sum = state.at("sum").data();
     state.step += 1;
     const T neg_clr = static_cast<T>(-(o.lr() / (1.0 + static_cast<double>(state.step - 1) * o.lr_decay())));

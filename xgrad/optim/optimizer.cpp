@@ -145,8 +145,8 @@ void Optimizer<T>::add_param_group(ParamGroup<T> group) {
 template <class T>
 void Optimizer<T>::step() {
   // torch.profiler's name for it: "Optimizer.step#Adam.step".
-  const profiler::RecordFunction profiled(
-      profiler::detail::on() ? "Optimizer.step#" + std::string(name()) + ".step" : std::string());
+  const profiler::RecordFunction profiled(profiler::detail::on() ? "Optimizer.step#" + std::string(name()) + ".step"
+                                                                 : std::string());
   // step_group reads the options as the optimizer's own type: set_options can have changed them.
   const OptimizerOptions& defaults = *defaults_;
   for (const auto& group : groups_) {
@@ -178,8 +178,7 @@ Tensor<T> Optimizer<T>::step(const std::function<Tensor<T>()>& closure) {
 template <class T>
 void Optimizer<T>::zero_grad(bool set_to_none) {
   const profiler::RecordFunction profiled(
-      profiler::detail::on() ? "Optimizer.zero_grad#" + std::string(name()) + ".zero_grad"
-                             : std::string());
+      profiler::detail::on() ? "Optimizer.zero_grad#" + std::string(name()) + ".zero_grad" : std::string());
   for (auto& group : groups_)
     for (auto& p : group.params()) p.zero_grad(set_to_none);
 }

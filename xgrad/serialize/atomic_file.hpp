@@ -56,7 +56,7 @@ class RegularFile {
   RegularFile& operator=(const RegularFile&) = delete;
 
   std::uint64_t size() const { return size_; }  // as fstat reported at open
-  int fd() const { return fd_; }                 // open for reading until destruction (for mmap)
+  int fd() const { return fd_; }                // open for reading until destruction (for mmap)
   // Reads up to n bytes at offset into out; returns how many were read (fewer at the end of the
   // file). Throws std::runtime_error on an I/O error.
   std::uint64_t read_at(std::uint64_t offset, std::uint64_t n, void* out) const;

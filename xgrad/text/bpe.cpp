@@ -9,7 +9,6 @@
 #include <stdexcept>
 #include <unordered_map>
 
-
 namespace xgrad::text {
 
 using detail::kMaxVocab;
@@ -75,8 +74,7 @@ std::string bytes_from_unicode(std::string_view token) {
     } else if ((s[i] & 0xE0) == 0xC0 && i + 1 < token.size() && (s[i + 1] & 0xC0) == 0x80) {
       cp = ((s[i] & 0x1Fu) << 6) | (s[i + 1] & 0x3Fu), k = 2;
     }
-    if (k == 0 || cp >= table.byte_of_codepoint.size() || table.byte_of_codepoint[cp] < 0 ||
-        (k == 2 && cp < 0x80))
+    if (k == 0 || cp >= table.byte_of_codepoint.size() || table.byte_of_codepoint[cp] < 0 || (k == 2 && cp < 0x80))
       throw std::invalid_argument("bytes_from_unicode: " + quote(token) + " has a character at byte " +
                                   std::to_string(i) + " that is not in GPT-2's byte alphabet");
     out.push_back(static_cast<char>(table.byte_of_codepoint[cp]));
@@ -194,12 +192,12 @@ namespace {
 
 // The tables of a tokenizer, everything checked; `is_special` by id.
 std::shared_ptr<const detail::BPETables> build_tables(const std::vector<std::string>& tokens,
-                                                   const std::vector<Merge>& merges,
-                                                   const std::vector<bool>& is_special) {
+                                                      const std::vector<Merge>& merges,
+                                                      const std::vector<bool>& is_special) {
   if (tokens.empty()) refuse("the vocabulary is empty");
   if (tokens.size() > kMaxVocab)
-    refuse("the vocabulary has " + std::to_string(tokens.size()) + " tokens; at most " +
-                       std::to_string(kMaxVocab) + " are supported");
+    refuse("the vocabulary has " + std::to_string(tokens.size()) + " tokens; at most " + std::to_string(kMaxVocab) +
+           " are supported");
   auto t = std::make_shared<detail::BPETables>();
   t->id_of_token.reserve(tokens.size() * 2);
   t->bytes_of_id.resize(tokens.size());
@@ -207,8 +205,8 @@ std::shared_ptr<const detail::BPETables> build_tables(const std::vector<std::str
     const std::string& token = tokens[id];
     if (token.empty()) refuse("the token of id " + std::to_string(id) + " is empty");
     if (!t->id_of_token.emplace(token, static_cast<std::int32_t>(id)).second)
-      refuse("the token " + quote(token) + " appears twice (ids " +
-                         std::to_string(t->id_of_token[token]) + " and " + std::to_string(id) + ")");
+      refuse("the token " + quote(token) + " appears twice (ids " + std::to_string(t->id_of_token[token]) + " and " +
+             std::to_string(id) + ")");
     if (is_special[id]) {
       if (!is_valid_utf8(token)) refuse("the special token " + quote(token) + " is not valid UTF-8");
       t->bytes_of_id[id] = token;
@@ -217,7 +215,7 @@ std::shared_ptr<const detail::BPETables> build_tables(const std::vector<std::str
         t->bytes_of_id[id] = bytes_from_unicode(token);
       } catch (const std::invalid_argument&) {
         refuse("the token " + quote(token) + " (id " + std::to_string(id) +
-                           ") has a character outside GPT-2's byte alphabet (bytes_to_unicode)");
+               ") has a character outside GPT-2's byte alphabet (bytes_to_unicode)");
       }
     }
   }
@@ -226,7 +224,7 @@ std::shared_ptr<const detail::BPETables> build_tables(const std::vector<std::str
     const auto it = t->id_of_token.find(chars[b]);
     if (it == t->id_of_token.end() || is_special[it->second])
       refuse("the byte " + std::to_string(b) + " has no token (" + quote(chars[b]) +
-                         "): a byte-level vocabulary needs all 256");
+             "): a byte-level vocabulary needs all 256");
     t->byte_id[b] = it->second;
   }
   t->merges.reserve(merges.size() * 2);
@@ -238,8 +236,7 @@ std::shared_ptr<const detail::BPETables> build_tables(const std::vector<std::str
       const auto it = t->id_of_token.find(token);
       if (it == t->id_of_token.end())
         refuse(where() + ": its " + what + " " + quote(token) + " is not in the vocabulary");
-      if (is_special[it->second])
-        refuse(where() + ": its " + what + " " + quote(token) + " is a special token");
+      if (is_special[it->second]) refuse(where() + ": its " + what + " " + quote(token) + " is a special token");
       return it->second;
     };
     const std::int32_t ia = ordinary(a, "left part"), ib = ordinary(b, "right part");
@@ -252,8 +249,7 @@ std::shared_ptr<const detail::BPETables> build_tables(const std::vector<std::str
 
 }  // namespace
 
-BPETokenizer::BPETokenizer(std::vector<std::string> tokens, std::vector<Merge> merges,
-                           std::vector<std::string> special)
+BPETokenizer::BPETokenizer(std::vector<std::string> tokens, std::vector<Merge> merges, std::vector<std::string> special)
     : tokens_(std::move(tokens)), merges_(std::move(merges)), cache_(std::make_shared<detail::BPECache>()) {
   std::vector<bool> is_special(tokens_.size(), false);
   for (const auto& name : special) {
@@ -359,8 +355,8 @@ std::string BPETokenizer::decode(const std::vector<std::int64_t>& ids) const {
     const std::int64_t id = ids[i];
     if (id < 0 || static_cast<std::size_t>(id) >= bytes.size())
       throw std::invalid_argument("BPETokenizer::decode: the id " + std::to_string(id) + " at position " +
-                                  std::to_string(i) + " is outside the vocabulary [0, " +
-                                  std::to_string(bytes.size()) + ")");
+                                  std::to_string(i) + " is outside the vocabulary [0, " + std::to_string(bytes.size()) +
+                                  ")");
     out += bytes[id];
   }
   return out;
@@ -368,8 +364,8 @@ std::string BPETokenizer::decode(const std::vector<std::int64_t>& ids) const {
 
 const std::string& BPETokenizer::token(std::int64_t id) const {
   if (id < 0 || static_cast<std::size_t>(id) >= tokens_.size())
-    throw std::invalid_argument("BPETokenizer::token: the id " + std::to_string(id) + " is outside the vocabulary [0, " +
-                                std::to_string(tokens_.size()) + ")");
+    throw std::invalid_argument("BPETokenizer::token: the id " + std::to_string(id) +
+                                " is outside the vocabulary [0, " + std::to_string(tokens_.size()) + ")");
   return tokens_[id];
 }
 

@@ -103,9 +103,9 @@ class BPETokenizer {
   std::string decode(const std::vector<std::int64_t>& ids) const;
 
   std::size_t vocab_size() const { return tokens_.size(); }
-  const std::string& token(std::int64_t id) const;     // in the byte alphabet; throws for a bad id
-  std::string token_bytes(std::int64_t id) const;      // its bytes
-  std::int64_t id(std::string_view token) const;       // -1 when absent
+  const std::string& token(std::int64_t id) const;  // in the byte alphabet; throws for a bad id
+  std::string token_bytes(std::int64_t id) const;   // its bytes
+  std::int64_t id(std::string_view token) const;    // -1 when absent
   const std::vector<std::string>& tokens() const { return tokens_; }
   const std::vector<Merge>& merges() const { return merges_; }
   // name -> id, e.g. {"<|endoftext|>": 50256}

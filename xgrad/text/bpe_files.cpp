@@ -55,8 +55,8 @@ std::vector<std::string> vocab_from_json(const nlohmann::json& vocab, const std:
     if (it == vocab.end()) {
       entries.push_back(entry);
     } else if (it.value().get<std::int64_t>() != id) {
-      throw FormatError(file + ": " + where(entry) + " has the id " + std::to_string(id) + ", but " + object + " gives it " +
-                        std::to_string(it.value().get<std::int64_t>()));
+      throw FormatError(file + ": " + where(entry) + " has the id " + std::to_string(id) + ", but " + object +
+                        " gives it " + std::to_string(it.value().get<std::int64_t>()));
     }
   }
   const std::size_t n = entries.size();
@@ -138,8 +138,9 @@ void refuse_set(const nlohmann::json& object, const char* key, const std::string
   if (it == object.end() || it->is_null() || (it->is_boolean() && !it->get<bool>()) ||
       (it->is_string() && it->get<std::string>().empty()))
     return;
-  throw FormatError(file + ": " + path + key + " is " + it->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
-                    ": " + why + " is not supported");
+  throw FormatError(file + ": " + path + key + " is " +
+                    it->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + ": " + why +
+                    " is not supported");
 }
 
 void check_byte_level(const nlohmann::json& pre, const std::string& file) {
@@ -150,7 +151,8 @@ void check_byte_level(const nlohmann::json& pre, const std::string& file) {
   refuse_set(pre, "add_prefix_space", file, "pre_tokenizer.", "adding a space before the text");
   const auto it = pre.find("use_regex");
   if (it != pre.end() && !(it->is_boolean() && it->get<bool>()))
-    throw FormatError(file + ": pre_tokenizer.use_regex is " + it->dump() + "; only GPT-2's pattern (true) is supported");
+    throw FormatError(file + ": pre_tokenizer.use_regex is " + it->dump() +
+                      "; only GPT-2's pattern (true) is supported");
 }
 
 Loaded parse_tokenizer_json(std::string_view bytes, const std::string& file) {
@@ -169,8 +171,10 @@ Loaded parse_tokenizer_json(std::string_view bytes, const std::string& file) {
   if (root.contains("normalizer") && !root["normalizer"].is_null())
     throw FormatError(file + ": normalizer is set (" + root["normalizer"].value("type", std::string("?")) +
                       "); GPT-2's byte-level BPE has none, and no normalizer is supported");
-  if (root.contains("pre_tokenizer") && !root["pre_tokenizer"].is_null()) check_byte_level(root["pre_tokenizer"], file);
-  else throw FormatError(file + ": no key 'pre_tokenizer'; expected GPT-2's ByteLevel pre-tokenizer");
+  if (root.contains("pre_tokenizer") && !root["pre_tokenizer"].is_null())
+    check_byte_level(root["pre_tokenizer"], file);
+  else
+    throw FormatError(file + ": no key 'pre_tokenizer'; expected GPT-2's ByteLevel pre-tokenizer");
   if (root.contains("post_processor") && !root["post_processor"].is_null()) {
     const auto& post = root["post_processor"];
     const std::string post_type = post.is_object() ? string_at(post, "type", file, "post_processor.") : "";

@@ -43,7 +43,8 @@ BPETrainer::BPETrainer(BPETrainerOptions options) : options_(std::move(options))
   const auto& chars = bytes_to_unicode();
   for (const auto& name : special) {
     if (name.empty()) throw std::invalid_argument("BPETrainer: a special token is empty");
-    if (!is_valid_utf8(name)) throw std::invalid_argument("BPETrainer: the special token '" + name + "' is not valid UTF-8");
+    if (!is_valid_utf8(name))
+      throw std::invalid_argument("BPETrainer: the special token '" + name + "' is not valid UTF-8");
     if (!seen.insert(name).second)
       throw std::invalid_argument("BPETrainer: the special token '" + name + "' is given twice");
     if (std::find(chars.begin(), chars.end(), name) != chars.end())

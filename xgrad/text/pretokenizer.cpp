@@ -21,8 +21,8 @@ constexpr const char* kWhiteSpace =
 
 std::string pcre2_pattern() {
   const std::string ws = kWhiteSpace;
-  return "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" + ws + "\\p{L}\\p{N}]+|[" + ws + "]+(?![^" + ws +
-         "])|[" + ws + "]+";
+  return "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" + ws + "\\p{L}\\p{N}]+|[" + ws + "]+(?![^" + ws + "])|[" +
+         ws + "]+";
 }
 
 std::string pcre2_message(int code) {

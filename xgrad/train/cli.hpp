@@ -196,7 +196,9 @@ inline void add_run_flags(CLI::App& app, RunOptions& run) {
   app.add_option("--checkpoint-interval", run.checkpoint_interval, "steps between checkpoints; 0: only at the end")
       ->check(integer_from(0))
       ->capture_default_str();
-  app.add_option("--resume", run.resume_path, "continue the run saved in this checkpoint")->check(CLI::ExistingFile)->check(not_special_file());
+  app.add_option("--resume", run.resume_path, "continue the run saved in this checkpoint")
+      ->check(CLI::ExistingFile)
+      ->check(not_special_file());
   app.add_option("--csv", run.csv_path, "metrics file (step,loss,accuracy,lr,elapsed); empty: none")
       ->check(not_special_file())
       ->capture_default_str();

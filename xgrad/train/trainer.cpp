@@ -317,9 +317,10 @@ Trainer::Trainer(std::string program, const RunOptions& run, const Settings& set
     throw std::invalid_argument("Trainer: expected val_check_interval >= 1, got " +
                                 std::to_string(options_.val_check_interval));
   if (!(options_.gradient_clip_val >= 0))  // NaN too
-    throw std::invalid_argument("Trainer: expected gradient_clip_val >= 0 (0: no clipping, infinity: the gradient "
-                                "norm measured without clipping, as clip_grad_norm_), got " +
-                                format_setting(options_.gradient_clip_val));
+    throw std::invalid_argument(
+        "Trainer: expected gradient_clip_val >= 0 (0: no clipping, infinity: the gradient "
+        "norm measured without clipping, as clip_grad_norm_), got " +
+        format_setting(options_.gradient_clip_val));
   if (resumed.checkpoint) {
     try {
       resumed.checkpoint->restore(model, optimizer, schedule, xgrad::default_generator());
@@ -389,8 +390,9 @@ bool is_trainer_key(const std::string& key) {
 void Trainer::check_callback_metadata(const std::map<std::string, std::string>& own,
                                       const std::map<std::string, std::string>& metadata) const {
   const std::string who = "Trainer: a callback's on_save_checkpoint ";
-  const std::string why = " (the run's settings, config.*, and the loop's state are the Trainer's and read-only; "
-                          "store the program's own state under a key of its own)";
+  const std::string why =
+      " (the run's settings, config.*, and the loop's state are the Trainer's and read-only; "
+      "store the program's own state under a key of its own)";
   for (const auto& [key, value] : own) {
     const auto it = metadata.find(key);
     if (it == metadata.end()) throw std::invalid_argument(who + "removed the metadata key '" + key + "'" + why);
