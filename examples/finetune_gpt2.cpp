@@ -1,41 +1,33 @@
-// Fine-tunes a pretrained GPT-2 from a Hugging Face folder (config.json + model.safetensors, as the
-// hub serves it) on a text file, samples from it with GPT-2's tokenizer and writes it back as a
-// Hugging Face folder (docs/finetune_gpt2.md, "Fine-tuning GPT-2").
+// Fine-tunes a pretrained GPT-2 from a Hugging Face folder (config.json + model.safetensors) on a
+// text file, samples from it with its tokenizer and writes it back as a Hugging Face folder. The
+// text is tokenized once, streamed, into a memory-mapped token file (--tokens; its last tenth held
+// out). AdamW, warmup then cosine decay to lr / 10, clipping; the loop, progress line, CSV,
+// checkpoints and --resume (bit for bit) are xgrad::train::Trainer's. Every output path is checked
+// before anything is read or trained. docs/finetune_gpt2.md, "Fine-tuning GPT-2", has the commands:
 //
 //   finetune_gpt2 --hf gpt2 --text input.txt --iters 200 --save-hf gpt2-tuned --sample 100 --prompt "The"
 //   finetune_gpt2 --hf gpt2-tuned --sample 100 --prompt "The" --top-k 40     # sample only (no --text)
-//
-// The tokenizer is the folder's (tokenizer.json, vocab.json + merges.txt or encoder.json +
-// vocab.bpe), or --tokenizer DIR's. The text is tokenized once, streamed, into a token file
-// (--tokens FILE, memory-mapped while training); its last tenth is held out. AdamW (betas 0.9,
-// 0.95, weight decay on the matrices), linear warmup then cosine decay to lr / 10, gradient
-// clipping; the loop, progress line, CSV, checkpoints and --resume (bit for bit) are
-// xgrad::train::Trainer's. Every output path is checked before anything is read or trained.
-// --random-init starts from random weights of --hf's config.json (to measure a model's cost);
-// --train-tokenizer N trains a byte-level BPE tokenizer of N ids on --text into --tokenizer DIR.
 #include <sys/resource.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include <xgrad/data/token_file.hpp>
-#include <xgrad/models/hf_gpt2.hpp>
-#include <xgrad/text/bpe.hpp>
-#include <xgrad/text/bpe_trainer.hpp>
 #include <xgrad/train/cli.hpp>
 #include <xgrad/train/trainer.hpp>
 #include <xgrad/xgrad.hpp>
 
+#include "support/bpe_text.hpp"
+#include "support/hf_gpt2_model.hpp"
 #include "support/output_paths.hpp"
 #include "support/sampling_flags.hpp"
 #ifdef XGRAD_WITH_ONNX
-#include "support/onnx_sample.hpp"
+#include "support/gpt_onnx.hpp"
 #endif
 
 namespace {
@@ -64,105 +56,55 @@ struct Options {  // what is not a setting
   xgrad::SamplingOptions sampling;
 };
 
-xgrad::text::BPETokenizer load_tokenizer(const Config& c) {
-  const std::string dir = c.tokenizer.empty() ? c.hf : c.tokenizer;
-  try {
-    return xgrad::text::BPETokenizer::load(dir);
-  } catch (const std::exception& e) {
-    throw Refused(std::string(c.tokenizer.empty() ? "--hf" : "--tokenizer") + " " + dir + ": no GPT-2 tokenizer: " +
-                  e.what() + (c.tokenizer.empty() ? " (pass --tokenizer DIR)" : ""));
-  }
-}
-
-// The text, by chunks of whole lines (about 1 MiB), through the tokenizer into c.tokens.
-void tokenize(const Config& c, const xgrad::text::BPETokenizer& tok, std::int64_t vocab) {
-  std::ifstream in(c.text, std::ios::binary);
-  if (!in || std::filesystem::is_directory(c.text))
-    throw Refused("cannot read --text " + c.text + ": expected a readable text file");
-  data::write_token_file(c.tokens, data::TokenFileOptions().dtype(data::token_dtype_for(std::uint64_t(vocab)))
-                                       .vocab_size(std::uint64_t(vocab)),
-                         [&](data::TokenFileWriter& out) {
-                           std::string chunk;
-                           for (std::string line; std::getline(in, line);) {
-                             chunk += line + (in.eof() ? "" : "\n");
-                             if (chunk.size() >= (1u << 20)) out.append(tok.encode(chunk)), chunk.clear();
-                           }
-                           out.append(tok.encode(chunk));
-                         });
-}
-
 Tensor<float> lm_loss(Model& model, const data::TokenBatch& b) {
   const Tensor<float> logits = model.forward(b.x);
   return xgrad::cross_entropy(xgrad::reshape(logits, {-1, logits.size(-1)}), IndexArray(xt::reshape_view(b.y, {b.y.size()})));
 }
 
-std::string sample_text(Model& model, const xgrad::text::BPETokenizer& tok, const Options& o, std::uint64_t seed) {
-  std::vector<std::int64_t> ids = tok.encode(o.prompt);
-  if (ids.empty()) throw Refused("--prompt: expected at least one character, got ''");
-  IndexArray prompt = IndexArray::from_shape({std::size_t(1), ids.size()});
-  std::copy(ids.begin(), ids.end(), prompt.begin());
-  xgrad::Generator generator(seed);
-  const IndexArray out = model.generate(prompt, o.sample, o.sampling, &generator, true, model.config().block_size);
-  return tok.decode(std::vector<std::int64_t>(out.begin(), out.end()));
-}
-
 int run(Config& c, Options& o, train::RunOptions& run, train::Settings& settings, const CLI::App& app) {
-  for (const auto& [flag, path] : {std::pair<std::string, std::string>{"--checkpoint", run.checkpoint_path},
-                                   {"--csv", run.csv_path}, {"--save-weights", run.weights_path},
-                                   {"--export-onnx", o.onnx}, {"--tokens", c.tokens}})
-    output_paths::check_file(flag, path);
-  output_paths::check_folder("--save-hf", o.save_hf);
-#ifndef XGRAD_WITH_ONNX
-  if (!o.onnx.empty()) throw Refused("--export-onnx: this build has no ONNX export (XGRAD_WITH_ONNX is off)");
-#endif
   if (o.train_tokenizer > 0) {  // --train-tokenizer N: a BPE tokenizer of N ids on --text, into --tokenizer
     if (c.text.empty() || c.tokenizer.empty()) throw Refused("--train-tokenizer needs --text FILE and --tokenizer DIR");
     output_paths::check_folder("--tokenizer", c.tokenizer);
-    std::ifstream in(c.text, std::ios::binary);
-    if (!in) throw Refused("cannot read --text " + c.text + ": expected a readable text file");
-    xgrad::text::BPETrainer trainer{xgrad::text::BPETrainerOptions(std::size_t(o.train_tokenizer))};
-    for (std::string line; std::getline(in, line);) trainer.add(line + "\n");
-    std::filesystem::create_directories(c.tokenizer);
-    trainer.train().save(c.tokenizer);
+    bpe_text::train(c.text, c.tokenizer, std::size_t(o.train_tokenizer));
     std::printf("tokenizer: %d ids trained on %s, saved to %s\n", o.train_tokenizer, c.text.c_str(), c.tokenizer.c_str());
     return 0;
   }
   train::Resumed resumed = train::prepare_run(kProgram, run, settings, train::single_process_world(), cli::given(app));
   if (resumed.checkpoint && !app.count("--iters")) o.iters = std::stoi(resumed.checkpoint->metadata.at("iters"));
   if (c.hf.empty()) throw Refused("--hf: expected a Hugging Face GPT-2 folder (config.json, model.safetensors)");
-  if (c.text.empty() && o.sample == 0) throw Refused("expected --text FILE to fine-tune on, or --sample N");
+  if (c.text.empty() && (o.sample == 0 || !o.save_hf.empty() || !o.onnx.empty()))
+    throw Refused("expected --text FILE to fine-tune on (--save-hf and --export-onnx write after training), or --sample N");
+  for (const auto& [flag, path] : {std::pair<std::string, std::string>{"--checkpoint", run.checkpoint_path},
+                                   {"--csv", run.csv_path}, {"--save-weights", run.weights_path},
+                                   {"--export-onnx", o.onnx}, {"--tokens", c.text.empty() ? "" : c.tokens}})
+    output_paths::check_file(flag, path);  // before anything is read or trained
+  output_paths::check_folder("--save-hf", o.save_hf);
+#ifndef XGRAD_WITH_ONNX
+  if (!o.onnx.empty()) throw Refused("--export-onnx: this build has no ONNX export (XGRAD_WITH_ONNX is off)");
+#endif
+  if (!c.text.empty()) bpe_text::check_readable(c.text);
   if (o.iters < resumed.state.step)
     throw Refused("--iters " + std::to_string(o.iters) + " is below the checkpoint's step " +
                   std::to_string(resumed.state.step));
-  if (!std::filesystem::is_regular_file(std::filesystem::path(c.hf) / "config.json"))
-    throw Refused("--hf " + c.hf + ": no config.json there: expected a Hugging Face GPT-2 folder");
-  xgrad::models::GPTConfig config;
-  try {
-    config = xgrad::models::load_hf_gpt2_config(c.hf);
-  } catch (const std::exception& e) {
-    throw Refused(std::string("--hf ") + c.hf + ": " + e.what());
-  }
+  xgrad::models::GPTConfig config = hf_gpt2_model::config(c.hf);
   if (c.block_size > config.block_size)
     throw Refused("--block-size " + std::to_string(c.block_size) + " is beyond the model's n_positions " +
                   std::to_string(config.block_size));
-  const xgrad::text::BPETokenizer tok = load_tokenizer(c);
+  const xgrad::text::BPETokenizer tok = c.tokenizer.empty() ? bpe_text::load("--hf", c.hf, " (pass --tokenizer DIR)")
+                                                             : bpe_text::load("--tokenizer", c.tokenizer);
   if (std::int64_t(tok.vocab_size()) > config.vocab_size)
     throw Refused("the tokenizer has " + std::to_string(tok.vocab_size()) + " ids, beyond the model's vocab_size " +
                   std::to_string(config.vocab_size));
   config.dropout = c.dropout;
   xgrad::manual_seed(c.seed);
   Model model(config);
-  if (!c.random_init && !resumed.checkpoint) try {
-      xgrad::models::load_hf_gpt2_weights(model, c.hf);
-    } catch (const std::exception& e) {
-      throw Refused(std::string("--hf ") + c.hf + ": " + e.what());
-    }
+  if (!c.random_init && !resumed.checkpoint) hf_gpt2_model::load_weights(model, c.hf);  // a resumed run: the checkpoint's
   if (c.text.empty()) {  // sample only
-    std::printf("%s\n", sample_text(model, tok, o, c.seed).c_str());
+    std::printf("%s\n", bpe_text::sample(model, tok, o.prompt, o.sample, o.sampling, c.seed).c_str());
     return 0;
   }
 
-  if (!resumed.checkpoint || !std::filesystem::exists(c.tokens)) tokenize(c, tok, config.vocab_size);
+  if (!resumed.checkpoint || !std::filesystem::exists(c.tokens)) bpe_text::tokenize(c.text, c.tokens, tok, std::uint64_t(config.vocab_size));
   const auto tokens = std::make_shared<const data::TokenFile>(c.tokens);
   if (resumed.checkpoint && std::to_string(tokens->size()) != resumed.checkpoint->metadata.at("tokens"))
     throw Refused("--tokens " + c.tokens + " holds " + std::to_string(tokens->size()) + " tokens, the checkpoint's " +
@@ -179,17 +121,10 @@ int run(Config& c, Options& o, train::RunOptions& run, train::Settings& settings
   if (resumed.checkpoint)
     loader.load_state_dict(data::DataLoaderState::from_string(resumed.checkpoint->metadata.at("data_loader")));
 
-  std::vector<Tensor<float>> decay, no_decay;
-  for (const auto& p : model.parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
-  const auto adamw = xgrad::optim::AdamWOptions(c.lr).betas({0.9, 0.95}).weight_decay(c.weight_decay);
-  xgrad::optim::AdamW<float> optimizer({xgrad::optim::ParamGroup<float>(decay),
-      xgrad::optim::ParamGroup<float>(no_decay, xgrad::optim::AdamWOptions(adamw).weight_decay(0))}, adamw);
+  xgrad::optim::AdamW<float> optimizer = hf_gpt2_model::adamw(model, c.lr, c.weight_decay, {0.9, 0.95});
   const int warmup = std::min(c.warmup, o.iters - 1), iters = o.iters;
-  xgrad::optim::LambdaLR<float> schedule(optimizer, [warmup, iters](int step) {
-    if (step < warmup) return double(step + 1) / double(warmup + 1);
-    const double progress = std::min(1.0, double(step - warmup) / double(std::max(1, iters - warmup)));
-    return 0.1 + 0.9 * 0.5 * (1.0 + std::cos(M_PI * progress));
-  });
+  xgrad::optim::LambdaLR<float> schedule(
+      optimizer, [warmup, iters](int step) { return hf_gpt2_model::lr_factor(step, warmup, iters, 0.1); });
   train::TrainerOptions options{o.iters, c.eval_interval, c.clip};
   options.metric.column = "val_loss";
   options.metric.format = [](double loss) {
@@ -205,14 +140,14 @@ int run(Config& c, Options& o, train::RunOptions& run, train::Settings& settings
     metadata["tokens"] = std::to_string(n);
   };
   trainer.add_callback(saver);
-  std::size_t count = 0;
-  for (const auto& p : model.parameters()) count += std::size_t(p.numel());
-  std::printf("model: %s, %lld layers, %lld heads, n_embd %lld, vocab %lld, %zu parameters%s\n"
+  std::int64_t count = 0;
+  for (const auto& p : model.parameters()) count += p.numel();
+  std::printf("model: %s, %lld layers, n_embd %lld, vocab %lld, %lld parameters%s\n"
               "text: %s, %zu tokens in %s (%zu training, %zu held out) | tokenizer: %zu ids\n"
               "training: %d steps of %zu windows of %zu tokens, AdamW lr %g (warmup %d, cosine to %g), clip %g\n",
-              c.hf.c_str(), (long long)config.n_layer, (long long)config.n_head, (long long)config.n_embd,
-              (long long)config.vocab_size, count, c.random_init ? " (random weights)" : "", c.text.c_str(), n,
-              c.tokens.c_str(), n_train, n_val, tok.vocab_size(), o.iters, B, T, c.lr, warmup, c.lr / 10, c.clip);
+              c.hf.c_str(), (long long)config.n_layer, (long long)config.n_embd, (long long)config.vocab_size,
+              (long long)count, c.random_init ? " (random weights)" : "", c.text.c_str(), n, c.tokens.c_str(), n_train,
+              n_val, tok.vocab_size(), o.iters, B, T, c.lr, warmup, c.lr / 10, c.clip);
 
   double last = -1, timed = 0;  // the step time: from a step's start to the next's, when no evaluation came between
   int timed_steps = 0;
@@ -228,11 +163,11 @@ int run(Config& c, Options& o, train::RunOptions& run, train::Settings& settings
     last = -1;
     xgrad::NoGradGuard no_grad;
     model.eval();
-    double sum = 0;
-    for (int i = 0; i < c.eval_iters; ++i) {
+    double sum = 0;  // eval_iters batches of windows spread evenly over the held-out tokens, the same each time
+    for (std::size_t i = 0, windows_in_all = std::size_t(c.eval_iters) * B; i < std::size_t(c.eval_iters); ++i) {
       std::vector<std::size_t> offsets;
       for (std::size_t j = 0; j < B; ++j)
-        offsets.push_back(n_train + (std::size_t(i) * B + j) * (n_val - T - 1) / std::max<std::size_t>(1, c.eval_iters * B - 1));
+        offsets.push_back(n_train + (i * B + j) * (n_val - T - 1) / std::max<std::size_t>(1, windows_in_all - 1));
       sum += double(lm_loss(model, windows->batch(offsets)).item());
     }
     model.train();
@@ -241,10 +176,10 @@ int run(Config& c, Options& o, train::RunOptions& run, train::Settings& settings
   if (const auto stopped = trainer.fit(step, held_out)) return *stopped;
   struct rusage usage {};
   getrusage(RUSAGE_SELF, &usage);
-  if (timed_steps > 0)
+  if (timed_steps > 0)  // ru_maxrss: KiB
     std::printf("step time: %.3f s (mean of %d steps, evaluations excluded) | peak memory (RSS): %.0f MiB\n",
                 timed / timed_steps, timed_steps, double(usage.ru_maxrss) / 1024.0);
-  if (o.sample > 0) std::printf("-- sample --\n%s\n", sample_text(model, tok, o, c.seed).c_str());
+  if (o.sample > 0) std::printf("-- sample --\n%s\n", bpe_text::sample(model, tok, o.prompt, o.sample, o.sampling, c.seed).c_str());
   trainer.finish();
   if (!o.save_hf.empty()) {
     xgrad::models::save_hf_gpt2(model, o.save_hf);
@@ -252,17 +187,8 @@ int run(Config& c, Options& o, train::RunOptions& run, train::Settings& settings
   }
 #ifdef XGRAD_WITH_ONNX
   if (!o.onnx.empty()) {
-    const data::TokenBatch example = windows->batch({n_train, n_train + 1});
-    xgrad::onnx::export_model(
-        model, [&model](const xgrad::onnx::Inputs& in) { return std::vector<Tensor<float>>{model.forward(in.indices(0))}; },
-        {example.x}, o.onnx,
-        xgrad::onnx::ExportOptions().input_names({"idx"}).output_names({"logits"}).dynamic_axes(
-            {{"idx", {{0, "batch"}, {1, "seq"}}}}));
-    xgrad::NoGradGuard no_grad;
-    model.eval();
-    onnx_sample::write(o.onnx, {{{{"idx", example.x}}, {{"logits", model.forward(example.x)}}}});
-    std::printf("exported the model to %s (ONNX) and a sample of inputs with logits to %s.sample.json\n",
-                o.onnx.c_str(), o.onnx.c_str());
+    gpt_onnx::export_model(model, windows->batch({n_train, n_train + 1}).x, o.onnx);
+    std::printf("exported the model to %s (ONNX), inputs with their logits to %s.sample.json\n", o.onnx.c_str(), o.onnx.c_str());
   }
 #endif
   return 0;
