@@ -32,8 +32,6 @@
 
 namespace {
 
-using xgrad::IndexArray;
-using xgrad::Tensor;
 using Model = xgrad::models::GPT<float>;
 namespace data = xgrad::data;
 namespace train = xgrad::train;
@@ -42,8 +40,8 @@ using train::Refused;
 
 const char* const kProgram = "finetune_gpt2";
 
-struct Config {  // the settings, saved in checkpoints
-  std::string hf, text, tokenizer, tokens = "finetune_gpt2.tok";
+struct Config {                             // the settings, saved in checkpoints
+  std::string hf, text, tokenizer, tokens;  // tokens: default --checkpoint + ".tok"
   int block_size = 128, batch_size = 4, warmup = 10, eval_interval = 50, eval_iters = 4;
   double lr = 1e-4, weight_decay = 0.1, clip = 1.0, dropout = 0.0;
   std::uint64_t seed = 1337;
@@ -52,31 +50,25 @@ struct Config {  // the settings, saved in checkpoints
 
 struct Options {  // what is not a setting
   int iters = 200, sample = 0, train_tokenizer = 0;
-  std::string prompt = "\n", save_hf, onnx;
+  std::string prompt, save_hf, onnx;
   xgrad::SamplingOptions sampling;
 };
 
-Tensor<float> lm_loss(Model& model, const data::TokenBatch& b) {
-  const Tensor<float> logits = model.forward(b.x);
-  return xgrad::cross_entropy(xgrad::reshape(logits, {-1, logits.size(-1)}), IndexArray(xt::reshape_view(b.y, {b.y.size()})));
-}
-
 int run(Config& c, Options& o, train::RunOptions& run, train::Settings& settings, const CLI::App& app) {
-  if (o.train_tokenizer > 0) {  // --train-tokenizer N: a BPE tokenizer of N ids on --text, into --tokenizer
-    if (c.text.empty() || c.tokenizer.empty()) throw Refused("--train-tokenizer needs --text FILE and --tokenizer DIR");
-    output_paths::check_folder("--tokenizer", c.tokenizer);
-    bpe_text::train(c.text, c.tokenizer, std::size_t(o.train_tokenizer));
-    std::printf("tokenizer: %d ids trained on %s, saved to %s\n", o.train_tokenizer, c.text.c_str(), c.tokenizer.c_str());
-    return 0;
-  }
+  if (o.train_tokenizer > 0) return bpe_text::train_command(c.text, c.tokenizer, std::size_t(o.train_tokenizer));
   train::Resumed resumed = train::prepare_run(kProgram, run, settings, train::single_process_world(), cli::given(app));
   if (resumed.checkpoint && !app.count("--iters")) o.iters = std::stoi(resumed.checkpoint->metadata.at("iters"));
   if (c.hf.empty()) throw Refused("--hf: expected a Hugging Face GPT-2 folder (config.json, model.safetensors)");
   if (c.text.empty() && (o.sample == 0 || !o.save_hf.empty() || !o.onnx.empty()))
-    throw Refused("expected --text FILE to fine-tune on (--save-hf and --export-onnx write after training), or --sample N");
+    throw Refused("expected --text FILE to fine-tune on (--save-hf, --export-onnx: after it), or --sample N");
+  if (c.tokens.empty()) c.tokens = (run.checkpoint_path.empty() ? std::string(kProgram) : run.checkpoint_path) + ".tok";
+  if (!c.text.empty() && std::filesystem::weakly_canonical(c.tokens) == std::filesystem::weakly_canonical(c.text))
+    throw Refused("--tokens " + c.tokens + " is --text: expected another file (it is written)");
   for (const auto& [flag, path] : {std::pair<std::string, std::string>{"--checkpoint", run.checkpoint_path},
-                                   {"--csv", run.csv_path}, {"--save-weights", run.weights_path},
-                                   {"--export-onnx", o.onnx}, {"--tokens", c.text.empty() ? "" : c.tokens}})
+                                   {"--csv", run.csv_path},
+                                   {"--save-weights", run.weights_path},
+                                   {"--export-onnx", o.onnx},
+                                   {"--tokens", c.text.empty() ? "" : c.tokens}})
     output_paths::check_file(flag, path);  // before anything is read or trained
   output_paths::check_folder("--save-hf", o.save_hf);
 #ifndef XGRAD_WITH_ONNX
@@ -91,20 +83,22 @@ int run(Config& c, Options& o, train::RunOptions& run, train::Settings& settings
     throw Refused("--block-size " + std::to_string(c.block_size) + " is beyond the model's n_positions " +
                   std::to_string(config.block_size));
   const xgrad::text::BPETokenizer tok = c.tokenizer.empty() ? bpe_text::load("--hf", c.hf, " (pass --tokenizer DIR)")
-                                                             : bpe_text::load("--tokenizer", c.tokenizer);
+                                                            : bpe_text::load("--tokenizer", c.tokenizer);
   if (std::int64_t(tok.vocab_size()) > config.vocab_size)
     throw Refused("the tokenizer has " + std::to_string(tok.vocab_size()) + " ids, beyond the model's vocab_size " +
                   std::to_string(config.vocab_size));
   config.dropout = c.dropout;
   xgrad::manual_seed(c.seed);
   Model model(config);
-  if (!c.random_init && !resumed.checkpoint) hf_gpt2_model::load_weights(model, c.hf);  // a resumed run: the checkpoint's
-  if (c.text.empty()) {  // sample only
+  if (!c.random_init && !resumed.checkpoint)
+    hf_gpt2_model::load_weights(model, c.hf);  // a resumed run: the checkpoint's
+  if (c.text.empty()) {                        // sample only
     std::printf("%s\n", bpe_text::sample(model, tok, o.prompt, o.sample, o.sampling, c.seed).c_str());
     return 0;
   }
 
-  if (!resumed.checkpoint || !std::filesystem::exists(c.tokens)) bpe_text::tokenize(c.text, c.tokens, tok, std::uint64_t(config.vocab_size));
+  if (!resumed.checkpoint || !std::filesystem::exists(c.tokens))
+    bpe_text::tokenize(c.text, c.tokens, tok, std::uint64_t(config.vocab_size));
   const auto tokens = std::make_shared<const data::TokenFile>(c.tokens);
   if (resumed.checkpoint && std::to_string(tokens->size()) != resumed.checkpoint->metadata.at("tokens"))
     throw Refused("--tokens " + c.tokens + " holds " + std::to_string(tokens->size()) + " tokens, the checkpoint's " +
@@ -116,8 +110,9 @@ int run(Config& c, Options& o, train::RunOptions& run, train::Settings& settings
                   std::to_string(T + B + std::max(n / 10, T + 1)) + " for --block-size " + std::to_string(T) +
                   " and --batch-size " + std::to_string(B) + " (a tenth held out)");
   const auto windows = std::make_shared<data::TokenWindowDataset>(tokens, T);
-  auto loader = data::make_data_loader(windows, data::DataLoaderOptions().batch_size(B).drop_last(true).sampler(
-      std::make_shared<data::RandomSampler>(n_train - T, xgrad::Generator(c.seed + 1))));
+  auto loader = data::make_data_loader(
+      windows, data::DataLoaderOptions().batch_size(B).drop_last(true).sampler(
+                   std::make_shared<data::RandomSampler>(n_train - T, xgrad::Generator(c.seed + 1))));
   if (resumed.checkpoint)
     loader.load_state_dict(data::DataLoaderState::from_string(resumed.checkpoint->metadata.at("data_loader")));
 
@@ -142,12 +137,13 @@ int run(Config& c, Options& o, train::RunOptions& run, train::Settings& settings
   trainer.add_callback(saver);
   std::int64_t count = 0;
   for (const auto& p : model.parameters()) count += p.numel();
-  std::printf("model: %s, %lld layers, n_embd %lld, vocab %lld, %lld parameters%s\n"
-              "text: %s, %zu tokens in %s (%zu training, %zu held out) | tokenizer: %zu ids\n"
-              "training: %d steps of %zu windows of %zu tokens, AdamW lr %g (warmup %d, cosine to %g), clip %g\n",
-              c.hf.c_str(), (long long)config.n_layer, (long long)config.n_embd, (long long)config.vocab_size,
-              (long long)count, c.random_init ? " (random weights)" : "", c.text.c_str(), n, c.tokens.c_str(), n_train,
-              n_val, tok.vocab_size(), o.iters, B, T, c.lr, warmup, c.lr / 10, c.clip);
+  std::printf(
+      "model: %s, %lld layers, n_embd %lld, vocab %lld, %lld parameters%s\n"
+      "text: %s, %zu tokens in %s (%zu training, %zu held out) | tokenizer: %zu ids\n"
+      "training: %d steps of %zu windows of %zu tokens, AdamW lr %g (warmup %d, cosine to %g), clip %g\n",
+      c.hf.c_str(), (long long)config.n_layer, (long long)config.n_embd, (long long)config.vocab_size, (long long)count,
+      c.random_init ? " (random weights)" : "", c.text.c_str(), n, c.tokens.c_str(), n_train, n_val, tok.vocab_size(),
+      o.iters, B, T, c.lr, warmup, c.lr / 10, c.clip);
 
   double last = -1, timed = 0;  // the step time: from a step's start to the next's, when no evaluation came between
   int timed_steps = 0;
@@ -157,7 +153,7 @@ int run(Config& c, Options& o, train::RunOptions& run, train::Settings& settings
     last = now;
     auto batch = loader.next();
     if (!batch) batch = loader.next();  // the next epoch
-    return lm_loss(model, *batch);
+    return hf_gpt2_model::lm_loss(model, *batch);
   };
   const auto held_out = [&] {
     last = -1;
@@ -168,7 +164,7 @@ int run(Config& c, Options& o, train::RunOptions& run, train::Settings& settings
       std::vector<std::size_t> offsets;
       for (std::size_t j = 0; j < B; ++j)
         offsets.push_back(n_train + (i * B + j) * (n_val - T - 1) / std::max<std::size_t>(1, windows_in_all - 1));
-      sum += double(lm_loss(model, windows->batch(offsets)).item());
+      sum += double(hf_gpt2_model::lm_loss(model, windows->batch(offsets)).item());
     }
     model.train();
     return sum / c.eval_iters;
@@ -179,7 +175,8 @@ int run(Config& c, Options& o, train::RunOptions& run, train::Settings& settings
   if (timed_steps > 0)  // ru_maxrss: KiB
     std::printf("step time: %.3f s (mean of %d steps, evaluations excluded) | peak memory (RSS): %.0f MiB\n",
                 timed / timed_steps, timed_steps, double(usage.ru_maxrss) / 1024.0);
-  if (o.sample > 0) std::printf("-- sample --\n%s\n", bpe_text::sample(model, tok, o.prompt, o.sample, o.sampling, c.seed).c_str());
+  if (o.sample > 0)
+    std::printf("-- sample --\n%s\n", bpe_text::sample(model, tok, o.prompt, o.sample, o.sampling, c.seed).c_str());
   trainer.finish();
   if (!o.save_hf.empty()) {
     xgrad::models::save_hf_gpt2(model, o.save_hf);
@@ -188,7 +185,8 @@ int run(Config& c, Options& o, train::RunOptions& run, train::Settings& settings
 #ifdef XGRAD_WITH_ONNX
   if (!o.onnx.empty()) {
     gpt_onnx::export_model(model, windows->batch({n_train, n_train + 1}).x, o.onnx);
-    std::printf("exported the model to %s (ONNX), inputs with their logits to %s.sample.json\n", o.onnx.c_str(), o.onnx.c_str());
+    std::printf("exported the model to %s (ONNX), inputs with their logits to %s.sample.json\n", o.onnx.c_str(),
+                o.onnx.c_str());
   }
 #endif
   return 0;
@@ -212,8 +210,9 @@ int main(int argc, char** argv) {
   setting("--hf", c.hf, "the Hugging Face GPT-2 folder (config.json, model.safetensors)");
   setting("--text", c.text, "fine-tune on this text file (without it: --sample only)");
   setting("--tokenizer", c.tokenizer, "the tokenizer's folder (default: --hf's)");
-  setting("--tokens", c.tokens, "the token file the text is tokenized into");
-  setting("--block-size", c.block_size, "context of the training windows, in tokens")->check(cli::integer_in(1, 1 << 20));
+  setting("--tokens", c.tokens, "the token file the text is tokenized into (default: --checkpoint + .tok)");
+  setting("--block-size", c.block_size, "context of the training windows, in tokens")
+      ->check(cli::integer_in(1, 1 << 20));
   setting("--batch-size", c.batch_size, "windows per step")->check(cli::integer_in(1, 1 << 20));
   setting("--lr", c.lr, "peak learning rate (AdamW)")->check(cli::positive());
   setting("--weight-decay", c.weight_decay, "AdamW weight decay of the matrices")->check(cli::non_negative());
@@ -225,13 +224,14 @@ int main(int argc, char** argv) {
   setting("--seed", c.seed, "seed of the batch order, dropout and sampling");
   cli::add_setting_flag(app, settings, "--random-init", c.random_init, "random weights of --hf's config.json");
   app.add_option("--iters", o.iters, "training steps (with --resume: more extends the run)")
-      ->check(cli::integer_in(1, 100000000))->capture_default_str();
+      ->check(cli::integer_in(1, 100000000))
+      ->capture_default_str();
   cli::add_run_flags(app, run_options);
   std::string profile_path;
   cli::add_profile_flag(app, profile_path);
   app.add_option("--sample", o.sample, "generate N tokens after --prompt (after training, if any)")
       ->check(cli::integer_in(1, 1000000));
-  app.add_option("--prompt", o.prompt, "the text --sample continues")->capture_default_str();
+  app.add_option("--prompt", o.prompt, "the text --sample continues (default: <|endoftext|>)");
   sampling_flags::add(app, o.sampling);
   app.add_option("--save-hf", o.save_hf, "after training, write the model as a Hugging Face folder");
   app.add_option("--export-onnx", o.onnx, "after training, export the model to this ONNX file");

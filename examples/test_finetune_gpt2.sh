@@ -71,7 +71,7 @@ echo "== 1. a BPE tokenizer of 384 ids"
 "$program" --text text.txt --tokenizer tok --train-tokenizer 384
 [[ -s tok/encoder.json && -s tok/vocab.bpe ]] || fail "no tokenizer written"
 
-common=(--tokenizer tok --tokens text.tok --block-size 32 --batch-size 4 --iters 40 --warmup 5 --lr 0.003
+common=(--tokenizer tok --block-size 32 --batch-size 4 --iters 40 --warmup 5 --lr 0.003
         --eval-interval 10 --eval-iters 2 --checkpoint-interval 0)
 flags=(--hf "$fixture" --text text.txt "${common[@]}")
 echo "== 2. fine-tuning"
@@ -85,6 +85,7 @@ awk -v a="$first" -v b="$last" 'BEGIN { exit !(a == a + 0 && b == b + 0 && b < a
   fail "the training loss went from $first to $last"
 echo "training loss fell from $first to $last"
 grep -q "^-- sample --$" full.log || fail "no sample printed"
+[[ -s full.ckpt.tok ]] || fail "the text was not tokenized beside the checkpoint (full.ckpt.tok)"
 sed -n '/^-- sample --$/,/^wall time:/p' full.log | sed '1d;$d' >sample_trained.txt
 [[ $(head -c 12 sample_trained.txt) == "And God said" ]] || fail "the sample does not start with the prompt"
 
@@ -102,7 +103,7 @@ cmp sample_trained.txt sample_saved.txt || fail "the saved folder gives another 
 
 echo "== 5. --export-onnx (where the build has ONNX)"
 status=0
-"$program" "${flags[@]}" --iters 2 --checkpoint "" --csv "" --export-onnx model.onnx >onnx.log 2>&1 || status=$?
+"$program" "${flags[@]}" --iters 2 --checkpoint "" --csv "" --tokens onnx.tok --export-onnx model.onnx >onnx.log 2>&1 || status=$?
 cat onnx.log
 if grep -q "this build has no ONNX export" onnx.log; then
   [[ $status != 0 && ! -e model.onnx ]] || fail "a build without ONNX did not refuse --export-onnx"
@@ -139,6 +140,13 @@ refused "--save-hf full.csv/x: full.csv is not a folder" "$program" "${flags[@]}
 refused "--checkpoint nodir/a.ckpt: the folder nodir does not exist" "$program" "${flags[@]}" --checkpoint nodir/a.ckpt
 refused "--export-onnx tok: is a folder" "$program" "${flags[@]}" --export-onnx tok
 refused "--save-hf full.csv: is a file, expected a folder" "$program" "${flags[@]}" --save-hf full.csv
+refused "--tokens ./text.txt is --text: expected another file" "$program" "${flags[@]}" --tokens ./text.txt
+refused "--tokenizer $fixture: no GPT-2 tokenizer" "$program" "${flags[@]}" --tokenizer "$fixture"
+refused "--hf $fixture/model.safetensors: no config.json there" "$program" "${flags[@]}" --hf "$fixture/model.safetensors"
+mkdir -p bert && sed 's/"model_type": *"gpt2"/"model_type": "bert"/' out/config.json >bert/config.json
+refused "bert/config.json" "$program" "${flags[@]}" --hf bert
+refused "expected --text FILE to fine-tune on" "$program" --hf out --tokenizer tok --save-hf out2
 ls -l --time-style=+%s full.ckpt full.csv | diff before.txt - || fail "a refused run wrote over a file"
-[[ ! -e finetune_gpt2.ckpt && ! -e finetune_gpt2.csv ]] || fail "a refused run wrote the default checkpoint or CSV"
+[[ ! -e finetune_gpt2.ckpt && ! -e finetune_gpt2.csv && ! -e out2 ]] || fail "a refused run wrote the default checkpoint or CSV"
+cmp <(head -c 300 text.txt) short.txt || fail "a refused run wrote over the text"
 echo "PASS"

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +16,8 @@
 #include <xgrad/text/bpe.hpp>
 #include <xgrad/text/bpe_trainer.hpp>
 #include <xgrad/train/trainer.hpp>
+
+#include "output_paths.hpp"
 
 namespace bpe_text {
 
@@ -63,18 +66,32 @@ inline void train(const std::string& text, const std::string& dir, std::size_t v
   trainer.train().save(dir);
 }
 
+// --train-tokenizer N: a tokenizer of N ids trained on --text, saved into --tokenizer.
+inline int train_command(const std::string& text, const std::string& dir, std::size_t vocab_size) {
+  if (text.empty() || dir.empty())
+    throw xgrad::train::Refused("--train-tokenizer needs --text FILE and --tokenizer DIR");
+  output_paths::check_folder("--tokenizer", dir);
+  train(text, dir, vocab_size);
+  std::printf("tokenizer: %zu ids trained on %s, saved to %s\n", vocab_size, text.c_str(), dir.c_str());
+  return 0;
+}
+
 // `prompt` and `tokens` more drawn from `model` (past its context, from the last block_size
-// tokens), as text.
+// tokens), as text. An empty prompt starts from <|endoftext|> (GPT-2's unconditional samples; a
+// newline for a tokenizer without it), which is not printed.
 inline std::string sample(xgrad::models::GPT<float>& model, const xgrad::text::BPETokenizer& tok,
                           const std::string& prompt, std::int64_t tokens, const xgrad::SamplingOptions& options,
                           std::uint64_t seed) {
-  const std::vector<std::int64_t> ids = tok.encode(prompt);
-  if (ids.empty()) throw xgrad::train::Refused("--prompt: expected at least one character, got ''");
+  const auto eot = tok.special_tokens().find("<|endoftext|>");
+  const std::vector<std::int64_t> ids = !prompt.empty()                     ? tok.encode(prompt)
+                                        : eot != tok.special_tokens().end() ? std::vector<std::int64_t>{eot->second}
+                                                                            : tok.encode("\n");
   xgrad::IndexArray idx = xgrad::IndexArray::from_shape({std::size_t(1), ids.size()});
   std::copy(ids.begin(), ids.end(), idx.begin());
   xgrad::Generator generator(seed);
   const xgrad::IndexArray out = model.generate(idx, tokens, options, &generator, true, model.config().block_size);
-  return tok.decode(std::vector<std::int64_t>(out.begin(), out.end()));
+  return tok.decode(
+      std::vector<std::int64_t>(out.begin() + (prompt.empty() ? std::ptrdiff_t(ids.size()) : 0), out.end()));
 }
 
 }  // namespace bpe_text

@@ -15,8 +15,10 @@ inline void export_model(xgrad::models::GPT<float>& model, const xgrad::IndexArr
         return std::vector<xgrad::Tensor<float>>{model.forward(in.indices(0))};
       },
       {example}, path,
-      xgrad::onnx::ExportOptions().input_names({"idx"}).output_names({"logits"}).dynamic_axes(
-          {{"idx", {{0, "batch"}, {1, "seq"}}}}));
+      xgrad::onnx::ExportOptions()
+          .input_names({"idx"})
+          .output_names({"logits"})
+          .dynamic_axes({{"idx", {{0, "batch"}, {1, "seq"}}}}));
   xgrad::NoGradGuard no_grad;
   const bool was_training = model.is_training();
   model.eval();

@@ -1,5 +1,6 @@
 // The model of a Hugging Face GPT-2 folder for the example programs, with every failure a
-// xgrad::train::Refused line naming --hf, and nanoGPT's AdamW for fine-tuning it.
+// xgrad::train::Refused line naming --hf; its loss on token windows, and nanoGPT's AdamW and
+// learning-rate schedule for fine-tuning it.
 #pragma once
 
 #include <cmath>
@@ -8,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include <xgrad/data/token_file.hpp>
 #include <xgrad/models/hf_gpt2.hpp>
 #include <xgrad/train/trainer.hpp>
 #include <xgrad/xgrad.hpp>
@@ -34,6 +36,13 @@ inline void load_weights(xgrad::models::GPT<float>& model, const std::string& di
   }
 }
 
+// The language model's loss: cross-entropy of the logits of x against y, over every position.
+inline xgrad::Tensor<float> lm_loss(xgrad::models::GPT<float>& model, const xgrad::data::TokenBatch& batch) {
+  const xgrad::Tensor<float> logits = model.forward(batch.x);
+  return xgrad::cross_entropy(xgrad::reshape(logits, {-1, logits.size(-1)}),
+                              xgrad::IndexArray(xt::reshape_view(batch.y, {batch.y.size()})));
+}
+
 // nanoGPT's configure_optimizers: AdamW with weight decay on the matrices (and embeddings) only.
 inline xgrad::optim::AdamW<float> adamw(xgrad::models::GPT<float>& model, double lr, double weight_decay,
                                         xgrad::optim::Betas betas) {
@@ -41,9 +50,9 @@ inline xgrad::optim::AdamW<float> adamw(xgrad::models::GPT<float>& model, double
   std::vector<xgrad::Tensor<float>> decay, no_decay;
   for (const auto& p : model.parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
   const auto options = optim::AdamWOptions(lr).betas(betas).weight_decay(weight_decay);
-  return optim::AdamW<float>(
-      {optim::ParamGroup<float>(decay), optim::ParamGroup<float>(no_decay, optim::AdamWOptions(options).weight_decay(0))},
-      options);
+  return optim::AdamW<float>({optim::ParamGroup<float>(decay),
+                              optim::ParamGroup<float>(no_decay, optim::AdamWOptions(options).weight_decay(0))},
+                             options);
 }
 
 // nanoGPT's get_lr as a factor of the peak: linear warmup over `warmup` steps, then cosine to

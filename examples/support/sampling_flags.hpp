@@ -28,8 +28,9 @@ inline void add(CLI::App& app, xgrad::SamplingOptions& options, const std::strin
       ->check(CLI::Validator(
           [](std::string& v) {
             double x = 0;
-            return cli::detail::to_double(v, x) && x > 0 && x <= 1 ? std::string()
-                                                                   : "expected a number in (0, 1]" + cli::detail::got(v);
+            return cli::detail::to_double(v, x) && x > 0 && x <= 1
+                       ? std::string()
+                       : "expected a number in (0, 1]" + cli::detail::got(v);
           },
           "(0, 1]"))
       ->capture_default_str();
