@@ -79,7 +79,9 @@ Tensor<T> from_vector(const std::vector<T>& data, const ShapeArg& shape, bool re
 //   auto s = xgrad::tensor<float>(2.5);                          // 0-d
 //   auto v = xgrad::tensor<float>({1, 2, 3}, /*requires_grad=*/true);  // shape {3}
 //   auto m = xgrad::tensor<float>({{1, 2}, {3, 4}});            // shape {2, 2}; rows of one length
-template <class T = float>
+// (The 0-d form is for arithmetic T only, so that it never captures a call of a user's own
+// tensor(...) function under `using namespace xgrad`.)
+template <class T = float, std::enable_if_t<std::is_arithmetic_v<T>, int> = 0>
 Tensor<T> tensor(T value, bool requires_grad = false) {
   return from_vector<T>(std::vector<T>{value}, Shape{}, requires_grad);
 }
