@@ -157,9 +157,8 @@ struct TooMany : autograd::Function<TooMany> {  // two gradients for one input
 // output, with or without grad; it used to surface later as "the tensor is undefined".
 TEST(AutogradFunction, AnUndefinedOutputIsRefusedNamingTheFunctionAndTheOutput) {
   const T64 x = input({3});
-  const std::string single =
-      "autograd::Function user_ops::Nothing: forward returned an undefined tensor; expected a "
-      "defined one (an output that gets no gradient: ctx->mark_non_differentiable)";
+  const std::string single = "autograd::Function user_ops::Nothing: forward returned an undefined tensor; expected a "
+                             "defined one (an output that gets no gradient: ctx->mark_non_differentiable)";
   EXPECT_EQ(error_of([&] { user_ops::Nothing::apply(x); }), single);
   {
     NoGradGuard no_grad;
@@ -182,5 +181,79 @@ TEST(AutogradFunction, NamedAsWrittenNotMangled) {
             std::string::npos)
       << shape;
   EXPECT_EQ(error_of([&] { sum(user_ops::TooMany::apply(x)).backward(); }),
-            "autograd::Function user_ops::TooMany: backward should return 1 gradients (one per Tensor input), got 2");
+            "autograd::Function user_ops::TooMany: backward should return 1 gradients (one per argument of forward), "
+            "got 2");
+}
+
+
+// ---- issue 33: backward's arity as LibTorch's ---------------------------------------------------
+
+namespace user_ops {
+
+// forward(ctx, a, scale, b, name) = scale * a * b; backward returns one gradient per argument of
+// forward, undefined for the non-Tensor ones, as LibTorch requires.
+struct ScaledMul : autograd::Function<ScaledMul> {
+  static T64 forward(AutogradContext<double>* ctx, T64 a, double scale, T64 b, std::string) {
+    ctx->save_for_backward({a, b});
+    ctx->saved_data["scale"] = scale;
+    return T64(Array<double>(a.value() * b.value() * scale));
+  }
+  static std::vector<T64> backward(AutogradContext<double>* ctx, std::vector<T64> g) {
+    auto saved = ctx->get_saved_variables();
+    const double scale = std::any_cast<double>(ctx->saved_data.at("scale"));
+    return {T64(Array<double>(g[0].value() * saved[1].value() * scale)), T64(),
+            T64(Array<double>(g[0].value() * saved[0].value() * scale)), T64()};
+  }
+};
+
+// The same with two outputs (a * scale, b * scale), through the several-outputs path.
+struct ScaledPair : autograd::Function<ScaledPair> {
+  static std::vector<T64> forward(AutogradContext<double>* ctx, double scale, T64 a, T64 b) {
+    ctx->saved_data["scale"] = scale;
+    return {T64(Array<double>(a.value() * scale)), T64(Array<double>(b.value() * scale))};
+  }
+  static std::vector<T64> backward(AutogradContext<double>* ctx, std::vector<T64> g) {
+    const double scale = std::any_cast<double>(ctx->saved_data.at("scale"));
+    return {T64(), T64(Array<double>(g[0].value() * scale)), T64(Array<double>(g[1].value() * scale))};
+  }
+};
+
+struct ThreeOfFour : autograd::Function<ThreeOfFour> {  // neither one per argument nor one per Tensor
+  static T64 forward(AutogradContext<double>*, T64 a, double, T64 b) { return T64(Array<double>(a.value() + b.value())); }
+  static std::vector<T64> backward(AutogradContext<double>*, std::vector<T64> g) { return {g[0], g[0], g[0], g[0]}; }
+};
+
+struct GradForADouble : autograd::Function<GradForADouble> {  // a defined gradient for the double
+  static T64 forward(AutogradContext<double>*, T64 a, double) { return T64(Array<double>(a.value() * 2.0)); }
+  static std::vector<T64> backward(AutogradContext<double>*, std::vector<T64> g) { return {g[0], g[0]}; }
+};
+
+}  // namespace user_ops
+
+TEST(AutogradFunction, BackwardMayReturnOneGradientPerArgumentAsLibTorch) {
+  expect_gradcheck([](const Inputs& in) { return user_ops::ScaledMul::apply(in[0], 1.5, in[1], std::string("x")); },
+                   {input({2, 3}), input({2, 3}, 2)});
+  expect_gradcheck(
+      [](const Inputs& in) {
+        auto out = user_ops::ScaledPair::apply(0.5, in[0], in[1]);
+        return out[0] * 2.0 + out[1] * out[1];
+      },
+      {input({3}), input({3}, 2)});
+  // Today's form (one per Tensor argument) still works beside it: ScaledSiLU above returns one.
+  auto a = input({2});
+  auto b = input({2}, 3);
+  sum(user_ops::ScaledMul::apply(a, 2.0, b, std::string())).backward();
+  EXPECT_EQ(a.grad(), Array<double>(b.value() * 2.0));
+  EXPECT_EQ(b.grad(), Array<double>(a.value() * 2.0));
+}
+
+TEST(AutogradFunction, BackwardWithAnotherArityIsRefusedNamingTheFunction) {
+  const T64 a = input({3});
+  const T64 b = input({3}, 2);
+  EXPECT_EQ(error_of([&] { sum(user_ops::ThreeOfFour::apply(a, 1.0, b)).backward(); }),
+            "autograd::Function user_ops::ThreeOfFour: backward should return 3 gradients (one per argument of "
+            "forward, an undefined Tensor for a non-Tensor one) or 2 (one per Tensor argument), got 4");
+  EXPECT_EQ(error_of([&] { sum(user_ops::GradForADouble::apply(a, 1.0)).backward(); }),
+            "autograd::Function user_ops::GradForADouble: backward returned a defined gradient at position 1, but "
+            "argument 1 of forward is not a Tensor; expected an undefined Tensor there");
 }

@@ -216,9 +216,8 @@ TEST(TensorHook, ErrorsNameWhatWasExpected) {
 // wrapped and fail in the next backward as a bare std::bad_function_call.
 TEST(TensorHook, AnEmptyHookIsRefusedAtRegistration) {
   auto x = vec({1, 2, 3});
-  const std::string expected =
-      "register_hook: the hook is empty (an empty std::function or a null function "
-      "pointer); expected a callable taking const Array<T>&";
+  const std::string expected = "register_hook: the hook is empty (an empty std::function or a null function "
+                               "pointer); expected a callable taking const Array<T>& or Tensor<T>";
   std::function<void(const Array<double>&)> looks;
   std::function<Array<double>(const Array<double>&)> replaces;
   void (*pointer)(const Array<double>&) = nullptr;
@@ -227,6 +226,43 @@ TEST(TensorHook, AnEmptyHookIsRefusedAtRegistration) {
   EXPECT_EQ(error_of([&] { x.register_hook(pointer); }), expected);
   EXPECT_EQ(error_of([&] { x.register_hook(std::function<std::optional<Array<double>>(const Array<double>&)>()); }),
             expected);
+  std::function<Tensor<double>(Tensor<double>)> libtorch;
+  Tensor<double> (*libtorch_pointer)(const Tensor<double>&) = nullptr;
+  EXPECT_EQ(error_of([&] { x.register_hook(libtorch); }), expected);
+  EXPECT_EQ(error_of([&] { x.register_hook(libtorch_pointer); }), expected);
   sum(x).backward();  // nothing was registered
   EXPECT_EQ(x.grad(), arr({1, 1, 1}));
+}
+
+
+// LibTorch's forms: the hook takes a Tensor (by value or const&) and returns a Tensor (the
+// replacement; an undefined one keeps the gradient) or nothing. They used to fail to compile with
+// pages of template errors. y = 2x, loss = sum(3y): dloss/dy = 3.
+TEST(TensorHook, LibTorchFormsTakingATensor) {
+  auto x = vec({1, 2, 3});
+  auto y = x * 2.0;
+  std::vector<Array<double>> seen;
+  std::vector<bool> seen_requires_grad;
+  y.register_hook([](Tensor<double> grad) { return grad * 2; });  // as LibTorch writes it
+  y.register_hook([&](const Tensor<double>& grad) {                 // void: only looks
+    seen.push_back(grad.value());
+    seen_requires_grad.push_back(grad.requires_grad());
+  });
+  y.register_hook([](const Tensor<double>&) { return Tensor<double>(); });  // undefined: keeps it
+  y.register_hook(std::function<Tensor<double>(Tensor<double>)>([](Tensor<double> g) { return g + 1.0; }));
+  sum(y * 3.0).backward();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0], arr({6, 6, 6}));
+  EXPECT_EQ(seen_requires_grad, std::vector<bool>{false});
+  EXPECT_EQ(x.grad(), arr({14, 14, 14}));  // (3 * 2 + 1) * 2
+
+  // On a leaf, through a function pointer, and a wrong shape is refused as for the Array form.
+  auto w = vec({1, 2});
+  Tensor<double> (*triple)(const Tensor<double>&) = [](const Tensor<double>& g) { return g * 3.0; };
+  RemovableHandle h = w.register_hook(triple);
+  sum(w * 2.0).backward();
+  EXPECT_EQ(w.grad(), arr({6, 6}));
+  h.remove();
+  w.register_hook([](Tensor<double>) { return from_vector<double>({1, 2, 3}, {3}); });
+  EXPECT_NE(error_of([&] { sum(w).backward(); }).find("returned a gradient of shape"), std::string::npos);
 }

@@ -16,9 +16,10 @@
 //   auto y = SiLU::apply(x);
 //
 // forward runs without building a graph (its result values become the outputs); backward gets one
-// gradient per output (zeros for an output the loss does not reach) and returns one per Tensor
-// argument of forward, in order (an undefined Tensor for "no gradient"). Non-Tensor arguments
-// are passed through to forward. No create_graph: backward's result is not differentiated again.
+// gradient per output (zeros for an output the loss does not reach) and returns, in order, either
+// one gradient per argument of forward (LibTorch's form: an undefined Tensor in each non-Tensor
+// argument's place) or one per Tensor argument; an undefined Tensor is "no gradient". Any other
+// count is refused, naming X. Non-Tensor arguments are passed through to forward. No create_graph: backward's result is not differentiated again.
 // forward must return defined tensors (an undefined one is refused, naming X and the output); the
 // results' nodes are named as PyTorch names a custom Function's grad_fn, X demangled plus
 // "Backward" ("my::SiLUBackward"), in every message and in to_dot.
@@ -133,6 +134,8 @@ struct Function {
     static_assert(!std::is_void_v<T>, "autograd::Function::apply: forward needs a Tensor argument");
     std::vector<Tensor<T>> inputs;
     (detail::collect<T>(inputs, args), ...);
+    // Which of forward's arguments are Tensors: backward may return one gradient per argument.
+    static const std::vector<bool> slots{std::is_same_v<std::decay_t<Args>, Tensor<T>>...};
     auto ctx = std::make_shared<AutogradContext<T>>();
     bool any_grad = false;
     for (const auto& in : inputs) {
@@ -152,7 +155,7 @@ struct Function {
                   "a defined one (an output that gets no gradient: ctx->mark_non_differentiable)");
       if (!any_grad || ctx->non_differentiable_.count(out.node().get())) return out;
       return make_result<T>(detail::node_name<X>(), take_value(out), inputs, [ctx](Node<T>& node) {
-        run_user_backward<T>(*ctx, node, {Tensor<T>(std::move(node.grad))});
+        run_user_backward<T>(*ctx, node, {Tensor<T>(std::move(node.grad))}, slots);
       });
     } else {
       for (std::size_t k = 0; k < out.size(); ++k)
@@ -160,17 +163,34 @@ struct Function {
                     k, " of ", out.size(),
                     "; expected a defined one (an output that gets no gradient: "
                     "ctx->mark_non_differentiable)");
-      return wrap_outputs<T>(ctx, inputs, std::move(out), any_grad);
+      return wrap_outputs<T>(ctx, inputs, std::move(out), any_grad, slots);
     }
   }
 
  private:
   // Calls X::backward and accumulates its results into the inputs' gradients.
+  // `slots`: whether each argument of forward is a Tensor.
   template <class T>
-  static void run_user_backward(AutogradContext<T>& ctx, Node<T>& node, std::vector<Tensor<T>> grads) {
+  static void run_user_backward(AutogradContext<T>& ctx, Node<T>& node, std::vector<Tensor<T>> grads,
+                                const std::vector<bool>& slots) {
     std::vector<Tensor<T>> gi = X::backward(&ctx, std::move(grads));
-    XGRAD_CHECK(gi.size() == node.inputs.size(), detail::function_name<X>(), ": backward should return ",
-                node.inputs.size(), " gradients (one per Tensor input), got ", gi.size());
+    if (gi.size() != node.inputs.size()) {
+      XGRAD_CHECK(gi.size() == slots.size(), detail::function_name<X>(), ": backward should return ", slots.size(),
+                  " gradients (one per argument of forward", slots.size() == node.inputs.size() ? ")" :
+                  ", an undefined Tensor for a non-Tensor one) or " + std::to_string(node.inputs.size()) +
+                  " (one per Tensor argument)", ", got ", gi.size());
+      std::vector<Tensor<T>> per_tensor;
+      for (std::size_t a = 0; a < slots.size(); ++a) {
+        if (slots[a]) {
+          per_tensor.push_back(std::move(gi[a]));
+        } else {
+          XGRAD_CHECK(!gi[a].defined(), detail::function_name<X>(), ": backward returned a defined gradient at "
+                      "position ", a, ", but argument ", a, " of forward is not a Tensor; expected an undefined "
+                      "Tensor there");
+        }
+      }
+      gi = std::move(per_tensor);
+    }
     for (std::size_t i = 0; i < gi.size(); ++i)
       if (gi[i].defined() && node.input_needs_grad(i)) node.input(i).accumulate_grad(take_value(gi[i]));
   }
@@ -189,21 +209,23 @@ struct Function {
   template <class T>
   static std::vector<Tensor<T>> wrap_outputs(std::shared_ptr<AutogradContext<T>> ctx,
                                              const std::vector<Tensor<T>>& inputs,
-                                             std::vector<Tensor<T>> outs, bool any_grad) {
+                                             std::vector<Tensor<T>> outs, bool any_grad,
+                                             const std::vector<bool>& arg_slots) {
     if (!any_grad) return outs;
     struct Slots { std::vector<Array<T>> grads; std::vector<bool> has; std::vector<Shape> shapes; };
     auto slots = std::make_shared<Slots>();
     slots->grads.resize(outs.size());
     slots->has.assign(outs.size(), false);
     for (const auto& o : outs) slots->shapes.push_back(o.shape());
-    Tensor<T> fn = make_result<T>(detail::node_name<X>(), Array<T>(T(0)), inputs, [ctx, slots](Node<T>& node) {
+    Tensor<T> fn = make_result<T>(detail::node_name<X>(), Array<T>(T(0)), inputs,
+                                  [ctx, slots, args = &arg_slots](Node<T>& node) {
       std::vector<Tensor<T>> grads;
       for (std::size_t k = 0; k < slots->grads.size(); ++k) {
         if (!slots->has[k]) slots->grads[k] = full_array<T>(slots->shapes[k], T(0), "autograd::Function (backward)");
         grads.emplace_back(std::move(slots->grads[k]));
         slots->has[k] = false;
       }
-      run_user_backward<T>(*ctx, node, std::move(grads));
+      run_user_backward<T>(*ctx, node, std::move(grads), *args);
     });
     std::vector<Tensor<T>> result;
     for (std::size_t k = 0; k < outs.size(); ++k) {

@@ -163,18 +163,18 @@ Tensor<T> filled(const char* who, const Shape& shape, T fill_value, bool require
 }  // namespace
 
 template <class T>
-Tensor<T> zeros(const Shape& shape, bool requires_grad) {
-  return filled<T>("zeros", shape, T(0), requires_grad);
+Tensor<T> zeros(const ShapeArg& shape, bool requires_grad) {
+  return filled<T>("zeros", shape.get("zeros"), T(0), requires_grad);
 }
 
 template <class T>
-Tensor<T> ones(const Shape& shape, bool requires_grad) {
-  return filled<T>("ones", shape, T(1), requires_grad);
+Tensor<T> ones(const ShapeArg& shape, bool requires_grad) {
+  return filled<T>("ones", shape.get("ones"), T(1), requires_grad);
 }
 
 template <class T>
-Tensor<T> full(const Shape& shape, T fill_value, bool requires_grad) {
-  return filled<T>("full", shape, fill_value, requires_grad);
+Tensor<T> full(const ShapeArg& shape, T fill_value, bool requires_grad) {
+  return filled<T>("full", shape.get("full"), fill_value, requires_grad);
 }
 
 template <class T>
@@ -189,8 +189,8 @@ Tensor<T> arange(T start, T end, T step, bool requires_grad) {
 }
 
 template <class T>
-Tensor<T> rand(const Shape& shape, Generator& generator, bool requires_grad) {
-  Array<T> a = empty_array<T>(shape, "rand");
+Tensor<T> rand(const ShapeArg& shape, Generator& generator, bool requires_grad) {
+  Array<T> a = empty_array<T>(shape.get("rand"), "rand");
   std::lock_guard<std::mutex> lock(generator.mutex());
   for (auto& x : a) {
     if constexpr (std::is_same_v<T, float>) x = generator.uniform_float();
@@ -200,25 +200,26 @@ Tensor<T> rand(const Shape& shape, Generator& generator, bool requires_grad) {
 }
 
 template <class T>
-Tensor<T> rand(const Shape& shape, bool requires_grad) {
+Tensor<T> rand(const ShapeArg& shape, bool requires_grad) {
   return rand<T>(shape, default_generator(), requires_grad);
 }
 
 template <class T>
-Tensor<T> randn(const Shape& shape, Generator& generator, bool requires_grad) {
-  Array<T> a = empty_array<T>(shape, "randn");
+Tensor<T> randn(const ShapeArg& shape, Generator& generator, bool requires_grad) {
+  Array<T> a = empty_array<T>(shape.get("randn"), "randn");
   std::lock_guard<std::mutex> lock(generator.mutex());
   for (auto& x : a) x = static_cast<T>(generator.normal());
   return Tensor<T>(std::move(a), requires_grad);
 }
 
 template <class T>
-Tensor<T> randn(const Shape& shape, bool requires_grad) {
+Tensor<T> randn(const ShapeArg& shape, bool requires_grad) {
   return randn<T>(shape, default_generator(), requires_grad);
 }
 
 template <class T>
-Tensor<T> from_vector(const std::vector<T>& data, const Shape& shape, bool requires_grad) {
+Tensor<T> from_vector(const std::vector<T>& data, const ShapeArg& sizes, bool requires_grad) {
+  const Shape& shape = sizes.get("from_vector");
   const std::size_t n = checked_numel(shape, sizeof(T), "from_vector");
   XGRAD_CHECK(n == data.size(), "from_vector: shape ", shape, " holds ", n, " elements, got ", data.size(),
               " values");
@@ -236,15 +237,15 @@ std::size_t normalize_dim(std::int64_t dim, std::size_t ndim, const char* op) {
 
 #define XGRAD_INSTANTIATE(T)                                                           \
   template class Tensor<T>;                                                            \
-  template Tensor<T> zeros<T>(const Shape&, bool);                                     \
-  template Tensor<T> ones<T>(const Shape&, bool);                                      \
-  template Tensor<T> full<T>(const Shape&, T, bool);                                   \
+  template Tensor<T> zeros<T>(const ShapeArg&, bool);                                     \
+  template Tensor<T> ones<T>(const ShapeArg&, bool);                                      \
+  template Tensor<T> full<T>(const ShapeArg&, T, bool);                                   \
   template Tensor<T> arange<T>(T, T, T, bool);                                         \
-  template Tensor<T> rand<T>(const Shape&, bool);                                      \
-  template Tensor<T> rand<T>(const Shape&, Generator&, bool);                          \
-  template Tensor<T> randn<T>(const Shape&, bool);                                     \
-  template Tensor<T> randn<T>(const Shape&, Generator&, bool);                         \
-  template Tensor<T> from_vector<T>(const std::vector<T>&, const Shape&, bool);
+  template Tensor<T> rand<T>(const ShapeArg&, bool);                                      \
+  template Tensor<T> rand<T>(const ShapeArg&, Generator&, bool);                          \
+  template Tensor<T> randn<T>(const ShapeArg&, bool);                                     \
+  template Tensor<T> randn<T>(const ShapeArg&, Generator&, bool);                         \
+  template Tensor<T> from_vector<T>(const std::vector<T>&, const ShapeArg&, bool);
 XGRAD_INSTANTIATE(float)
 XGRAD_INSTANTIATE(double)
 #undef XGRAD_INSTANTIATE

@@ -26,10 +26,9 @@ template <class T>
 class Tensor;
 
 namespace detail {
-template <class F>
-struct is_std_function : std::false_type {};
-template <class S>
-struct is_std_function<std::function<S>> : std::true_type {};
+template <class F> struct is_std_function : std::false_type {};
+template <class S> struct is_std_function<std::function<S>> : std::true_type {};
+template <class F> struct always_false : std::false_type {};
 }  // namespace detail
 
 // What registering a hook returns: remove() unregisters the hook (torch.utils.hooks.RemovableHandle).
@@ -167,12 +166,17 @@ class Tensor {
   RemovableHandle register_post_accumulate_grad_hook(std::function<void(Tensor<T>&)> hook);
 
   // torch's Tensor.register_hook: on any tensor that requires grad (leaf or not), `hook` runs each
-  // time a gradient for this tensor is computed, with that gradient, and may replace it:
-  //   x.register_hook([](const Array<T>& g) { return Array<T>(g * 2.0); });  // doubles it
-  //   x.register_hook([](const Array<T>& g) { std::cout << g; });            // only looks
-  // The hook takes `const Array<T>&` and returns void (keep the gradient), an Array<T> (or an
+  // time a gradient for this tensor is computed, with that gradient, and may replace it. Two forms:
+  //   x.register_hook([](Tensor<T> g) { return g * 2.0; });                 // LibTorch's: doubles it
+  //   x.register_hook([](const Tensor<T>& g) { std::cout << g.value(); });  // only looks
+  //   x.register_hook([](const Array<T>& g) { return Array<T>(g * 2.0); }); // on the Array
+  //   x.register_hook([](const Array<T>& g) { std::cout << g; });
+  // A hook taking a Tensor<T> (by value or const&; a leaf that requires no grad, holding a copy of
+  // the gradient) returns void or a Tensor<T> (an undefined one keeps the gradient, as LibTorch).
+  // A hook taking `const Array<T>&` returns void (keep the gradient), an Array<T> (or an
   // expression convertible to one) that replaces it, or a std::optional<Array<T>> (std::nullopt
-  // keeps it). A replacement must have the tensor's shape. On a non-leaf, the gradient is this
+  // keeps it). Any other callable is refused by one static_assert. A replacement must have the
+  // tensor's shape. On a non-leaf, the gradient is this
   // tensor's total gradient of the backward, before it flows on to its inputs; on a leaf, the sum
   // of this backward's contributions, before it is added to grad() (and before the
   // post-accumulate-grad hooks). Several hooks run in registration order, each one seeing the
@@ -183,26 +187,55 @@ class Tensor {
   // std::bad_function_call during a later backward).
   template <class F>
   RemovableHandle register_hook(F&& hook) {
-    using R = std::invoke_result_t<F&, const Array<T>&>;
     using D = std::decay_t<F>;
-    if constexpr (detail::is_std_function<D>::value || std::is_pointer_v<D>)
-      XGRAD_CHECK(static_cast<bool>(hook),
-                  "register_hook: the hook is empty (an empty std::function or a null "
-                  "function pointer); expected a callable taking const Array<T>&");
-    if constexpr (std::is_void_v<R>) {
-      return add_grad_hook([h = D(std::forward<F>(hook))](const Array<T>& g) mutable -> std::optional<Array<T>> {
-        h(g);
-        return std::nullopt;
-      });
-    } else if constexpr (std::is_same_v<std::decay_t<R>, std::optional<Array<T>>>) {
-      return add_grad_hook(GradHook(std::forward<F>(hook)));
+    constexpr bool on_array = std::is_invocable_v<D&, const Array<T>&>;
+    constexpr bool on_tensor = !on_array && std::is_invocable_v<D&, Tensor<T>>;
+    if constexpr (on_array || on_tensor) {
+      if constexpr (detail::is_std_function<D>::value || std::is_pointer_v<D>)
+        XGRAD_CHECK(static_cast<bool>(hook), "register_hook: the hook is empty (an empty std::function or a null "
+                    "function pointer); expected a callable taking const Array<T>& or Tensor<T>");
+    }
+    if constexpr (on_array) {
+      using R = std::invoke_result_t<D&, const Array<T>&>;
+      if constexpr (std::is_void_v<R>) {
+        return add_grad_hook([h = D(std::forward<F>(hook))](const Array<T>& g) mutable -> std::optional<Array<T>> {
+          h(g);
+          return std::nullopt;
+        });
+      } else if constexpr (std::is_same_v<std::decay_t<R>, std::optional<Array<T>>>) {
+        return add_grad_hook(GradHook(std::forward<F>(hook)));
+      } else if constexpr (std::is_constructible_v<Array<T>, R>) {
+        return add_grad_hook([h = D(std::forward<F>(hook))](const Array<T>& g) mutable -> std::optional<Array<T>> {
+          return Array<T>(h(g));
+        });
+      } else {
+        static_assert(detail::always_false<F>::value, "register_hook: a hook taking const Array<T>& must return "
+                      "void, an Array<T> or a std::optional<Array<T>>");
+        return RemovableHandle();
+      }
+    } else if constexpr (on_tensor) {
+      using R = std::invoke_result_t<D&, Tensor<T>>;
+      if constexpr (std::is_void_v<R>) {
+        return add_grad_hook([h = D(std::forward<F>(hook))](const Array<T>& g) mutable -> std::optional<Array<T>> {
+          h(Tensor<T>(Array<T>(g)));
+          return std::nullopt;
+        });
+      } else if constexpr (std::is_convertible_v<R, Tensor<T>>) {
+        return add_grad_hook([h = D(std::forward<F>(hook))](const Array<T>& g) mutable -> std::optional<Array<T>> {
+          Tensor<T> r = h(Tensor<T>(Array<T>(g)));
+          if (!r.defined()) return std::nullopt;  // LibTorch: an undefined result keeps the gradient
+          return Array<T>(r.value());
+        });
+      } else {
+        static_assert(detail::always_false<F>::value, "register_hook: a hook taking Tensor<T> must return void or a "
+                      "Tensor<T>");
+        return RemovableHandle();
+      }
     } else {
-      static_assert(std::is_constructible_v<Array<T>, R>,
-                    "register_hook: the hook must take const Array<T>& and return void, an Array<T> or a "
-                    "std::optional<Array<T>>");
-      return add_grad_hook([h = D(std::forward<F>(hook))](const Array<T>& g) mutable -> std::optional<Array<T>> {
-        return Array<T>(h(g));
-      });
+      static_assert(detail::always_false<F>::value, "register_hook: the hook must be callable with a Tensor<T> "
+                    "(returning void or Tensor<T>) or a const Array<T>& (returning void, Array<T> or "
+                    "std::optional<Array<T>>)");
+      return RemovableHandle();
     }
   }
 

@@ -6,6 +6,7 @@ namespace xgrad::train {
 
 std::string format_setting(int v) { return std::to_string(v); }
 std::string format_setting(std::uint64_t v) { return std::to_string(v); }
+std::string format_setting(std::int64_t v) { return std::to_string(v); }
 std::string format_setting(double v) {
   char buf[40];
   std::snprintf(buf, sizeof buf, "%.17g", v);
@@ -20,6 +21,12 @@ void parse_setting(const std::string& text, std::uint64_t& v) {
   if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos)
     throw std::invalid_argument("expected an integer in [0, 2^64 - 1], got " + text);
   v = std::stoull(text);  // std::out_of_range beyond 2^64 - 1
+}
+void parse_setting(const std::string& text, std::int64_t& v) {
+  std::size_t end = 0;
+  const long long parsed = std::stoll(text, &end);  // std::invalid_argument, std::out_of_range
+  if (end != text.size()) throw std::invalid_argument("expected an integer, got " + text);
+  v = static_cast<std::int64_t>(parsed);
 }
 void parse_setting(const std::string& text, double& v) { v = std::stod(text); }
 void parse_setting(const std::string& text, std::string& v) { v = text; }

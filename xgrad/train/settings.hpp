@@ -13,9 +13,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -31,24 +33,52 @@ class Refused : public std::runtime_error {
 // A setting's text, written so that it reads back to the same value (doubles with 17 digits).
 std::string format_setting(int v);
 std::string format_setting(std::uint64_t v);
+std::string format_setting(std::int64_t v);
 std::string format_setting(double v);
 std::string format_setting(const std::string& v);
 std::string format_setting(bool v);  // "0" or "1"
 // Throws std::logic_error (std::invalid_argument, std::out_of_range) on malformed text.
 void parse_setting(const std::string& text, int& v);
 void parse_setting(const std::string& text, std::uint64_t& v);
+void parse_setting(const std::string& text, std::int64_t& v);  // the whole text, as "-12"
 void parse_setting(const std::string& text, double& v);
 void parse_setting(const std::string& text, std::string& v);
 void parse_setting(const std::string& text, bool& v);
 
 class Settings {
  public:
-  // Binds `value` (int, std::uint64_t, double or std::string) to `key`; the variable must outlive
-  // the Settings.
+  // Binds `value` (any integer type: int, std::int64_t, std::size_t...; float, double or
+  // std::string) to `key`; the variable must outlive the Settings. A saved value out of an integer
+  // type's range is refused (std::out_of_range).
   template <class T>
   void add(const std::string& key, T& value) {
-    entries_.push_back({key, [&value] { return format_setting(value); },
-                        [&value](const std::string& text) { parse_setting(text, value); }, false});
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool> && !std::is_same_v<T, int> &&
+                  !std::is_same_v<T, std::uint64_t> && !std::is_same_v<T, std::int64_t>) {
+      using Wide = std::conditional_t<std::is_signed_v<T>, std::int64_t, std::uint64_t>;
+      entries_.push_back({key, [&value] { return format_setting(static_cast<Wide>(value)); },
+                          [&value](const std::string& text) {
+                            Wide w = 0;
+                            parse_setting(text, w);
+                            if constexpr (sizeof(T) < sizeof(Wide)) {
+                              if (w < static_cast<Wide>(std::numeric_limits<T>::min()) ||
+                                  w > static_cast<Wide>(std::numeric_limits<T>::max()))
+                                throw std::out_of_range("out of the setting's integer range: " + text);
+                            }
+                            value = static_cast<T>(w);
+                          },
+                          false});
+    } else if constexpr (std::is_same_v<T, float>) {
+      entries_.push_back({key, [&value] { return format_setting(static_cast<double>(value)); },
+                          [&value](const std::string& text) {
+                            double d = 0;
+                            parse_setting(text, d);
+                            value = static_cast<float>(d);
+                          },
+                          false});
+    } else {
+      entries_.push_back({key, [&value] { return format_setting(value); },
+                          [&value](const std::string& text) { parse_setting(text, value); }, false});
+    }
   }
   // A boolean switch: a checkpoint written before it existed resumes with it off (complete()).
   void add_flag(const std::string& key, bool& value);
