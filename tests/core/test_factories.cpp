@@ -37,7 +37,9 @@ TEST(Factories, TensorFromBracedValuesAsTorchTensor) {
 
   // An empty row list is a (0, 0) tensor; rows of different lengths are refused, naming the row.
   EXPECT_EQ(xgrad::tensor<float>(std::initializer_list<std::initializer_list<float>>{}).shape(), (Shape{0, 0}));
-  EXPECT_EQ(error_of([] { xgrad::tensor<float>({{1, 2}, {3}}); }),
+  EXPECT_EQ(error_of([] {
+              xgrad::tensor<float>({{1, 2}, {3}});
+            }),
             "tensor: expected rows of one length (2, as row 0), got 1 values in row 1");
 }
 
@@ -65,7 +67,12 @@ TEST(Factories, ShapesFromInt64AndSizeTSizes) {
   EXPECT_EQ(zeros<float>({2u, 3}).shape(), (Shape{2, 3}));
 
   // A negative size is refused by the factory that got it.
-  EXPECT_EQ(error_of([&] { zeros<float>({x.size(0) - 3, 2}); }), "zeros: expected non-negative sizes, got a negative size -1");
-  EXPECT_EQ(error_of([] { from_vector<float>({}, {2, -4}); }),
+  EXPECT_EQ(error_of([&] {
+              zeros<float>({x.size(0) - 3, 2});
+            }),
+            "zeros: expected non-negative sizes, got a negative size -1");
+  EXPECT_EQ(error_of([] {
+              from_vector<float>({}, {2, -4});
+            }),
             "from_vector: expected non-negative sizes, got a negative size -4");
 }

@@ -157,8 +157,9 @@ struct TooMany : autograd::Function<TooMany> {  // two gradients for one input
 // output, with or without grad; it used to surface later as "the tensor is undefined".
 TEST(AutogradFunction, AnUndefinedOutputIsRefusedNamingTheFunctionAndTheOutput) {
   const T64 x = input({3});
-  const std::string single = "autograd::Function user_ops::Nothing: forward returned an undefined tensor; expected a "
-                             "defined one (an output that gets no gradient: ctx->mark_non_differentiable)";
+  const std::string single =
+      "autograd::Function user_ops::Nothing: forward returned an undefined tensor; expected a "
+      "defined one (an output that gets no gradient: ctx->mark_non_differentiable)";
   EXPECT_EQ(error_of([&] { user_ops::Nothing::apply(x); }), single);
   {
     NoGradGuard no_grad;
@@ -184,7 +185,6 @@ TEST(AutogradFunction, NamedAsWrittenNotMangled) {
             "autograd::Function user_ops::TooMany: backward should return 1 gradients (one per argument of forward), "
             "got 2");
 }
-
 
 // ---- issue 33: backward's arity as LibTorch's ---------------------------------------------------
 
@@ -219,7 +219,9 @@ struct ScaledPair : autograd::Function<ScaledPair> {
 };
 
 struct ThreeOfFour : autograd::Function<ThreeOfFour> {  // neither one per argument nor one per Tensor
-  static T64 forward(AutogradContext<double>*, T64 a, double, T64 b) { return T64(Array<double>(a.value() + b.value())); }
+  static T64 forward(AutogradContext<double>*, T64 a, double, T64 b) {
+    return T64(Array<double>(a.value() + b.value()));
+  }
   static std::vector<T64> backward(AutogradContext<double>*, std::vector<T64> g) { return {g[0], g[0], g[0], g[0]}; }
 };
 

@@ -216,8 +216,9 @@ TEST(TensorHook, ErrorsNameWhatWasExpected) {
 // wrapped and fail in the next backward as a bare std::bad_function_call.
 TEST(TensorHook, AnEmptyHookIsRefusedAtRegistration) {
   auto x = vec({1, 2, 3});
-  const std::string expected = "register_hook: the hook is empty (an empty std::function or a null function "
-                               "pointer); expected a callable taking const Array<T>& or Tensor<T>";
+  const std::string expected =
+      "register_hook: the hook is empty (an empty std::function or a null function "
+      "pointer); expected a callable taking const Array<T>& or Tensor<T>";
   std::function<void(const Array<double>&)> looks;
   std::function<Array<double>(const Array<double>&)> replaces;
   void (*pointer)(const Array<double>&) = nullptr;
@@ -234,7 +235,6 @@ TEST(TensorHook, AnEmptyHookIsRefusedAtRegistration) {
   EXPECT_EQ(x.grad(), arr({1, 1, 1}));
 }
 
-
 // LibTorch's forms: the hook takes a Tensor (by value or const&) and returns a Tensor (the
 // replacement; an undefined one keeps the gradient) or nothing. They used to fail to compile with
 // pages of template errors. y = 2x, loss = sum(3y): dloss/dy = 3.
@@ -244,7 +244,7 @@ TEST(TensorHook, LibTorchFormsTakingATensor) {
   std::vector<Array<double>> seen;
   std::vector<bool> seen_requires_grad;
   y.register_hook([](Tensor<double> grad) { return grad * 2; });  // as LibTorch writes it
-  y.register_hook([&](const Tensor<double>& grad) {                 // void: only looks
+  y.register_hook([&](const Tensor<double>& grad) {               // void: only looks
     seen.push_back(grad.value());
     seen_requires_grad.push_back(grad.requires_grad());
   });

@@ -20,10 +20,11 @@ namespace xgrad {
 class ShapeArg {
  public:
   ShapeArg() = default;
-  ShapeArg(const Shape& shape) : shape_(shape) {}  // NOLINT: implicit, as the Shape it replaces
+  ShapeArg(const Shape& shape) : shape_(shape) {}        // NOLINT: implicit, as the Shape it replaces
   ShapeArg(Shape&& shape) : shape_(std::move(shape)) {}  // NOLINT
-  template <class... I, std::enable_if_t<(sizeof...(I) > 0) && (std::is_integral_v<I> && ...) &&
-                                             !(std::is_same_v<I, bool> || ...), int> = 0>
+  template <class... I,
+            std::enable_if_t<(sizeof...(I) > 0) && (std::is_integral_v<I> && ...) && !(std::is_same_v<I, bool> || ...),
+                             int> = 0>
   ShapeArg(I... sizes) {  // NOLINT
     shape_.reserve(sizeof...(I));
     (add(sizes), ...);

@@ -19,10 +19,10 @@
 // gradient per output (zeros for an output the loss does not reach) and returns, in order, either
 // one gradient per argument of forward (LibTorch's form: an undefined Tensor in each non-Tensor
 // argument's place) or one per Tensor argument; an undefined Tensor is "no gradient". Any other
-// count is refused, naming X. Non-Tensor arguments are passed through to forward. No create_graph: backward's result is not differentiated again.
-// forward must return defined tensors (an undefined one is refused, naming X and the output); the
-// results' nodes are named as PyTorch names a custom Function's grad_fn, X demangled plus
-// "Backward" ("my::SiLUBackward"), in every message and in to_dot.
+// count is refused, naming X. Non-Tensor arguments are passed through to forward. No create_graph: backward's result is
+// not differentiated again. forward must return defined tensors (an undefined one is refused, naming X and the output);
+// the results' nodes are named as PyTorch names a custom Function's grad_fn, X demangled plus "Backward"
+// ("my::SiLUBackward"), in every message and in to_dot.
 #pragma once
 
 #include <xgrad/base/check.hpp>
@@ -176,16 +176,22 @@ struct Function {
     std::vector<Tensor<T>> gi = X::backward(&ctx, std::move(grads));
     if (gi.size() != node.inputs.size()) {
       XGRAD_CHECK(gi.size() == slots.size(), detail::function_name<X>(), ": backward should return ", slots.size(),
-                  " gradients (one per argument of forward", slots.size() == node.inputs.size() ? ")" :
-                  ", an undefined Tensor for a non-Tensor one) or " + std::to_string(node.inputs.size()) +
-                  " (one per Tensor argument)", ", got ", gi.size());
+                  " gradients (one per argument of forward",
+                  slots.size() == node.inputs.size()
+                      ? ")"
+                      : ", an undefined Tensor for a non-Tensor one) or " + std::to_string(node.inputs.size()) +
+                            " (one per Tensor argument)",
+                  ", got ", gi.size());
       std::vector<Tensor<T>> per_tensor;
       for (std::size_t a = 0; a < slots.size(); ++a) {
         if (slots[a]) {
           per_tensor.push_back(std::move(gi[a]));
         } else {
-          XGRAD_CHECK(!gi[a].defined(), detail::function_name<X>(), ": backward returned a defined gradient at "
-                      "position ", a, ", but argument ", a, " of forward is not a Tensor; expected an undefined "
+          XGRAD_CHECK(!gi[a].defined(), detail::function_name<X>(),
+                      ": backward returned a defined gradient at "
+                      "position ",
+                      a, ", but argument ", a,
+                      " of forward is not a Tensor; expected an undefined "
                       "Tensor there");
         }
       }
@@ -208,25 +214,25 @@ struct Function {
   // differentiable output is a node over it that parks its gradient in a shared slot.
   template <class T>
   static std::vector<Tensor<T>> wrap_outputs(std::shared_ptr<AutogradContext<T>> ctx,
-                                             const std::vector<Tensor<T>>& inputs,
-                                             std::vector<Tensor<T>> outs, bool any_grad,
-                                             const std::vector<bool>& arg_slots) {
+                                             const std::vector<Tensor<T>>& inputs, std::vector<Tensor<T>> outs,
+                                             bool any_grad, const std::vector<bool>& arg_slots) {
     if (!any_grad) return outs;
     struct Slots { std::vector<Array<T>> grads; std::vector<bool> has; std::vector<Shape> shapes; };
     auto slots = std::make_shared<Slots>();
     slots->grads.resize(outs.size());
     slots->has.assign(outs.size(), false);
     for (const auto& o : outs) slots->shapes.push_back(o.shape());
-    Tensor<T> fn = make_result<T>(detail::node_name<X>(), Array<T>(T(0)), inputs,
-                                  [ctx, slots, args = &arg_slots](Node<T>& node) {
-      std::vector<Tensor<T>> grads;
-      for (std::size_t k = 0; k < slots->grads.size(); ++k) {
-        if (!slots->has[k]) slots->grads[k] = full_array<T>(slots->shapes[k], T(0), "autograd::Function (backward)");
-        grads.emplace_back(std::move(slots->grads[k]));
-        slots->has[k] = false;
-      }
-      run_user_backward<T>(*ctx, node, std::move(grads), *args);
-    });
+    Tensor<T> fn =
+        make_result<T>(detail::node_name<X>(), Array<T>(T(0)), inputs, [ctx, slots, args = &arg_slots](Node<T>& node) {
+          std::vector<Tensor<T>> grads;
+          for (std::size_t k = 0; k < slots->grads.size(); ++k) {
+            if (!slots->has[k])
+              slots->grads[k] = full_array<T>(slots->shapes[k], T(0), "autograd::Function (backward)");
+            grads.emplace_back(std::move(slots->grads[k]));
+            slots->has[k] = false;
+          }
+          run_user_backward<T>(*ctx, node, std::move(grads), *args);
+        });
     std::vector<Tensor<T>> result;
     for (std::size_t k = 0; k < outs.size(); ++k) {
       if (ctx->non_differentiable_.count(outs[k].node().get())) {

@@ -235,16 +235,16 @@ std::size_t normalize_dim(std::int64_t dim, std::size_t ndim, const char* op) {
   return static_cast<std::size_t>(dim < 0 ? dim + n : dim);
 }
 
-#define XGRAD_INSTANTIATE(T)                                                           \
-  template class Tensor<T>;                                                            \
-  template Tensor<T> zeros<T>(const ShapeArg&, bool);                                     \
-  template Tensor<T> ones<T>(const ShapeArg&, bool);                                      \
-  template Tensor<T> full<T>(const ShapeArg&, T, bool);                                   \
-  template Tensor<T> arange<T>(T, T, T, bool);                                         \
-  template Tensor<T> rand<T>(const ShapeArg&, bool);                                      \
-  template Tensor<T> rand<T>(const ShapeArg&, Generator&, bool);                          \
-  template Tensor<T> randn<T>(const ShapeArg&, bool);                                     \
-  template Tensor<T> randn<T>(const ShapeArg&, Generator&, bool);                         \
+#define XGRAD_INSTANTIATE(T)                                      \
+  template class Tensor<T>;                                       \
+  template Tensor<T> zeros<T>(const ShapeArg&, bool);             \
+  template Tensor<T> ones<T>(const ShapeArg&, bool);              \
+  template Tensor<T> full<T>(const ShapeArg&, T, bool);           \
+  template Tensor<T> arange<T>(T, T, T, bool);                    \
+  template Tensor<T> rand<T>(const ShapeArg&, bool);              \
+  template Tensor<T> rand<T>(const ShapeArg&, Generator&, bool);  \
+  template Tensor<T> randn<T>(const ShapeArg&, bool);             \
+  template Tensor<T> randn<T>(const ShapeArg&, Generator&, bool); \
   template Tensor<T> from_vector<T>(const std::vector<T>&, const ShapeArg&, bool);
 XGRAD_INSTANTIATE(float)
 XGRAD_INSTANTIATE(double)

@@ -26,9 +26,12 @@ template <class T>
 class Tensor;
 
 namespace detail {
-template <class F> struct is_std_function : std::false_type {};
-template <class S> struct is_std_function<std::function<S>> : std::true_type {};
-template <class F> struct always_false : std::false_type {};
+template <class F>
+struct is_std_function : std::false_type {};
+template <class S>
+struct is_std_function<std::function<S>> : std::true_type {};
+template <class F>
+struct always_false : std::false_type {};
 }  // namespace detail
 
 // What registering a hook returns: remove() unregisters the hook (torch.utils.hooks.RemovableHandle).
@@ -192,7 +195,8 @@ class Tensor {
     constexpr bool on_tensor = !on_array && std::is_invocable_v<D&, Tensor<T>>;
     if constexpr (on_array || on_tensor) {
       if constexpr (detail::is_std_function<D>::value || std::is_pointer_v<D>)
-        XGRAD_CHECK(static_cast<bool>(hook), "register_hook: the hook is empty (an empty std::function or a null "
+        XGRAD_CHECK(static_cast<bool>(hook),
+                    "register_hook: the hook is empty (an empty std::function or a null "
                     "function pointer); expected a callable taking const Array<T>& or Tensor<T>");
     }
     if constexpr (on_array) {
@@ -209,7 +213,8 @@ class Tensor {
           return Array<T>(h(g));
         });
       } else {
-        static_assert(detail::always_false<F>::value, "register_hook: a hook taking const Array<T>& must return "
+        static_assert(detail::always_false<F>::value,
+                      "register_hook: a hook taking const Array<T>& must return "
                       "void, an Array<T> or a std::optional<Array<T>>");
         return RemovableHandle();
       }
@@ -227,12 +232,14 @@ class Tensor {
           return Array<T>(r.value());
         });
       } else {
-        static_assert(detail::always_false<F>::value, "register_hook: a hook taking Tensor<T> must return void or a "
+        static_assert(detail::always_false<F>::value,
+                      "register_hook: a hook taking Tensor<T> must return void or a "
                       "Tensor<T>");
         return RemovableHandle();
       }
     } else {
-      static_assert(detail::always_false<F>::value, "register_hook: the hook must be callable with a Tensor<T> "
+      static_assert(detail::always_false<F>::value,
+                    "register_hook: the hook must be callable with a Tensor<T> "
                     "(returning void or Tensor<T>) or a const Array<T>& (returning void, Array<T> or "
                     "std::optional<Array<T>>)");
       return RemovableHandle();
