@@ -160,10 +160,16 @@ std::string readable(const char* name) {
   return out;
 }
 
+// A built-in op's node is named as the op ("layer_norm" -> "LayerNormBackward"); an
+// autograd::Function's node already carries PyTorch's grad_fn name ("my::SiLUBackward"), kept as
+// it is; a mangled name is demangled first.
 std::string backward_name(const char* op) {
   const std::string name = readable(op);
+  const std::string suffix = "Backward";
+  if (name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+    return name;
   const bool builtin = name == op;
-  return (builtin ? camel_case(name) : name) + "Backward";
+  return (builtin ? camel_case(name) : name) + suffix;
 }
 
 std::string shapes_text(const Shapes& shapes) {
