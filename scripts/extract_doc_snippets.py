@@ -52,7 +52,8 @@ def main():
     md, out = sys.argv[1], sys.argv[2]
     lines = open(md, encoding="utf-8").read().split("\n")
     includes, programs, functions, errors = [], [], [], []
-    marks = [n + 1 for n, l in enumerate(lines) if "<!-- compile:" in l]
+    # A mark opens its line; the text may quote one inline (docs/building.md does).
+    marks = [n + 1 for n, l in enumerate(lines) if l.lstrip().startswith("<!-- compile:")]
     used_marks = set()
     for number, mark, code in blocks(lines):
         where = f"{md}:{number}"
