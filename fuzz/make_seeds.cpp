@@ -241,7 +241,8 @@ void tokenizer_seeds(const std::filesystem::path& dir) {
   BPETokenizer::from_tokenizer_json_bytes(tokenizer_json);  // a seed that loads
   write(dir / "tokenizer.json", tokenizer_json);
   write(dir / "text_mixed.txt", "Hello world! I'm here   \n\t12345 caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac <|endoftext|>");
-  write(dir / "text_invalid.txt", std::string("\xff\xfe \xc3 ab\xe2\x82 \xed\xa0\x80 \xc0\x80\0end", 26));
+  static const char kInvalid[] = "\xff\xfe \xc3 ab\xe2\x82 \xed\xa0\x80 \xc0\x80\0end";  // a NUL inside
+  write(dir / "text_invalid.txt", std::string(kInvalid, sizeof kInvalid - 1));
   const auto load_tokenizer_json = [](const std::string& b) { BPETokenizer::from_tokenizer_json_bytes(b); };
   hostile(dir / "hostile_wordpiece.json", forge(tokenizer_json, R"("type": "BPE")", R"("type": "WordPiece")"),
           load_tokenizer_json);
