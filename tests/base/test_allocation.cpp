@@ -2,9 +2,9 @@
 // forward or backward, is an OutOfMemoryError naming the op, the shape and the bytes; sizes that
 // overflow are refused before anything is allocated; and no library source allocates an array
 // any other way.
+#include "address_space_limit.hpp"
 #include "test_util.hpp"
 
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -87,26 +87,7 @@ TEST(Allocation, IndexAndMaskArraysAreCheckedToo) {
 // The sanitizers' allocators abort on a failed allocation instead of throwing: plain build only.
 #if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 
-// Limits the address space, from apply() until it is destroyed, to what the process maps at
-// apply() plus 16 MiB: an op whose result needs 32 MiB cannot have it, on any machine.
-class AddressSpaceLimit {
- public:
-  AddressSpaceLimit() { ::getrlimit(RLIMIT_AS, &old_); }
-  ~AddressSpaceLimit() { ::setrlimit(RLIMIT_AS, &old_); }
-  void apply() {
-    long pages = 0;
-    FILE* statm = std::fopen("/proc/self/statm", "r");
-    ASSERT_NE(statm, nullptr);
-    ASSERT_EQ(std::fscanf(statm, "%ld", &pages), 1);
-    std::fclose(statm);
-    rlimit tight = old_;
-    tight.rlim_cur = static_cast<rlim_t>(pages) * static_cast<rlim_t>(::sysconf(_SC_PAGESIZE)) + (16u << 20);
-    ASSERT_EQ(::setrlimit(RLIMIT_AS, &tight), 0);
-  }
-
- private:
-  rlimit old_{};
-};
+using xgrad::testing::AddressSpaceLimit;
 
 // What f throws: the message of an OutOfMemoryError, or what else came.
 template <class Fn>

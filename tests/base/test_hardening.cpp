@@ -1,9 +1,9 @@
 // What a hostile or careless caller meets: shapes whose element count overflows or
 // cannot be allocated are refused by name; the default generator may be shared by threads;
 // set_num_threads is all or nothing when threads cannot be created.
+#include "address_space_limit.hpp"
 #include "test_util.hpp"
 
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -259,20 +259,10 @@ TEST(SetNumThreads, RealThreadCreationFailureUnderAnAddressSpaceLimit) {
   const int before = get_num_threads();
   set_num_threads(2);
   const std::size_t threads_with_2 = live_threads();
-  rlimit old{};
-  ASSERT_EQ(::getrlimit(RLIMIT_AS, &old), 0);
-  long pages = 0;
-  {
-    FILE* f = std::fopen("/proc/self/statm", "r");
-    ASSERT_NE(f, nullptr);
-    ASSERT_EQ(std::fscanf(f, "%ld", &pages), 1);
-    std::fclose(f);
-  }
-  rlimit tight = old;
-  tight.rlim_cur = static_cast<rlim_t>(pages) * static_cast<rlim_t>(::sysconf(_SC_PAGESIZE)) + (64u << 20);
-  ASSERT_EQ(::setrlimit(RLIMIT_AS, &tight), 0);
+  xgrad::testing::AddressSpaceLimit limit(std::size_t{64} << 20);
+  limit.apply();
   const std::string m = error_of([] { set_num_threads(1000); });
-  ASSERT_EQ(::setrlimit(RLIMIT_AS, &old), 0);
+  limit.lift();
   EXPECT_NE(m.find("set_num_threads(1000)"), std::string::npos) << m;
   EXPECT_NE(m.find("kept the previous 2 threads"), std::string::npos) << m;
   EXPECT_EQ(get_num_threads(), 2);

@@ -1,0 +1,43 @@
+// AddressSpaceLimit: from apply() until it is destroyed, the process's address space is limited to
+// what it maps at apply() plus `headroom` bytes, so that an allocation larger than that cannot be
+// had, on any machine. The sanitizers map terabytes and abort on a failed allocation instead of
+// throwing: the tests that use it are plain-build only.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdio>
+
+namespace xgrad::testing {
+
+class AddressSpaceLimit {
+ public:
+  explicit AddressSpaceLimit(std::size_t headroom = std::size_t{16} << 20) : headroom_(headroom) {
+    ::getrlimit(RLIMIT_AS, &old_);
+  }
+  ~AddressSpaceLimit() { ::setrlimit(RLIMIT_AS, &old_); }
+  AddressSpaceLimit(const AddressSpaceLimit&) = delete;
+  AddressSpaceLimit& operator=(const AddressSpaceLimit&) = delete;
+
+  void apply() {
+    long pages = 0;
+    FILE* statm = std::fopen("/proc/self/statm", "r");
+    ASSERT_NE(statm, nullptr);
+    ASSERT_EQ(std::fscanf(statm, "%ld", &pages), 1);
+    std::fclose(statm);
+    rlimit tight = old_;
+    tight.rlim_cur = static_cast<rlim_t>(pages) * static_cast<rlim_t>(::sysconf(_SC_PAGESIZE)) + headroom_;
+    ASSERT_EQ(::setrlimit(RLIMIT_AS, &tight), 0);
+  }
+  // Gives the limit of before apply() back now.
+  void lift() { ::setrlimit(RLIMIT_AS, &old_); }
+
+ private:
+  rlimit old_{};
+  std::size_t headroom_;
+};
+
+}  // namespace xgrad::testing
