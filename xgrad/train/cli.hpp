@@ -253,7 +253,7 @@ inline void add_trainer_flags(CLI::App& app, TrainerOptions& options) {
 // count). Call finish_max_steps(app, options, flag, steps) after parsing.
 inline CLI::Option* add_max_steps_flag(CLI::App& app, int& steps, const std::string& flag, const std::string& help) {
   return app.add_option(flag, steps, help + " (with --resume: the checkpoint's count; more extends the run)")
-      ->check(integer_in(0, 100000000))
+      ->check(integer_in(1, 100000000))
       ->capture_default_str();
 }
 inline void finish_max_steps(const CLI::App& app, TrainerOptions& options, const std::string& flag, int steps) {
