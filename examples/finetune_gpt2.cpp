@@ -24,6 +24,7 @@
 
 #include "support/bpe_text.hpp"
 #include "support/hf_gpt2_model.hpp"
+#include "support/plot.hpp"
 #include "support/sampling_flags.hpp"
 #ifdef XGRAD_WITH_ONNX
 #include "support/gpt_onnx.hpp"
@@ -49,7 +50,7 @@ struct Config {                             // the settings, saved in checkpoint
 
 struct Options {  // what is not a setting
   int iters = 200, sample = 0, train_tokenizer = 0;
-  std::string prompt, save_hf, onnx;
+  std::string prompt, save_hf, onnx, plot = "finetune_gpt2.png";
   xgrad::SamplingOptions sampling;
 };
 
@@ -68,6 +69,7 @@ int run(Config& c, Options& o, const train::TrainerOptions& options, train::Sett
   if (!c.text.empty() && std::filesystem::weakly_canonical(c.tokens) == std::filesystem::weakly_canonical(c.text))
     throw Refused("--tokens " + c.tokens + " is --text: expected another file (it is written)");
   train::check_output_file("--export-onnx", o.onnx);  // before anything is read or trained
+  train::check_output_file("--plot", trainer.options().csv_path.empty() ? "" : o.plot);
   train::check_output_file("--tokens", c.text.empty() ? "" : c.tokens);
   train::check_output_folder("--save-hf", o.save_hf);
 #ifndef XGRAD_WITH_ONNX
@@ -165,6 +167,7 @@ int run(Config& c, Options& o, const train::TrainerOptions& options, train::Sett
   if (o.sample > 0)
     std::printf("-- sample --\n%s\n", bpe_text::sample(model, tok, o.prompt, o.sample, o.sampling, c.seed).c_str());
   trainer.finish();
+  plot::render(trainer.options().csv_path, o.plot, kProgram);
   if (!o.save_hf.empty()) {
     xgrad::models::save_hf_gpt2(model, o.save_hf);
     std::printf("saved the fine-tuned model to %s (config.json, model.safetensors)\n", o.save_hf.c_str());
@@ -217,6 +220,7 @@ int main(int argc, char** argv) {
   cli::add_trainer_flags(app, options);
   std::string profile_path;
   cli::add_profile_flag(app, profile_path);
+  plot::add_flag(app, o.plot);
   app.add_option("--sample", o.sample, "generate N tokens after --prompt (after training, if any)")
       ->check(cli::integer_in(1, 1000000));
   app.add_option("--prompt", o.prompt, "the text --sample continues (default: <|endoftext|>)");

@@ -147,7 +147,7 @@ refused "--save-hf full.csv/x: full.csv is not a folder" "$program" "${flags[@]}
 refused "--checkpoint nodir/a.ckpt: the folder nodir does not exist" "$program" "${flags[@]}" --checkpoint nodir/a.ckpt
 refused "--csv nodir/a.csv: the folder nodir does not exist" "$program" "${flags[@]}" --csv nodir/a.csv
 refused "--save-weights nodir/w: the folder nodir does not exist" "$program" "${flags[@]}" --save-weights nodir/w
-"$program" --help | grep -q "step,loss,val_loss,lr,elapsed" || fail "--help does not name the CSV's columns"
+"$program" --help >help.txt; grep -q "step,loss,val_loss,lr,elapsed" help.txt || fail "--help does not name the CSV's columns"
 refused "--export-onnx tok: is a folder" "$program" "${flags[@]}" --export-onnx tok
 refused "--save-hf full.csv: is a file, expected a folder" "$program" "${flags[@]}" --save-hf full.csv
 refused "--tokens ./text.txt is --text: expected another file" "$program" "${flags[@]}" --tokens ./text.txt

@@ -128,7 +128,7 @@ for flag in --checkpoint --csv --save-weights --plot --export-onnx; do
   refused "^$flag nodir/out: the folder nodir does not exist$" "$program" --steps 2 "$flag" nodir/out
   grep -q "^step " bad.log && fail "$flag nodir/out was refused only after training"
 done
-"$program" --help | grep -q "step,loss,val_accuracy,lr,elapsed" || fail "--help does not name the CSV's columns"
+"$program" --help >help.txt; grep -q "step,loss,val_accuracy,lr,elapsed" help.txt || fail "--help does not name the CSV's columns"
 
 echo "== 5b. --resume of the finished run with no more steps: nothing trained nor rewritten"
 ls -l --time-style=+%s.%N full.ckpt full.csv >before.txt
@@ -143,7 +143,7 @@ ls -l --time-style=+%s.%N full.ckpt full.csv | diff before.txt - || fail "resumi
 cmp full.safetensors only.safetensors || fail "the weights of the checkpoint differ from the run's"
 [[ -z ${XGRAD_ONNX_TOOLS:-} || -s only.onnx ]] || fail "--export-onnx wrote nothing"
 plot=$(dirname "$0")/plot_metrics.sh
-sh "$plot" --help | grep -q "step,loss,<metric>,lr,elapsed" || fail "plot_metrics.sh --help does not name the columns"
+sh "$plot" --help >plot_help.txt; grep -q "step,loss,<metric>,lr,elapsed" plot_help.txt || fail "plot_metrics.sh --help does not name the columns"
 if command -v gnuplot >/dev/null 2>&1; then
   sh "$plot" --title train_toy_encoder full.csv full.png && [[ -s full.png ]] || fail "plot_metrics.sh drew nothing"
 fi
