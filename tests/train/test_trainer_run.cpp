@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include <xgrad/train/cli.hpp>
+#include <xgrad/train/data_parallel.hpp>
 #include <xgrad/train/trainer.hpp>
 #include <xgrad/xgrad.hpp>
 
@@ -294,6 +295,20 @@ TEST(TrainerProgress, NoMetricIsShownBeforeTheFirstEvaluation) {
   EXPECT_EQ(printed.find("0.00%"), std::string::npos) << printed;
   EXPECT_NE(printed.find("step 4/4 | loss"), std::string::npos) << printed;
   EXPECT_NE(printed.find("held-out accuracy  75.00%"), std::string::npos) << printed;
+}
+
+// Outside mpirun (and in a build of this test without MPI), launched_world() is one process and
+// DataParallel calls the module's own forward.
+TEST(TrainerDataParallel, OneProcessIsTheModuleItself) {
+  const std::unique_ptr<train::World> world = train::launched_world();
+  EXPECT_EQ(world->size(), 1);
+  EXPECT_TRUE(world->is_main());
+  xgrad::manual_seed(0);
+  const auto model = std::make_shared<nn::Linear<float>>(3, 2);
+  const train::DataParallel<nn::Linear<float>> forward(model, *world);
+  const auto x = xgrad::ones<float>({4, 3});
+  EXPECT_TRUE(forward(x).value() == model->forward(x).value());
+  EXPECT_EQ(&forward.module(), model.get());
 }
 
 }  // namespace
