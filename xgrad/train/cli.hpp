@@ -190,7 +190,8 @@ inline CLI::Option* add_bf16_flag(CLI::App& app, Settings& settings, bool& bf16)
                           "matmul and attention; everything else, the gradients and the optimizer in fp32");
 }
 
-// --checkpoint, --checkpoint-interval, --resume, --csv, --save-weights, --stop-at, --threads.
+// Deprecated (add_trainer_flags binds the same flags to TrainerOptions): --checkpoint,
+// --checkpoint-interval, --resume, --csv, --save-weights, --stop-at, --threads.
 inline void add_run_flags(CLI::App& app, RunOptions& run) {
   app.add_option("--checkpoint", run.checkpoint_path, "checkpoint file (written atomically); empty: none")
       ->check(not_special_file())

@@ -111,7 +111,8 @@ struct Resumed {
   LoopState state;
 };
 
-// Applies RunOptions::threads and, with RunOptions::resume_path, reads the checkpoint and sets
+// Deprecated (the Trainer's constructor of TrainerOptions does it). Applies RunOptions::threads
+// and, with RunOptions::resume_path, reads the checkpoint and sets
 // `settings` to its values. given_on_command_line(key), when set, tells whether the user gave a
 // setting explicitly: such a value must agree with the checkpoint's (otherwise Refused, naming
 // both). The checkpoint's world size must be world.size() (otherwise Refused), and so must the
