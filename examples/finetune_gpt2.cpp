@@ -24,7 +24,7 @@
 
 #include "support/bpe_text.hpp"
 #include "support/hf_gpt2_model.hpp"
-#include "support/output_paths.hpp"
+#include "support/plot.hpp"
 #include "support/sampling_flags.hpp"
 #ifdef XGRAD_WITH_ONNX
 #include "support/gpt_onnx.hpp"
@@ -50,34 +50,32 @@ struct Config {                             // the settings, saved in checkpoint
 
 struct Options {  // what is not a setting
   int iters = 200, sample = 0, train_tokenizer = 0;
-  std::string prompt, save_hf, onnx;
+  std::string prompt, save_hf, onnx, plot = "finetune_gpt2.png";
   xgrad::SamplingOptions sampling;
 };
 
-int run(Config& c, Options& o, train::RunOptions& run, train::Settings& settings, const CLI::App& app) {
+int run(Config& c, Options& o, const train::TrainerOptions& options, train::Settings& settings, const CLI::App& app) {
   if (o.train_tokenizer > 0) return bpe_text::train_command(c.text, c.tokenizer, std::size_t(o.train_tokenizer));
-  train::Resumed resumed = train::prepare_run(kProgram, run, settings, train::single_process_world(), cli::given(app));
-  if (resumed.checkpoint && !app.count("--iters")) o.iters = std::stoi(resumed.checkpoint->metadata.at("iters"));
+  // The checkpoint, CSV and weights paths are checked here, before anything is read or trained.
+  train::Trainer trainer(kProgram, options, settings, train::single_process_world(), cli::given(app));  // c: the checkpoint's
+  trainer.options().val_check_interval = c.eval_interval;
+  trainer.options().gradient_clip_val = c.clip;
+  const xgrad::Checkpoint<float>* resumed = trainer.checkpoint();
   if (c.hf.empty()) throw Refused("--hf: expected a Hugging Face GPT-2 folder (config.json, model.safetensors)");
   if (c.text.empty() && (o.sample == 0 || !o.save_hf.empty() || !o.onnx.empty()))
     throw Refused("expected --text FILE to fine-tune on (--save-hf, --export-onnx: after it), or --sample N");
-  if (c.tokens.empty()) c.tokens = (run.checkpoint_path.empty() ? std::string(kProgram) : run.checkpoint_path) + ".tok";
+  const std::string& checkpoint = trainer.options().checkpoint_path;
+  if (c.tokens.empty()) c.tokens = (checkpoint.empty() ? std::string(kProgram) : checkpoint) + ".tok";
   if (!c.text.empty() && std::filesystem::weakly_canonical(c.tokens) == std::filesystem::weakly_canonical(c.text))
     throw Refused("--tokens " + c.tokens + " is --text: expected another file (it is written)");
-  for (const auto& [flag, path] : {std::pair<std::string, std::string>{"--checkpoint", run.checkpoint_path},
-                                   {"--csv", run.csv_path},
-                                   {"--save-weights", run.weights_path},
-                                   {"--export-onnx", o.onnx},
-                                   {"--tokens", c.text.empty() ? "" : c.tokens}})
-    output_paths::check_file(flag, path);  // before anything is read or trained
-  output_paths::check_folder("--save-hf", o.save_hf);
+  train::check_output_file("--export-onnx", o.onnx);  // before anything is read or trained
+  train::check_output_file("--plot", trainer.options().csv_path.empty() ? "" : o.plot);
+  train::check_output_file("--tokens", c.text.empty() ? "" : c.tokens);
+  train::check_output_folder("--save-hf", o.save_hf);
 #ifndef XGRAD_WITH_ONNX
   if (!o.onnx.empty()) throw Refused("--export-onnx: this build has no ONNX export (XGRAD_WITH_ONNX is off)");
 #endif
   if (!c.text.empty()) bpe_text::check_readable(c.text);
-  if (o.iters < resumed.state.step)
-    throw Refused("--iters " + std::to_string(o.iters) + " is below the checkpoint's step " +
-                  std::to_string(resumed.state.step));
   xgrad::models::GPTConfig config = hf_gpt2_model::config(c.hf);
   if (c.block_size > config.block_size)
     throw Refused("--block-size " + std::to_string(c.block_size) + " is beyond the model's n_positions " +
@@ -90,19 +88,19 @@ int run(Config& c, Options& o, train::RunOptions& run, train::Settings& settings
   config.dropout = c.dropout;
   xgrad::manual_seed(c.seed);
   Model model(config);
-  if (!c.random_init && !resumed.checkpoint)
+  if (!c.random_init && !resumed)
     hf_gpt2_model::load_weights(model, c.hf);  // a resumed run: the checkpoint's
   if (c.text.empty()) {                        // sample only
     std::printf("%s\n", bpe_text::sample(model, tok, o.prompt, o.sample, o.sampling, c.seed).c_str());
     return 0;
   }
 
-  if (!resumed.checkpoint || !std::filesystem::exists(c.tokens))
+  if (!resumed || !std::filesystem::exists(c.tokens))
     bpe_text::tokenize(c.text, c.tokens, tok, std::uint64_t(config.vocab_size));
   const auto tokens = std::make_shared<const data::TokenFile>(c.tokens);
-  if (resumed.checkpoint && std::to_string(tokens->size()) != resumed.checkpoint->metadata.at("tokens"))
+  if (resumed && std::to_string(tokens->size()) != resumed->metadata.at("tokens"))
     throw Refused("--tokens " + c.tokens + " holds " + std::to_string(tokens->size()) + " tokens, the checkpoint's " +
-                  resumed.checkpoint->metadata.at("tokens") + ": tokenize again (delete it)");
+                  resumed->metadata.at("tokens") + ": tokenize again (delete it)");
   const std::size_t T = std::size_t(c.block_size), B = std::size_t(c.batch_size), n = tokens->size();
   const std::size_t n_val = std::max(n / 10, T + 1), n_train = n > n_val ? n - n_val : 0;
   if (n_train < T + B)
@@ -113,25 +111,16 @@ int run(Config& c, Options& o, train::RunOptions& run, train::Settings& settings
   auto loader = data::make_data_loader(
       windows, data::DataLoaderOptions().batch_size(B).drop_last(true).sampler(
                    std::make_shared<data::RandomSampler>(n_train - T, xgrad::Generator(c.seed + 1))));
-  if (resumed.checkpoint)
-    loader.load_state_dict(data::DataLoaderState::from_string(resumed.checkpoint->metadata.at("data_loader")));
+  if (resumed) loader.load_state_dict(data::DataLoaderState::from_string(resumed->metadata.at("data_loader")));
 
   xgrad::optim::AdamW<float> optimizer = hf_gpt2_model::adamw(model, c.lr, c.weight_decay, {0.9, 0.95});
-  const int warmup = std::min(c.warmup, o.iters - 1), iters = o.iters;
+  // Warmup (the planned run's), then cosine to lr / 10 at the last step (of an extended run too).
+  const int warmup = std::min(c.warmup, trainer.planned_steps() - 1), iters = trainer.max_steps();
   xgrad::optim::LambdaLR<float> schedule(
       optimizer, [warmup, iters](int step) { return hf_gpt2_model::lr_factor(step, warmup, iters, 0.1); });
-  train::TrainerOptions options{o.iters, c.eval_interval, c.clip};
-  options.metric.column = "val_loss";
-  options.metric.format = [](double loss) {
-    char text[64];
-    std::snprintf(text, sizeof text, "held-out %.4f nats/token", loss);
-    return loss == 0 ? std::string("held-out loss -") : std::string(text);
-  };
-  train::Trainer trainer(kProgram, run, settings, std::move(resumed), model, optimizer, &schedule, options);
   const auto saver = std::make_shared<train::LambdaCallback>();
   saver->save_checkpoint = [&](train::Trainer&, std::map<std::string, std::string>& metadata) {
     metadata["data_loader"] = loader.state_dict().to_string();
-    metadata["iters"] = std::to_string(o.iters);
     metadata["tokens"] = std::to_string(n);
   };
   trainer.add_callback(saver);
@@ -143,7 +132,7 @@ int run(Config& c, Options& o, train::RunOptions& run, train::Settings& settings
       "training: %d steps of %zu windows of %zu tokens, AdamW lr %g (warmup %d, cosine to %g), clip %g\n",
       c.hf.c_str(), (long long)config.n_layer, (long long)config.n_embd, (long long)config.vocab_size, (long long)count,
       c.random_init ? " (random weights)" : "", c.text.c_str(), n, c.tokens.c_str(), n_train, n_val, tok.vocab_size(),
-      o.iters, B, T, c.lr, warmup, c.lr / 10, c.clip);
+      iters, B, T, c.lr, warmup, c.lr / 10, c.clip);
 
   double last = -1, timed = 0;  // the step time: from a step's start to the next's, when no evaluation came between
   int timed_steps = 0;
@@ -169,7 +158,7 @@ int run(Config& c, Options& o, train::RunOptions& run, train::Settings& settings
     model.train();
     return sum / c.eval_iters;
   };
-  if (const auto stopped = trainer.fit(step, held_out)) return *stopped;
+  if (const auto stopped = trainer.fit(model, optimizer, &schedule, step, held_out)) return *stopped;
   struct rusage usage {};
   getrusage(RUSAGE_SELF, &usage);
   if (timed_steps > 0)  // ru_maxrss: KiB
@@ -178,6 +167,7 @@ int run(Config& c, Options& o, train::RunOptions& run, train::Settings& settings
   if (o.sample > 0)
     std::printf("-- sample --\n%s\n", bpe_text::sample(model, tok, o.prompt, o.sample, o.sampling, c.seed).c_str());
   trainer.finish();
+  plot::render(trainer.options().csv_path, o.plot, kProgram);
   if (!o.save_hf.empty()) {
     xgrad::models::save_hf_gpt2(model, o.save_hf);
     std::printf("saved the fine-tuned model to %s (config.json, model.safetensors)\n", o.save_hf.c_str());
@@ -199,8 +189,11 @@ int main(int argc, char** argv) {
   Config c;
   Options o;
   train::Settings settings;
-  train::RunOptions run_options("finetune_gpt2.ckpt", "finetune_gpt2.csv");
-  run_options.threads = 2;
+  train::TrainerOptions options;
+  options.checkpoint_path = "finetune_gpt2.ckpt";
+  options.csv_path = "finetune_gpt2.csv";
+  options.num_threads = 2;
+  options.metric = train::ValidationMetric::loss("val_loss", "nats/token");  // the CSV's column
   CLI::App app{"Fine-tunes a Hugging Face GPT-2 on a text file, samples from it and saves it back."};
   app.get_formatter()->column_width(44);
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later flag overrides
@@ -223,21 +216,23 @@ int main(int argc, char** argv) {
   setting("--eval-iters", c.eval_iters, "held-out batches per evaluation")->check(cli::integer_in(1, 1000000));
   setting("--seed", c.seed, "seed of the batch order, dropout and sampling");
   cli::add_setting_flag(app, settings, "--random-init", c.random_init, "random weights of --hf's config.json");
-  app.add_option("--iters", o.iters, "training steps (with --resume: more extends the run)")
-      ->check(cli::integer_in(1, 100000000))
-      ->capture_default_str();
-  cli::add_run_flags(app, run_options);
+  cli::add_max_steps_flag(app, o.iters, "--iters", "training steps");
+  cli::add_trainer_flags(app, options);
   std::string profile_path;
   cli::add_profile_flag(app, profile_path);
+  plot::add_flag(app, o.plot);
   app.add_option("--sample", o.sample, "generate N tokens after --prompt (after training, if any)")
       ->check(cli::integer_in(1, 1000000));
   app.add_option("--prompt", o.prompt, "the text --sample continues (default: <|endoftext|>)");
   sampling_flags::add(app, o.sampling);
   app.add_option("--save-hf", o.save_hf, "after training, write the model as a Hugging Face folder");
-  app.add_option("--export-onnx", o.onnx, "after training, export the model to this ONNX file");
+  app.add_option("--export-onnx", o.onnx,
+                 "after training, export the model to this ONNX file; with --resume of a finished run and no "
+                 "larger --iters: export it without training");
   app.add_option("--train-tokenizer", o.train_tokenizer, "train a BPE tokenizer of N ids on --text into --tokenizer")
       ->check(cli::integer_in(257, 1 << 20));
   CLI11_PARSE(app, argc, argv);
+  cli::finish_max_steps(app, options, "--iters", o.iters);
   const cli::ProfileRun profiling(profile_path);
-  return train::guarded(kProgram, [&] { return run(c, o, run_options, settings, app); });
+  return train::guarded(kProgram, [&] { return run(c, o, options, settings, app); });
 }

@@ -7,6 +7,8 @@
 #   1. --train-tokenizer 384 writes encoder.json + vocab.bpe;
 #   2. 40 steps of fine-tuning: the loss in the CSV is finite and falls; a sample is printed;
 #   3. a run stopped at step 20 and resumed ends with the same weights bit for bit and the same CSV;
+#      the finished run resumed with no larger --iters trains nothing and rewrites neither its
+#      checkpoint nor its CSV (its weights come from the checkpoint);
 #   4. --save-hf writes a folder that loads (--hf OUT) and gives the same --greedy sample as the
 #      model right after training;
 #   5. --export-onnx writes a model (checked by onnx's checker and ONNX Runtime when XGRAD_ONNX_TOOLS
@@ -94,6 +96,11 @@ echo "== 3. stopped at step 20, then resumed"
 "$program" --resume half.ckpt --checkpoint half.ckpt --csv half.csv --save-weights half.safetensors >/dev/null
 cmp full.safetensors half.safetensors || fail "the resumed run's weights differ"
 diff <(cut -d, -f1-4 full.csv) <(cut -d, -f1-4 half.csv) || fail "the resumed run's CSV differs"
+ls -l --time-style=+%s.%N full.ckpt full.csv >before_only.txt
+"$program" --resume full.ckpt --checkpoint full.ckpt --csv full.csv --save-weights only.safetensors | tee only.log
+grep -q "0 steps in this run" only.log || fail "resuming the finished run trained"
+ls -l --time-style=+%s.%N full.ckpt full.csv | diff before_only.txt - || fail "resuming the finished run rewrote a file"
+cmp full.safetensors only.safetensors || fail "the weights of the checkpoint differ from the run's"
 
 echo "== 4. the saved Hugging Face folder"
 [[ -s out/config.json && -s out/model.safetensors ]] || fail "--save-hf wrote no folder"
@@ -138,6 +145,9 @@ refused "--lr: expected a positive number, got 'abc'" "$program" "${flags[@]}" -
 refused "--top-p: expected a number in (0, 1], got '2'" "$program" "${flags[@]}" --top-p 2
 refused "--save-hf full.csv/x: full.csv is not a folder" "$program" "${flags[@]}" --save-hf full.csv/x
 refused "--checkpoint nodir/a.ckpt: the folder nodir does not exist" "$program" "${flags[@]}" --checkpoint nodir/a.ckpt
+refused "--csv nodir/a.csv: the folder nodir does not exist" "$program" "${flags[@]}" --csv nodir/a.csv
+refused "--save-weights nodir/w: the folder nodir does not exist" "$program" "${flags[@]}" --save-weights nodir/w
+"$program" --help >help.txt; grep -q "step,loss,val_loss,lr,elapsed" help.txt || fail "--help does not name the CSV's columns"
 refused "--export-onnx tok: is a folder" "$program" "${flags[@]}" --export-onnx tok
 refused "--save-hf full.csv: is a file, expected a folder" "$program" "${flags[@]}" --save-hf full.csv
 refused "--tokens ./text.txt is --text: expected another file" "$program" "${flags[@]}" --tokens ./text.txt

@@ -5,11 +5,14 @@
 #   2. a run stopped mid-epoch with --stop-at, then resumed from its checkpoint (the DataLoader's
 #      position, with 2 worker threads, included), ends with the same weights bit for bit and the
 #      same CSV rows as an uninterrupted one;
+#   2b. --resume of the finished run with no larger --steps trains nothing and rewrites neither the
+#      checkpoint nor the CSV (its weights come from the checkpoint);
 #   3. --resume with a larger --steps extends the run;
 #   4. --predict fills the blanks with the top 3 letters from the checkpoint;
 #   5. a missing word list, a bad flag, --predict without a checkpoint and a --resume with a
 #      contradicting flag are refused with a message naming the fix; so is every path flag given a
-#      FIFO or /dev/zero, under a timeout, and --seed -1.
+#      FIFO or /dev/zero, under a timeout, and --seed -1; an output path in a missing folder is
+#      refused before the word list is read, naming the flag; --help names the CSV's columns.
 #   6. when XGRAD_ONNX_TOOLS (tests/onnx) and XGRAD_ONNXRUNTIME (onnxruntime-node's folder) are set:
 #      run 1's --export-onnx model passes onnx's checker and ONNX Runtime gives the program's logits
 #      on its sample (two batch sizes and word lengths).
@@ -38,6 +41,15 @@ first=$(sed -n 2p full.csv | cut -d, -f2)
 last=$(tail -n 1 full.csv | cut -d, -f2)
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.2) }' || fail "the loss went from $first to $last"
 echo "training loss fell from $first to $last"
+[[ $(head -n 1 full.csv) == "step,loss,val_accuracy,lr,elapsed" ]] || fail "the CSV header is $(head -n 1 full.csv)"
+
+echo "== 2b. --resume of the finished run with no more steps: nothing trained nor rewritten"
+ls -l --time-style=+%s.%N full.ckpt full.csv >before.txt
+"$program" --resume full.ckpt --checkpoint full.ckpt --csv full.csv --save-weights only.safetensors --plot "" \
+  --workers 2 --eval-interval 40 | tee only.log
+grep -q "0 steps in this run" only.log || fail "resuming the finished run trained"
+ls -l --time-style=+%s.%N full.ckpt full.csv | diff before.txt - || fail "resuming the finished run rewrote a file"
+cmp full.safetensors only.safetensors || fail "the weights of the checkpoint differ from the run's"
 
 echo "== 2. stopped at step 75 (mid-epoch), then resumed"
 "$program" "${flags[@]}" --checkpoint half.ckpt --csv half.csv --stop-at 75
@@ -85,6 +97,11 @@ done
 refused "^--checkpoint: expected a regular file, got 'fifo', a FIFO (named pipe)$" \
   timeout 60 "$program" --predict "h_llo" --checkpoint fifo
 refused "^--seed: expected an integer in \[0, 18446744073709551615\], got '-1'$" "$program" --seed -1
+for flag in --checkpoint --csv --save-weights --plot; do
+  refused "^$flag nodir/out: the folder nodir does not exist$" "$program" --words "$words" "$flag" nodir/out
+  grep -q "^words:" bad.log && fail "$flag nodir/out was refused only after reading the words"
+done
+"$program" --help >help.txt; grep -q "step,loss,val_accuracy,lr,elapsed" help.txt || fail "--help does not name the CSV's columns"
 
 if [[ -n ${XGRAD_ONNX_TOOLS:-} ]]; then
   echo "== 6. the exported model in onnx's checker and ONNX Runtime"

@@ -10,7 +10,11 @@
 #      checkpoint and exits with 130;
 #   4. --resume with a larger --steps extends the run (the cosine reaches 0 at the new last step);
 #   5. a bad flag, and a --resume with a flag that contradicts the checkpoint, are refused; so is
-#      every path flag given a FIFO or /dev/zero (under a timeout), and --seed -1 or 2^64.
+#      every path flag given a FIFO or /dev/zero (under a timeout), and --seed -1 or 2^64; an output
+#      path in a missing folder is refused before training, naming the flag;
+#   5b. --resume of the finished run with no larger --steps trains nothing and rewrites neither the
+#      checkpoint nor the CSV (its weights, and with ONNX --export-onnx, come from the checkpoint);
+#      --help names the CSV's columns (step,loss,val_accuracy,lr,elapsed);
 #   6. when XGRAD_ONNX_TOOLS (tests/onnx) and XGRAD_ONNXRUNTIME (onnxruntime-node's folder) are set:
 #      run 1's --export-onnx model passes onnx's checker, ONNX Runtime gives the program's logits on
 #      its sample, and examples/onnx/sort_digits.mjs, copied into a folder of its own, prints the
@@ -49,6 +53,7 @@ first=$(sed -n 2p full.csv | cut -d, -f3)
 last=$(tail -n 1 full.csv | cut -d, -f3)
 [[ $(tail -n 1 full.csv | cut -d, -f1) == "$steps" ]] || fail "the CSV does not end at step $steps"
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(b > a && b > 0.4) }' || fail "accuracy went from $first to $last"
+[[ $(head -n 1 full.csv) == "step,loss,val_accuracy,lr,elapsed" ]] || fail "the CSV header is $(head -n 1 full.csv)"
 echo "held-out accuracy rose from $first to $last"
 
 echo "== 2. stopped at step $half (--stop-at), then resumed"
@@ -117,6 +122,31 @@ done
 refused "^--seed: expected an integer in \[0, 18446744073709551615\], got '-1'$" "$program" --seed -1
 refused "^--seed: expected an integer in \[0, 18446744073709551615\], got '18446744073709551616'$" \
   "$program" --seed 18446744073709551616
+
+for flag in --checkpoint --csv --save-weights --plot --export-onnx; do
+  [[ $flag == --export-onnx && -z ${XGRAD_ONNX_TOOLS:-} ]] && continue  # a build without ONNX refuses the flag
+  refused "^$flag nodir/out: the folder nodir does not exist$" "$program" --steps 2 "$flag" nodir/out
+  grep -q "^step " bad.log && fail "$flag nodir/out was refused only after training"
+done
+"$program" --help >help.txt; grep -q "step,loss,val_accuracy,lr,elapsed" help.txt || fail "--help does not name the CSV's columns"
+
+echo "== 5b. --resume of the finished run with no more steps: nothing trained nor rewritten"
+ls -l --time-style=+%s.%N full.ckpt full.csv >before.txt
+cmp_ckpt=$(md5sum <full.ckpt)
+export_flags=()
+[[ -n ${XGRAD_ONNX_TOOLS:-} ]] && export_flags=(--export-onnx only.onnx)
+"$program" --resume full.ckpt --checkpoint full.ckpt --csv full.csv --save-weights only.safetensors --plot "" \
+  "${export_flags[@]}" | tee only.log
+grep -q "0 steps in this run" only.log || fail "resuming the finished run trained"
+ls -l --time-style=+%s.%N full.ckpt full.csv | diff before.txt - || fail "resuming the finished run rewrote a file"
+[[ $(md5sum <full.ckpt) == "$cmp_ckpt" ]] || fail "the checkpoint changed"
+cmp full.safetensors only.safetensors || fail "the weights of the checkpoint differ from the run's"
+[[ -z ${XGRAD_ONNX_TOOLS:-} || -s only.onnx ]] || fail "--export-onnx wrote nothing"
+plot=$(dirname "$0")/plot_metrics.sh
+sh "$plot" --help >plot_help.txt; grep -q "step,loss,<metric>,lr,elapsed" plot_help.txt || fail "plot_metrics.sh --help does not name the columns"
+if command -v gnuplot >/dev/null 2>&1; then
+  sh "$plot" --title train_toy_encoder full.csv full.png && [[ -s full.png ]] || fail "plot_metrics.sh drew nothing"
+fi
 
 if [[ -n ${XGRAD_ONNX_TOOLS:-} ]]; then
   echo "== 6. the exported model in onnx's checker and ONNX Runtime"

@@ -1,12 +1,14 @@
-// Trains a small MLP end to end with xgrad's autograd ops alone: x -> linear(1, 32) -> gelu ->
-// linear(32, 1) fitted to y = sin(x) on 64 points of [-pi, pi], full batch, 300 steps of Adam
-// written out by hand. Prints the loss every 50 steps; exits with 1 unless the final loss is
+// Trains a small MLP end to end: x -> linear(1, 32) -> gelu -> linear(32, 1), written with xgrad's
+// functional autograd ops, fitted to y = sin(x) on 64 points of [-pi, pi], full batch, 300 steps
+// of Adam. The loop is xgrad::train::Trainer's (steps, a progress line every 50 steps, the final
+// evaluation); it writes no file (no checkpoint, no CSV). Exits with 1 unless the final loss is
 // below 1% of the initial one.
-#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <string>
 #include <vector>
 
+#include <xgrad/train/trainer.hpp>
 #include <xgrad/xgrad.hpp>
 
 namespace {
@@ -14,52 +16,28 @@ namespace {
 using xgrad::Tensor;
 
 // nn.Linear's initialization: weight (out, in) and bias (out) ~ U(-1/sqrt(in), 1/sqrt(in)).
-Tensor<float> uniform_parameter(const xgrad::Shape& shape, std::size_t fan_in) {
+Tensor<float> uniform(const xgrad::Shape& shape, std::size_t fan_in) {
   const float bound = 1.0f / std::sqrt(static_cast<float>(fan_in));
-  xgrad::Array<float> value = (xgrad::rand<float>(shape).value() * 2.0f - 1.0f) * bound;
-  return Tensor<float>(std::move(value), /*requires_grad=*/true);
+  return Tensor<float>((xgrad::rand<float>(shape).value() * 2.0f - 1.0f) * bound);
 }
 
-// torch.optim.Adam with its defaults (betas 0.9, 0.999, eps 1e-8, no weight decay):
-//   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
-//   p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
-class Adam {
+// The MLP as functional ops over four registered parameters (a Module, so that the optimizer and
+// the Trainer see them).
+class SineMLP : public xgrad::nn::Module<float> {
  public:
-  Adam(std::vector<Tensor<float>> params, float lr) : params_(std::move(params)), lr_(lr) {
-    for (const auto& p : params_) {
-      m_.emplace_back(p.numel(), 0.0f);
-      v_.emplace_back(p.numel(), 0.0f);
-    }
+  explicit SineMLP(std::size_t hidden) : Module("SineMLP") {
+    w1_ = register_parameter("w1", uniform({hidden, 1}, 1));
+    b1_ = register_parameter("b1", uniform({hidden}, 1));
+    w2_ = register_parameter("w2", uniform({1, hidden}, hidden));
+    b2_ = register_parameter("b2", uniform({1}, hidden));
   }
-
-  void zero_grad() {
-    for (auto& p : params_) p.zero_grad(/*set_to_none=*/true);
-  }
-
-  void step() {
-    xgrad::NoGradGuard no_grad;
-    ++t_;
-    const float correction1 = 1.0f - std::pow(beta1_, static_cast<float>(t_));
-    const float correction2 = 1.0f - std::pow(beta2_, static_cast<float>(t_));
-    for (std::size_t i = 0; i < params_.size(); ++i) {
-      float* p = params_[i].mutable_value().data();
-      const float* g = params_[i].grad().data();
-      float* m = m_[i].data();
-      float* v = v_[i].data();
-      for (std::size_t j = 0; j < m_[i].size(); ++j) {
-        m[j] = beta1_ * m[j] + (1.0f - beta1_) * g[j];
-        v[j] = beta2_ * v[j] + (1.0f - beta2_) * g[j] * g[j];
-        p[j] -= lr_ * (m[j] / correction1) / (std::sqrt(v[j] / correction2) + eps_);
-      }
-    }
+  // (N, 1) -> (N, hidden) -> (N, hidden) -> (N, 1)
+  Tensor<float> forward(const Tensor<float>& x) {
+    return xgrad::linear(xgrad::gelu(xgrad::linear(x, w1_, b1_)), w2_, b2_);
   }
 
  private:
-  std::vector<Tensor<float>> params_;
-  std::vector<std::vector<float>> m_, v_;
-  float lr_;
-  float beta1_ = 0.9f, beta2_ = 0.999f, eps_ = 1e-8f;
-  long t_ = 0;
+  Tensor<float> w1_, b1_, w2_, b2_;
 };
 
 }  // namespace
@@ -67,9 +45,7 @@ class Adam {
 int main() {
   xgrad::allocator_tuning_from_env();  // keep freed tensor memory for the next step
   constexpr std::size_t points = 64, hidden = 32;
-  constexpr int steps = 300;
   const float pi = std::acos(-1.0f);
-  xgrad::manual_seed(0);
 
   // x: (64, 1) evenly spaced on [-pi, pi]; y = sin(x): (64, 1).
   std::vector<float> xs(points), ys(points);
@@ -80,29 +56,29 @@ int main() {
   const Tensor<float> x = xgrad::from_vector<float>(xs, {points, 1});
   const Tensor<float> y = xgrad::from_vector<float>(ys, {points, 1});
 
-  Tensor<float> w1 = uniform_parameter({hidden, 1}, 1), b1 = uniform_parameter({hidden}, 1);
-  Tensor<float> w2 = uniform_parameter({1, hidden}, hidden), b2 = uniform_parameter({1}, hidden);
-  Adam optimizer({w1, b1, w2, b2}, /*lr=*/0.01f);
-
-  const auto start = std::chrono::steady_clock::now();
-  float first_loss = 0.0f, loss_value = 0.0f;
-  for (int step = 0; step <= steps; ++step) {
-    // (64, 1) -> (64, 32) -> (64, 32) -> (64, 1)
-    Tensor<float> prediction = xgrad::linear(xgrad::gelu(xgrad::linear(x, w1, b1)), w2, b2);
-    Tensor<float> loss = xgrad::mse_loss(prediction, y);
-    loss_value = loss.item();
-    if (step == 0) first_loss = loss_value;
-    if (step % 50 == 0) std::printf("step %3d  loss %.6f\n", step, loss_value);
-    if (step == steps) break;  // the loss after the last update
-    optimizer.zero_grad();
-    loss.backward();
-    optimizer.step();
-  }
-  const double ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  std::printf("final loss %.6f (initial %.6f) after %d steps in %.1f ms\n", loss_value, first_loss, steps, ms);
-
-  const bool learned = std::isfinite(loss_value) && loss_value < 0.01f * first_loss;
-  if (!learned) std::printf("train_tiny: the loss did not fall below 1%% of its initial value\n");
-  return learned ? 0 : 1;
+  xgrad::train::Settings settings;  // nothing saved: no checkpoint
+  xgrad::train::TrainerOptions options;
+  options.max_steps = 300;
+  options.val_check_interval = 50;
+  options.metric.column = "mse";  // the full batch's loss after the step (the CSV's column, were there one)
+  options.metric.format = [](double mse) {
+    char text[32];
+    std::snprintf(text, sizeof text, "mse %.6f", mse);
+    return std::string(text);
+  };
+  return xgrad::train::guarded("train_tiny", [&] {
+    xgrad::train::Trainer trainer("train_tiny", options, settings);
+    trainer.seed_everything(0);
+    SineMLP model(hidden);
+    xgrad::optim::Adam<float> optimizer(model.parameters(), xgrad::optim::AdamOptions(0.01));
+    const auto mse = [&] { return double(xgrad::mse_loss(model.forward(x), y).item()); };
+    const double first_loss = mse();
+    trainer.fit(model, optimizer, nullptr, [&](int) { return xgrad::mse_loss(model.forward(x), y); }, mse);
+    const double loss = mse();
+    trainer.finish();
+    std::printf("final loss %.6f (initial %.6f) after %d steps\n", loss, first_loss, trainer.global_step());
+    const bool learned = std::isfinite(loss) && loss < 0.01 * first_loss;
+    if (!learned) std::printf("train_tiny: the loss did not fall below 1%% of its initial value\n");
+    return learned ? 0 : 1;
+  });
 }
