@@ -1,6 +1,7 @@
 // bfloat16 autocast, as torch.autocast(device_type="cpu", dtype=torch.bfloat16)
 // (https://pytorch.org/docs/stable/amp.html#cpu-ops-that-can-autocast-to-bfloat16).
 //
+// compile: snippet given: nn::Linear<float> model(4, 2); auto x = randn<float>({3, 4}), y = randn<float>({3, 2});
 //   {
 //     xgrad::AutocastGuard autocast;                  // bf16 gemms from here on, on this thread
 //     Tensor<float> loss = mse_loss(model.forward(x), y);

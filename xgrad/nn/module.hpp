@@ -2,6 +2,7 @@
 // submodules, registered in order; walking them joins names with dots, so the keys equal those
 // of PyTorch's `state_dict()` for the same model (`layers.0.self_attn.in_proj_weight`).
 //
+// compile: snippet
 //   class Net : public nn::Module<float> {
 //    public:
 //     Net() : Module("Net") {

@@ -2,6 +2,7 @@
 // children in order, each child's output feeding the next. Children are named "0", "1", ...
 // (so their keys are "0.weight", "2.bias", ...) and must have a single-input forward.
 //
+// compile: snippet
 //   auto ff = std::make_shared<nn::Sequential<float>>(std::vector<std::shared_ptr<nn::Module<float>>>{
 //       std::make_shared<nn::Linear<float>>(4, 16), std::make_shared<nn::GELU<float>>(),
 //       std::make_shared<nn::Linear<float>>(16, 4)});

@@ -3,14 +3,17 @@
 // writes them as an ONNX model (opset 17, IR version 8) that onnx's checker accepts and ONNX
 // Runtime runs, with the parameters and buffers as initializers named by their state_dict keys.
 //
-//   auto model = std::make_shared<nn::TransformerEncoder<float>>(...);
+// compile: snippet
+//   auto layer = std::make_shared<nn::TransformerEncoderLayer<float>>(nn::TransformerEncoderLayerOptions(16, 4));
+//   auto model = std::make_shared<nn::TransformerEncoder<float>>(layer, 2);
+//   Tensor<float> x = randn<float>({5, 2, 16});  // (seq, batch, d_model)
 //   onnx::export_model(*model,
 //                      [&](const onnx::Inputs& in) {
 //                        return std::vector<Tensor<float>>{model->forward(in.tensor(0))};
 //                      },
 //                      {x}, "encoder.onnx",
 //                      onnx::ExportOptions().input_names({"x"}).output_names({"y"})
-//                          .dynamic_axes({{"x", {{0, "batch"}, {1, "seq"}}}}));
+//                          .dynamic_axes({{"x", {{0, "seq"}, {1, "batch"}}}}));
 //
 // Inputs are float tensors, index arrays (int64: embedding indices) or bool arrays (attention
 // masks, true = may not attend). Arrays reach the model's ops by value; an array argument of an

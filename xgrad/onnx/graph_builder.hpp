@@ -1,5 +1,5 @@
 // GraphBuilder: appends nodes, constants, inputs and outputs to an onnx::GraphProto (protobuf's
-// class generated from onnx.proto), naming every value. Internal to export.cpp.
+// class generated from onnx.proto), naming every value. Internal to xgrad::onnx.
 #pragma once
 
 #include <cstdint>

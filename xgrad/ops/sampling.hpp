@@ -2,6 +2,7 @@
 // Hugging Face's generate(do_sample=True) do: temperature, then top-k, then top-p (nucleus)
 // filtering, softmax, and one multinomial draw; or greedy argmax.
 //
+// compile: snippet given: Tensor<float> logits = randn<float>({2, 50}); Generator generator(7);
 //   xgrad::SamplingOptions options;
 //   options.temperature = 0.8;
 //   options.top_k = 40;

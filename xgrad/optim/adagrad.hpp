@@ -7,6 +7,7 @@
 // here it is filled at the first step that sees a gradient, with the same values from then on.
 // https://pytorch.org/docs/1.13/generated/torch.optim.Adagrad.html
 //
+// compile: snippet given: auto model = std::make_shared<nn::Linear<float>>(4, 2);
 //   optim::Adagrad<float> opt(model->parameters(), optim::AdagradOptions(1e-2).lr_decay(1e-4));
 #pragma once
 

@@ -1,11 +1,15 @@
 // Learning-rate schedules over an optimizer (torch.optim.lr_scheduler, PyTorch 1.13): StepLR,
 // CosineAnnealingLR, LinearLR (warmup), LambdaLR and SequentialLR (e.g. warmup then cosine).
 //
+// compile: snippet given: std::vector<Tensor<float>> params;
 //   optim::AdamW<> opt(params, optim::AdamWOptions().lr(1e-3));
 //   auto warmup = std::make_shared<optim::LinearLR<>>(opt, 0.1, 1.0, 5);
 //   auto cosine = std::make_shared<optim::CosineAnnealingLR<>>(opt, 95);
 //   optim::SequentialLR<> schedule(opt, {warmup, cosine}, {5});
-//   for (...) { ...; opt.step(); schedule.step(); }
+//   for (int epoch = 0; epoch < 100; ++epoch) {
+//     // ... the epoch's batches, each ending in opt.step() ...
+//     schedule.step();
+//   }
 //
 // As in PyTorch, constructing a schedule performs its first step: it sets every group's lr to
 // the epoch-0 value. Each schedule keeps a reference to its optimizer, which must outlive it.

@@ -2,6 +2,7 @@
 // groups, each group with its own options; step(), zero_grad(), and a per-parameter state
 // (momentum buffers, moments, step count) that the serializer saves and restores.
 //
+// compile: snippet given: std::vector<Tensor<double>> encoder_params, head_params; Tensor<double> loss;
 //   optim::Adam<double> opt({
 //       optim::ParamGroup<double>(encoder_params),                               // defaults
 //       optim::ParamGroup<double>(head_params, optim::AdamOptions().lr(1e-2))},  // own options

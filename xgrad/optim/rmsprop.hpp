@@ -9,6 +9,7 @@
 // "grad_avg" (centered)}, created at the first step that sees a gradient.
 // https://pytorch.org/docs/1.13/generated/torch.optim.RMSprop.html
 //
+// compile: snippet given: auto model = std::make_shared<nn::Linear<float>>(4, 2);
 //   optim::RMSprop<float> opt(model->parameters(), optim::RMSpropOptions(1e-3).momentum(0.9).centered(true));
 #pragma once
 

@@ -1,5 +1,6 @@
 // A byte-level BPE trainer: GPT-2's tokenizer, learnt from your text.
 //
+// compile: snippet given: std::vector<std::string> lines{"low lower lowest"};
 //   xgrad::text::BPETrainer trainer(xgrad::text::BPETrainerOptions(1024));
 //   for (const auto& line : lines) trainer.add(line);
 //   xgrad::text::BPETokenizer tok = trainer.train();
