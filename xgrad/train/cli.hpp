@@ -5,10 +5,12 @@
 //   xgrad::train::Settings settings;
 //   xgrad::train::cli::add_setting(app, settings, "--d-model", c.d_model, "model width")
 //       ->check(xgrad::train::cli::integer_in(1, 4096));
-//   xgrad::train::RunOptions run("my.ckpt", "my.csv");
-//   xgrad::train::cli::add_run_flags(app, run);
+//   xgrad::train::TrainerOptions options;  options.checkpoint_path = "my.ckpt";
+//   xgrad::train::cli::add_trainer_flags(app, options);
+//   int steps = 1000;  xgrad::train::cli::add_max_steps_flag(app, steps, "--steps", "training steps");
 //   CLI11_PARSE(app, argc, argv);
-//   ... xgrad::train::prepare_run("my_program", run, settings, world, xgrad::train::cli::given(app));
+//   xgrad::train::cli::finish_max_steps(app, options, "--steps", steps);
+//   ... xgrad::train::Trainer trainer("my_program", options, settings, world, xgrad::train::cli::given(app));
 //
 // The checks print one short line naming the flag, what was expected and what came, where CLI11's
 // own CLI::PositiveNumber and CLI::Range print the whole double range (some 300 digits):
@@ -199,7 +201,7 @@ inline void add_run_flags(CLI::App& app, RunOptions& run) {
   app.add_option("--resume", run.resume_path, "continue the run saved in this checkpoint")
       ->check(CLI::ExistingFile)
       ->check(not_special_file());
-  app.add_option("--csv", run.csv_path, "metrics file (step,loss,accuracy,lr,elapsed); empty: none")
+  app.add_option("--csv", run.csv_path, "metrics file (step,loss,<metric>,lr,elapsed); empty: none")
       ->check(not_special_file())
       ->capture_default_str();
   app.add_option("--save-weights", run.weights_path, "write the final weights as safetensors (loads in PyTorch)")
@@ -211,6 +213,51 @@ inline void add_run_flags(CLI::App& app, RunOptions& run) {
                  "$(nproc)); a resumed run should use the same count to continue bit for bit")
       ->check(integer_in(1, 256))
       ->capture_default_str();
+}
+
+// The flags of TrainerOptions: --checkpoint, --checkpoint-interval, --resume (ckpt_path), --csv,
+// --save-weights, --stop-at, --threads, --default-root-dir. The step count's flag is the
+// program's (cli::add_max_steps_flag).
+inline void add_trainer_flags(CLI::App& app, TrainerOptions& options) {
+  app.add_option("--checkpoint", options.checkpoint_path, "checkpoint file (written atomically); empty: none")
+      ->check(not_special_file())
+      ->capture_default_str();
+  app.add_option("--checkpoint-interval", options.checkpoint_every_n_steps,
+                 "steps between checkpoints; 0: only at the end")
+      ->check(integer_from(0))
+      ->capture_default_str();
+  app.add_option("--resume", options.ckpt_path,
+                 "continue the run saved in this checkpoint (a finished run with no more steps: nothing is trained "
+                 "nor rewritten, e.g. to export it)")
+      ->check(CLI::ExistingFile)
+      ->check(not_special_file());
+  app.add_option("--csv", options.csv_path,
+                 "metrics file (step,loss," + options.metric.column + ",lr,elapsed); empty: none")
+      ->check(not_special_file())
+      ->capture_default_str();
+  app.add_option("--save-weights", options.weights_path, "write the final weights as safetensors (loads in PyTorch)")
+      ->check(not_special_file());
+  app.add_option("--stop-at", options.stop_at, "stop at this step with a checkpoint, as Ctrl-C does")
+      ->check(integer_from(0));
+  app.add_option("--threads", options.num_threads,
+                 "xgrad::set_num_threads (>= 1, as torch.set_num_threads: no 0 for 'every core', pass "
+                 "$(nproc)); a resumed run should use the same count to continue bit for bit")
+      ->check(integer_in(1, 256))
+      ->capture_default_str();
+  app.add_option("--default-root-dir", options.default_root_dir,
+                 "folder of the output files given as relative paths (created when missing)");
+}
+
+// The step count's flag (`flag`, "--steps"), its default `steps` shown in --help: sets
+// options.max_steps when given, and otherwise to `steps` unless resuming (-1: the checkpoint's
+// count). Call finish_max_steps(app, options, flag, steps) after parsing.
+inline CLI::Option* add_max_steps_flag(CLI::App& app, int& steps, const std::string& flag, const std::string& help) {
+  return app.add_option(flag, steps, help + " (with --resume: the checkpoint's count; more extends the run)")
+      ->check(integer_in(0, 100000000))
+      ->capture_default_str();
+}
+inline void finish_max_steps(const CLI::App& app, TrainerOptions& options, const std::string& flag, int steps) {
+  options.max_steps = app.count(flag) != 0 || options.ckpt_path.empty() ? steps : -1;
 }
 
 // --profile FILE: profile the run with xgrad::profiler (docs/profiler.md).

@@ -10,6 +10,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 
 #include <xgrad/backend/bf16.hpp>
@@ -25,6 +26,10 @@ namespace {
 
 // Metadata key of the number of processes that wrote a checkpoint (absent: 1).
 constexpr const char* kWorldSizeKey = "world_size";
+// Metadata keys of the steps the run was to make (TrainerOptions::max_steps) and of those its
+// first run planned (Trainer::planned_steps).
+constexpr const char* kMaxStepsKey = "max_steps";
+constexpr const char* kPlannedStepsKey = "planned_steps";
 
 // Prints `message` and returns `status`; in a world of several ranks, ends the whole job first.
 int fail(World& world, const std::string& message, int status) {
@@ -57,6 +62,37 @@ std::string special_file_kind(const std::string& path) {
   return "not a regular file";
 }
 
+void check_output_file(const std::string& flag, const std::string& path) {
+  if (path.empty()) return;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path p(path);
+  if (fs::is_directory(p, ec)) throw Refused(flag + " " + path + ": is a folder, expected a file name");
+  const std::string kind = special_file_kind(path);
+  if (!kind.empty()) throw Refused(flag + " " + path + ": it is " + kind + ", expected a regular file");
+  const fs::path parent = p.parent_path().empty() ? fs::path(".") : p.parent_path();
+  if (!fs::is_directory(parent, ec))
+    throw Refused(flag + " " + path + ": the folder " + parent.string() + " does not exist");
+  if (::access(parent.c_str(), W_OK) != 0)
+    throw Refused(flag + " " + path + ": the folder " + parent.string() + " is not writable");
+  if (fs::exists(p, ec) && ::access(p.c_str(), W_OK) != 0)
+    throw Refused(flag + " " + path + ": the file is not writable");
+}
+
+void check_output_folder(const std::string& flag, const std::string& path) {
+  if (path.empty()) return;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path p(path);
+  if (fs::exists(p, ec) && !fs::is_directory(p, ec))
+    throw Refused(flag + " " + path + ": is a file, expected a folder");
+  while (!fs::exists(p, ec) && p.has_parent_path() && p.parent_path() != p) p = p.parent_path();
+  if (p.empty() || !fs::exists(p, ec)) p = ".";
+  if (!fs::is_directory(p, ec)) throw Refused(flag + " " + path + ": " + p.string() + " is not a folder");
+  if (::access(p.c_str(), W_OK) != 0)
+    throw Refused(flag + " " + path + ": the folder " + p.string() + " is not writable");
+}
+
 std::string precision_description(bool bf16) {
   return bf16 ? std::string("bfloat16 autocast, gemm: ") + xgrad::autocast_gemm_path() : "float32";
 }
@@ -80,6 +116,14 @@ std::map<std::string, std::string> metadata_of(const Settings& settings, const L
   m["accuracy"] = hex(state.accuracy);
   m["elapsed"] = hex(state.elapsed);
   return m;
+}
+
+// The step count a checkpoint's run was to make: "max_steps", or, in checkpoints of the examples
+// written before the Trainer recorded it, their own "steps", "iters" or "config.steps"; 0: none.
+int saved_max_steps(const std::map<std::string, std::string>& m) {
+  for (const char* key : {kMaxStepsKey, "steps", "iters", "config.steps"})
+    if (const auto it = m.find(key); it != m.end()) return std::stoi(it->second);
+  return 0;
 }
 
 }  // namespace
@@ -221,7 +265,7 @@ class CsvLog {
   void row(const Metrics& m) {
     if (!out_.is_open()) return;
     char buf[160];
-    std::snprintf(buf, sizeof buf, "%d,%.9g,%.9g,%.9g,%.3f\n", m.step, m.loss, m.accuracy, m.lr, m.elapsed);
+    std::snprintf(buf, sizeof buf, "%d,%.9g,%.9g,%.9g,%.3f\n", m.step, m.loss, m.val_metric, m.lr, m.elapsed);
     out_ << buf;
     out_.flush();
   }
@@ -241,6 +285,21 @@ std::string ValidationMetric::describe(double value) const {
   char text[40];
   std::snprintf(text, sizeof text, "held-out accuracy %6.2f%%", 100 * value);
   return text;
+}
+
+std::string ValidationMetric::describe_pending() const {
+  return format ? column + " -" : "held-out accuracy       -";
+}
+
+ValidationMetric ValidationMetric::loss(std::string column, std::string unit) {
+  ValidationMetric m;
+  m.column = std::move(column);
+  m.format = [unit = std::move(unit)](double value) {
+    char text[64];
+    std::snprintf(text, sizeof text, "held-out %.4f%s%s", value, unit.empty() ? "" : " ", unit.c_str());
+    return std::string(text);
+  };
+  return m;
 }
 
 void Progress::update(int step, int steps, double loss, const std::string& metric, int steps_run, double seconds,
@@ -296,50 +355,178 @@ void LambdaCallback::on_fit_end(Trainer& trainer) {
 
 // ---- the loop --------------------------------------------------------------------------------
 
+namespace {
+
+// A path of the options resolved in default_root_dir (a relative one), as Lightning's.
+std::string in_root(const std::string& root, const std::string& path) {
+  if (root.empty() || path.empty() || std::filesystem::path(path).is_absolute()) return path;
+  return (std::filesystem::path(root) / path).string();
+}
+
+void check_options(const TrainerOptions& o) {
+  if (o.max_steps < 0)
+    throw std::invalid_argument("Trainer: expected max_steps >= 0, got " + std::to_string(o.max_steps));
+  if (o.val_check_interval < 1)
+    throw std::invalid_argument("Trainer: expected val_check_interval >= 1, got " +
+                                std::to_string(o.val_check_interval));
+  if (!(o.gradient_clip_val >= 0))  // NaN too
+    throw std::invalid_argument(
+        "Trainer: expected gradient_clip_val >= 0 (0: no clipping, infinity: the gradient "
+        "norm measured without clipping, as clip_grad_norm_), got " +
+        format_setting(o.gradient_clip_val));
+  if (o.checkpoint_every_n_steps < 0)
+    throw std::invalid_argument("Trainer: expected checkpoint_every_n_steps >= 0, got " +
+                                std::to_string(o.checkpoint_every_n_steps));
+  if (o.log_every_n_steps < 0)
+    throw std::invalid_argument("Trainer: expected log_every_n_steps >= 0, got " + std::to_string(o.log_every_n_steps));
+  if (o.stop_at < 0) throw std::invalid_argument("Trainer: expected stop_at >= 0, got " + std::to_string(o.stop_at));
+}
+
+}  // namespace
+
+Trainer::Trainer(std::string program, TrainerOptions options, Settings& settings, World& world,
+                 const std::function<bool(const std::string& key)>& given_on_command_line)
+    : program_(std::move(program)), settings_(&settings), options_(std::move(options)), world_(world) {
+  TrainerOptions& o = options_;
+  if (o.num_threads < 1)
+    throw std::invalid_argument("Trainer: expected num_threads >= 1, got " + std::to_string(o.num_threads));
+  if (!o.default_root_dir.empty()) {
+    check_output_folder("--default-root-dir", o.default_root_dir);
+    if (world_.is_main()) std::filesystem::create_directories(o.default_root_dir);
+    world_.barrier();
+  }
+  o.ckpt_path = in_root(o.default_root_dir, o.ckpt_path);
+  o.checkpoint_path = o.enable_checkpointing ? in_root(o.default_root_dir, o.checkpoint_path) : std::string();
+  o.csv_path = in_root(o.default_root_dir, o.csv_path);
+  o.weights_path = in_root(o.default_root_dir, o.weights_path);
+  // Before anything is read or trained: a typo fails at once, naming the flag.
+  check_output_file("--checkpoint", o.checkpoint_path);
+  check_output_file("--csv", o.csv_path);
+  check_output_file("--save-weights", o.weights_path);
+  RunOptions run;
+  run.resume_path = o.ckpt_path;
+  run.threads = o.num_threads;
+  Resumed resumed = prepare_run(program_, run, settings, world_, given_on_command_line);
+  state_ = resumed.state;
+  first_step_ = state_.step;
+  elapsed_before_ = state_.elapsed;
+  if (resumed.checkpoint) {
+    const auto& m = resumed.checkpoint->metadata;
+    const int saved = saved_max_steps(m);
+    if (o.max_steps < 0) {
+      if (saved <= 0)
+        throw Refused("cannot resume: " + o.ckpt_path + " does not record its max_steps: give the step count");
+      o.max_steps = saved;
+    }
+    if (o.max_steps < state_.step)
+      throw Refused("max_steps " + std::to_string(o.max_steps) + " is below the checkpoint's step " +
+                    std::to_string(state_.step) + " (" + o.ckpt_path + ")");
+    const auto planned = m.find(kPlannedStepsKey);
+    planned_steps_ = planned != m.end() ? std::stoi(planned->second) : (saved > 0 ? saved : o.max_steps);
+    checkpoint_ = std::move(resumed.checkpoint);
+  } else {
+    if (o.max_steps < 0)
+      throw std::invalid_argument("Trainer: expected max_steps >= 0 (-1 only when resuming, ckpt_path), got " +
+                                  std::to_string(o.max_steps));
+    planned_steps_ = o.max_steps;
+  }
+  start_ = std::chrono::steady_clock::now();
+}
+
 Trainer::Trainer(std::string program, const RunOptions& run, const Settings& settings, Resumed resumed,
                  xgrad::nn::Module<float>& model, optim::Optimizer<float>& optimizer,
                  optim::LRScheduler<float>* schedule, TrainerOptions options, World& world)
     : program_(std::move(program)),
-      run_(run),
-      settings_(settings),
-      model_(model),
-      optimizer_(optimizer),
+      settings_(&settings),
+      model_(&model),
+      optimizer_(&optimizer),
       schedule_(schedule),
-      options_(options),
+      options_(std::move(options)),
       world_(world),
       state_(resumed.state),
       first_step_(resumed.state.step),
       elapsed_before_(resumed.state.elapsed),
       start_(std::chrono::steady_clock::now()) {
-  if (options_.max_steps < 0)
-    throw std::invalid_argument("Trainer: expected max_steps >= 0, got " + std::to_string(options_.max_steps));
-  if (options_.val_check_interval < 1)
-    throw std::invalid_argument("Trainer: expected val_check_interval >= 1, got " +
-                                std::to_string(options_.val_check_interval));
-  if (!(options_.gradient_clip_val >= 0))  // NaN too
-    throw std::invalid_argument(
-        "Trainer: expected gradient_clip_val >= 0 (0: no clipping, infinity: the gradient "
-        "norm measured without clipping, as clip_grad_norm_), got " +
-        format_setting(options_.gradient_clip_val));
+  options_.ckpt_path = run.resume_path;
+  options_.checkpoint_path = run.checkpoint_path;
+  options_.checkpoint_every_n_steps = run.checkpoint_interval;
+  options_.csv_path = run.csv_path;
+  options_.weights_path = run.weights_path;
+  options_.stop_at = run.stop_at;
+  options_.num_threads = run.threads;
+  check_options(options_);
+  evaluated_ = state_.step >= options_.val_check_interval;
+  planned_steps_ = options_.max_steps;
   if (resumed.checkpoint) {
-    try {
-      resumed.checkpoint->restore(model, optimizer, schedule, xgrad::default_generator());
-    } catch (const std::exception& e) {
-      throw Refused("cannot resume from " + run.resume_path + ": " + e.what());
-    }
-    if (world_.size() > 1) {
-      // This rank's generator, from the states of every rank.
-      try {
-        const auto states =
-            xgrad::rank_generators_from_string(resumed.checkpoint->metadata.at(xgrad::kRankGeneratorsKey));
-        xgrad::default_generator().set_state(states.at(static_cast<std::size_t>(world_.rank())));
-      } catch (const std::exception& e) {
-        throw Refused("cannot resume from " + run.resume_path + ": its generator states: " + e.what());
-      }
-    }
-    if (world_.is_main())
-      std::printf("resumed from %s at step %d of %d\n", run.resume_path.c_str(), state_.step, options_.max_steps);
+    const auto& m = resumed.checkpoint->metadata;
+    if (const auto it = m.find(kPlannedStepsKey); it != m.end()) planned_steps_ = std::stoi(it->second);
   }
+  restore(resumed, run.resume_path);
+  fitted_ = true;  // the model is given: fit(training_step, validation_step)
+}
+
+void Trainer::restore(Resumed& resumed, const std::string& path) {
+  if (!resumed.checkpoint) return;
+  try {
+    resumed.checkpoint->restore(*model_, *optimizer_, schedule_, xgrad::default_generator());
+  } catch (const std::exception& e) {
+    throw Refused("cannot resume from " + path + ": " + e.what());
+  }
+  if (world_.size() > 1) {
+    // This rank's generator, from the states of every rank.
+    try {
+      const auto states =
+          xgrad::rank_generators_from_string(resumed.checkpoint->metadata.at(xgrad::kRankGeneratorsKey));
+      xgrad::default_generator().set_state(states.at(static_cast<std::size_t>(world_.rank())));
+    } catch (const std::exception& e) {
+      throw Refused("cannot resume from " + path + ": its generator states: " + e.what());
+    }
+  }
+  if (world_.is_main())
+    std::printf("resumed from %s at step %d of %d\n", path.c_str(), state_.step, options_.max_steps);
+}
+
+void Trainer::seed_everything(std::uint64_t seed) {
+  xgrad::manual_seed(seed);
+  seed_ = seed;
+}
+
+std::optional<int> Trainer::fit(xgrad::nn::Module<float>& model, optim::Optimizer<float>& optimizer,
+                                optim::LRScheduler<float>* schedule,
+                                const std::function<xgrad::Tensor<float>(int step)>& training_step,
+                                const std::function<double()>& validation_step) {
+  if (fitted_)
+    throw std::logic_error("Trainer::fit: expected one call of fit(model, optimizer, schedule, ...) per Trainer");
+  check_options(options_);
+  fitted_ = true;
+  // A resumed run has evaluated when it is past its first evaluation (its metric was saved).
+  evaluated_ = state_.step >= options_.val_check_interval;
+  model_ = &model;
+  optimizer_ = &optimizer;
+  schedule_ = schedule;
+  // Dropout: rank 0 goes on with the stream the weights came from, the others with their own.
+  if (seed_ && world_.rank() > 0) xgrad::manual_seed(*seed_ + 0xD1B54A32D192ED03ULL * std::uint64_t(world_.rank()));
+  if (checkpoint_) {
+    const int saved = saved_max_steps(checkpoint_->metadata);
+    const bool extended = saved > 0 && saved != options_.max_steps && schedule != nullptr;
+    // The lrs and the schedule's state of a fresh run, which an extended run steps afresh.
+    std::vector<double> fresh_lrs;
+    for (auto& group : optimizer.param_groups()) fresh_lrs.push_back(group.options().get_lr());
+    const optim::LRSchedulerState fresh = schedule ? schedule->state() : optim::LRSchedulerState{};
+    Resumed resumed;
+    resumed.checkpoint = std::move(checkpoint_);
+    checkpoint_.reset();
+    restore(resumed, options_.ckpt_path);
+    if (extended) {
+      // A schedule built for the new max_steps, at the checkpoint's step: the lr of a run planned
+      // that long from the start (the optimizer's moments stay the checkpoint's).
+      schedule->load_state(fresh);
+      for (std::size_t i = 0; i < fresh_lrs.size(); ++i) optimizer.param_groups()[i].options().set_lr(fresh_lrs[i]);
+      for (int i = 0; i < state_.step; ++i) schedule->step();
+    }
+    checkpoint_ = std::move(resumed.checkpoint);
+  }
+  return loop(training_step, validation_step);
 }
 
 void Trainer::add_callback(std::shared_ptr<Callback> callback) {
@@ -352,8 +539,10 @@ double Trainer::elapsed() const {
 }
 
 void Trainer::save(const char* why) {
-  if (run_.checkpoint_path.empty()) return;
-  const std::map<std::string, std::string> own = metadata_of(settings_, state_);
+  if (options_.checkpoint_path.empty()) return;
+  std::map<std::string, std::string> own = metadata_of(*settings_, state_);
+  own[kMaxStepsKey] = std::to_string(options_.max_steps);
+  own[kPlannedStepsKey] = std::to_string(planned_steps_);
   std::map<std::string, std::string> metadata = own;
   for (const auto& callback : callbacks_) callback->on_save_checkpoint(*this, metadata);
   check_callback_metadata(own, metadata);
@@ -368,11 +557,11 @@ void Trainer::save(const char* why) {
     metadata[xgrad::kRankGeneratorsKey] = xgrad::rank_generators_to_string(states);
   }
   if (world_.is_main())
-    xgrad::save_checkpoint(run_.checkpoint_path, model_, optimizer_, schedule_, xgrad::default_generator(),
+    xgrad::save_checkpoint(options_.checkpoint_path, *model_, *optimizer_, schedule_, xgrad::default_generator(),
                            state_.step, std::move(metadata));
   world_.barrier();
   if (world_.is_main())
-    progress_.note("checkpoint " + run_.checkpoint_path + " (step " + std::to_string(state_.step) + ", " + why + ")");
+    progress_.note("checkpoint " + options_.checkpoint_path + " (step " + std::to_string(state_.step) + ", " + why + ")");
 }
 
 namespace {
@@ -380,7 +569,8 @@ namespace {
 // The keys of a checkpoint's metadata that are the Trainer's: the settings and the loop's state,
 // and the world size and the ranks' generators that save() adds.
 bool is_trainer_key(const std::string& key) {
-  return key.rfind("config.", 0) == 0 || key == kWorldSizeKey || key == xgrad::kRankGeneratorsKey;
+  return key.rfind("config.", 0) == 0 || key == kWorldSizeKey || key == xgrad::kRankGeneratorsKey ||
+         key == kMaxStepsKey || key == kPlannedStepsKey;
 }
 
 }  // namespace
@@ -407,28 +597,46 @@ void Trainer::check_callback_metadata(const std::map<std::string, std::string>& 
 
 std::optional<int> Trainer::fit(const std::function<xgrad::Tensor<float>(int step)>& training_step,
                                 const std::function<double()>& validation_step) {
+  if (model_ == nullptr)
+    throw std::logic_error(
+        "Trainer::fit: this Trainer was built without a model: expected fit(model, optimizer, schedule, "
+        "training_step, validation_step)");
+  return loop(training_step, validation_step);
+}
+
+std::optional<int> Trainer::loop(const std::function<xgrad::Tensor<float>(int step)>& training_step,
+                                 const std::function<double()>& validation_step) {
   const bool main = world_.is_main();
   const int ranks = world_.size();
-  CsvLog csv(main ? run_.csv_path : std::string(), state_.step, options_.metric.column);
-  const std::string how_to_continue = run_.checkpoint_path.empty()
-                                          ? "no checkpoint written (--checkpoint is empty)"
-                                          : "continue with --resume " + run_.checkpoint_path;
-  const SigintScope sigint;  // the program's own handler is back when fit() returns or throws
-  const std::vector<xgrad::Tensor<float>> params = model_.parameters();
-  start_ = std::chrono::steady_clock::now();
   const int steps = options_.max_steps;
-  model_.train();
+  if (state_.step >= steps) {
+    // Nothing to train (a finished run resumed to export or sample): nothing rewritten.
+    for (const auto& callback : callbacks_) callback->on_fit_end(*this);
+    return std::nullopt;
+  }
+  CsvLog csv(main ? options_.csv_path : std::string(), state_.step, options_.metric.column);
+  const std::string how_to_continue = options_.checkpoint_path.empty()
+                                          ? "no checkpoint written (--checkpoint is empty)"
+                                          : "continue with --resume " + options_.checkpoint_path;
+  const SigintScope sigint;  // the program's own handler is back when fit() returns or throws
+  const std::vector<xgrad::Tensor<float>> params = model_->parameters();
+  start_ = std::chrono::steady_clock::now();
+  const bool show = main && options_.enable_progress_bar;
+  const auto metric_text = [&] {
+    return evaluated_ ? options_.metric.describe(state_.accuracy) : options_.metric.describe_pending();
+  };
+  model_->train();
   while (state_.step < steps) {
     const xgrad::Tensor<float> loss = training_step(state_.step);
     if (!loss.defined())
       throw std::invalid_argument("Trainer::fit: training_step(" + std::to_string(state_.step) +
                                   ") returned an undefined tensor: expected the loss of the step's batch (a scalar "
                                   "with a graph)");
-    optimizer_.zero_grad();
+    optimizer_->zero_grad();
     loss.backward();
     if (options_.gradient_clip_val > 0) optim::clip_grad_norm_(params, options_.gradient_clip_val);
-    const double lr = optimizer_.param_groups()[0].options().get_lr();
-    optimizer_.step();
+    const double lr = optimizer_->param_groups()[0].options().get_lr();
+    optimizer_->step();
     if (schedule_ != nullptr) schedule_->step();
     ++state_.step;
     // The mean loss over ranks, and whether any rank was interrupted (so that all stop together).
@@ -444,21 +652,23 @@ std::optional<int> Trainer::fit(const std::function<xgrad::Tensor<float>(int ste
     if (state_.step % options_.val_check_interval == 0 || state_.step == steps) {
       {
         // Lightning's validation loop: eval mode and no graph, each module's mode given back after.
-        const EvalScope eval(model_);
+        const EvalScope eval(*model_);
         const xgrad::NoGradGuard no_grad;
         state_.accuracy = validation_step();
       }
+      evaluated_ = true;
       const Metrics metrics{state_.step, state_.loss_sum / state_.loss_count, state_.accuracy, lr, elapsed()};
       csv.row(metrics);
-      if (main)
-        progress_.update(state_.step, steps, metrics.loss, options_.metric.describe(state_.accuracy), run_steps,
-                         elapsed() - elapsed_before_, /*row=*/true);
+      if (show)
+        progress_.update(state_.step, steps, metrics.loss, metric_text(), run_steps, elapsed() - elapsed_before_,
+                         /*row=*/true);
       state_.loss_sum = 0;
       state_.loss_count = 0;
       for (const auto& callback : callbacks_) callback->on_validation_end(*this, metrics);
-    } else if (main) {
-      progress_.update(state_.step, steps, state_.loss_sum / state_.loss_count, options_.metric.describe(state_.accuracy),
-                       run_steps, elapsed() - elapsed_before_, /*row=*/false);
+    } else if (show) {
+      const bool row = options_.log_every_n_steps > 0 && state_.step % options_.log_every_n_steps == 0;
+      progress_.update(state_.step, steps, state_.loss_sum / state_.loss_count, metric_text(), run_steps,
+                       elapsed() - elapsed_before_, row);
     }
     state_.elapsed = elapsed();
     if (interrupted) {
@@ -467,13 +677,14 @@ std::optional<int> Trainer::fit(const std::function<xgrad::Tensor<float>(int ste
       if (main) std::printf("stopped by Ctrl-C at step %d; %s\n", state_.step, how_to_continue.c_str());
       return 130;
     }
-    if (state_.step == run_.stop_at && state_.step < steps) {
+    if (state_.step == options_.stop_at && state_.step < steps) {
       save("--stop-at");
       progress_.finish();
       if (main) std::printf("stopped at step %d (--stop-at); %s\n", state_.step, how_to_continue.c_str());
       return 0;
     }
-    if (run_.checkpoint_interval > 0 && state_.step % run_.checkpoint_interval == 0 && state_.step < steps)
+    if (options_.checkpoint_every_n_steps > 0 && state_.step % options_.checkpoint_every_n_steps == 0 &&
+        state_.step < steps)
       save("periodic");
   }
   save("final");
@@ -486,9 +697,10 @@ void Trainer::finish() {
   if (!world_.is_main()) return;
   std::printf("wall time: %.1f s for %d steps in this run (%.1f s in total)\n", elapsed() - elapsed_before_,
               state_.step - first_step_, elapsed());
-  if (!run_.weights_path.empty()) {
-    xgrad::save_safetensors(model_, run_.weights_path);
-    std::printf("weights: %s\n", run_.weights_path.c_str());
+  if (!options_.weights_path.empty()) {
+    if (model_ == nullptr) throw std::logic_error("Trainer::finish: expected fit() first (the weights of its model)");
+    xgrad::save_safetensors(*model_, options_.weights_path);
+    std::printf("weights: %s\n", options_.weights_path.c_str());
   }
 }
 

@@ -1,42 +1,60 @@
 // xgrad::train::Trainer: the training loop of a program, in the spirit of PyTorch Lightning's
-// Trainer.fit and Keras' Model.fit, but minimal. The program builds its model, optimizer and
-// schedule and gives the Trainer two functions: the loss of a step's batch and a validation
-// metric. The Trainer owns everything else:
+// Trainer.fit and Keras' Model.fit, but minimal. The program gives the Trainer its options (ONE
+// struct, TrainerOptions, with Lightning's names where they exist) and its settings; the Trainer
+// then owns the run:
+//   - resuming (TrainerOptions::ckpt_path): the constructor reads the checkpoint and sets the
+//     Settings to its values, so that the program builds the same model; fit() restores model,
+//     optimizer, schedule and generator, and the resumed run continues bit for bit (its batches
+//     must depend on (seed, step) or on state saved through Callback::on_save_checkpoint);
+//   - extending a run: a max_steps larger than the one the checkpoint's run planned (recorded in
+//     the checkpoint as "max_steps") goes on to the new count, the learning-rate schedule continued
+//     as that of a run planned that long from the start (the program builds its schedule for
+//     max_steps() and its warmup from planned_steps(): the warmup stays the planned run's);
+//     max_steps = -1 (the default) when resuming: the checkpoint's planned count. Resuming a
+//     finished run with no more steps trains nothing and rewrites nothing (to export or sample);
+//   - the output paths (checkpoint, CSV, weights), checked in the constructor, before anything
+//     is trained, the error naming the flag of cli::add_trainer_flags;
 //   - the steps: zero_grad, backward, gradient clipping (clip_grad_norm_), optimizer and schedule
 //     steps, the model in training mode;
-//   - a progress line redrawn in place on a terminal (a plain line per evaluation on a pipe);
-//   - a CSV row per evaluation: step,loss,accuracy,lr,elapsed (loss: the mean training loss since
-//     the previous evaluation; lr: the one of the step's update; accuracy: the validation value,
-//     under another name and shown otherwise with TrainerOptions::metric);
-//   - checkpoints (xgrad::save_checkpoint, written atomically) every RunOptions::checkpoint_interval
-//     steps, at the end, at RunOptions::stop_at and on Ctrl-C (SIGINT: the step in flight ends, the
-//     checkpoint is saved, fit() returns 130; a second Ctrl-C ends the program at once; the
-//     program's own SIGINT handler is given back when fit() returns or throws);
-//   - resuming: prepare_run() reads RunOptions::resume_path and sets the Settings to the
-//     checkpoint's; the Trainer restores model, optimizer, schedule and generator, so the resumed
-//     run continues bit for bit (its batches must depend on (seed, step) or on state saved through
-//     Callback::on_save_checkpoint); a larger step count than the saved run's extends it;
-//   - a World of several ranks (xgrad::distributed::MPIWorld): every rank runs the same loop, the
-//     loss shown is the mean over ranks, rank 0 alone prints and writes files, the checkpoint holds
-//     every rank's generator state and records the world size (resuming with another is refused),
-//     and Ctrl-C on any rank stops every rank at the same step.
+//   - a progress line redrawn in place on a terminal (a plain line per evaluation, or every
+//     log_every_n_steps steps, on a pipe); the metric shows "-" until the first evaluation;
+//   - a CSV row per evaluation: step,loss,<metric.column>,lr,elapsed (loss: the mean training loss
+//     since the previous evaluation; lr: the one of the step's update; metric.column names the
+//     validation value, "val_accuracy" unless told otherwise, e.g. "val_loss");
+//   - checkpoints (xgrad::save_checkpoint, written atomically) every checkpoint_every_n_steps
+//     steps, at the end, at stop_at and on Ctrl-C (SIGINT: the step in flight ends, the checkpoint
+//     is saved, fit() returns 130; a second Ctrl-C ends the program at once; the program's own
+//     SIGINT handler is given back when fit() returns or throws);
+//   - seeding: seed_everything(seed) before the model is built; in a World of several ranks,
+//     fit() then gives rank r > 0 a stream of its own (dropout) after rank 0's weights were drawn;
+//   - a World of several ranks (xgrad::train::MPIWorld, launched_world() of
+//     xgrad/train/data_parallel.hpp, which also wraps the model in DistributedDataParallel): every
+//     rank runs the same loop, the loss shown is the mean over ranks, rank 0 alone prints and
+//     writes files, the checkpoint holds every rank's generator state and records the world size
+//     (resuming with another is refused), and Ctrl-C on any rank stops every rank at the same step.
 //
 //   xgrad::train::Settings settings;  settings.add("lr", lr);  ...
-//   xgrad::train::RunOptions run("my.ckpt", "my.csv");
+//   xgrad::train::TrainerOptions options;  // max_steps, val_check_interval, ckpt_path, csv_path...
+//   options.max_steps = 1000;
+//   options.checkpoint_path = "my.ckpt";
 //   return xgrad::train::guarded("my_program", [&] {
-//     auto resumed = xgrad::train::prepare_run("my_program", run, settings);  // lr: the checkpoint's
+//     xgrad::train::Trainer trainer("my_program", options, settings);  // lr: the checkpoint's
+//     trainer.seed_everything(seed);
 //     MyModel model;  xgrad::optim::AdamW<float> optimizer(...);
-//     xgrad::train::Trainer trainer("my_program", run, settings, std::move(resumed), model, optimizer,
-//                                   nullptr, {/*max_steps=*/1000, /*val_check_interval=*/50});
-//     if (auto stopped = trainer.fit([&](int step) { return loss_of_batch(step); },
+//     if (auto stopped = trainer.fit(model, optimizer, nullptr,
+//                                    [&](int step) { return loss_of_batch(step); },
 //                                    [&] { return held_out_accuracy(); }))
-//       return *stopped;  // 130 after Ctrl-C, 0 at --stop-at: the checkpoint is saved
-//     trainer.finish();   // wall time, RunOptions::weights_path
+//       return *stopped;  // 130 after Ctrl-C, 0 at stop_at: the checkpoint is saved
+//     trainer.finish();   // wall time, TrainerOptions::weights_path
 //     return 0;
 //   });
+//
+// Deprecated (until examples/train_gpt.cpp moves on): prepare_run() + RunOptions + the Trainer
+// constructor of nine arguments + fit(training_step, validation_step), the form of before.
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -59,8 +77,8 @@ namespace xgrad::train {
 // (World::abort with that status) so that no rank waits for the failed one.
 int guarded(const std::string& program, const std::function<int()>& body, World& world = single_process_world());
 
-// What the program chooses about a run without changing its results: where files go, when to
-// checkpoint, where to stop. Empty paths: no such file.
+// Deprecated (the form of before, for prepare_run() and the nine-argument constructor): what
+// TrainerOptions now holds. Empty paths: no such file.
 struct RunOptions {
   std::string checkpoint_path;   // written atomically
   std::string csv_path;          // step,loss,accuracy,lr,elapsed
@@ -80,8 +98,12 @@ struct LoopState {
   int step = 0;         // steps done
   double loss_sum = 0;  // training loss summed since the last evaluation
   int loss_count = 0;
-  double accuracy = 0;  // the validation metric at the last evaluation
+  // The validation metric's value at the last evaluation, whatever it measures (its name is
+  // TrainerOptions::metric.column). Deprecated name: read val_metric().
+  double accuracy = 0;
   double elapsed = 0;   // seconds of training over every run
+
+  double val_metric() const { return accuracy; }
 };
 
 struct Resumed {
@@ -104,6 +126,15 @@ Resumed prepare_run(const std::string& program, const RunOptions& run, Settings&
 // program's path flags refuse those: reading a FIFO blocks, /dev/zero never ends. Uses stat(),
 // which opens nothing.
 std::string special_file_kind(const std::string& path);
+
+// A file to be written (atomically, by rename) at `path`, given to `flag`: refused (Refused,
+// naming the flag and the path) when it is a folder or another special file, or when its folder
+// does not exist or is not writable. Empty: no file, nothing to check.
+//   "--checkpoint out/x.ckpt: the folder out does not exist"
+void check_output_file(const std::string& flag, const std::string& path);
+// A folder to be written into (created when missing, with its missing parents): not a file, and
+// the nearest existing folder above it writable.
+void check_output_folder(const std::string& flag, const std::string& path);
 
 // "float32", or "bfloat16 autocast, gemm: <the bf16 gemm path>", for a run's header.
 std::string precision_description(bool bf16);
@@ -128,11 +159,11 @@ class Progress {
 
 // The loop's numbers at an evaluation.
 struct Metrics {
-  int step;        // steps done
-  double loss;     // mean training loss since the previous evaluation (mean over ranks)
-  double accuracy; // the validation function's value
-  double lr;       // the learning rate of this step's update
-  double elapsed;  // seconds of training over every run
+  int step;          // steps done
+  double loss;       // mean training loss since the previous evaluation (mean over ranks)
+  double val_metric; // the validation function's value (named TrainerOptions::metric.column)
+  double lr;         // the learning rate of this step's update
+  double elapsed;    // seconds of training over every run
 };
 
 class Trainer;
@@ -148,7 +179,8 @@ class Callback {
   virtual void on_validation_end(Trainer& trainer, const Metrics& metrics);
   // Before each checkpoint is written: add the program's own state (a DataLoader's position) to
   // `metadata`. The Trainer's keys are read-only: changing, removing or adding a "config." key or
-  // one of the loop's own (loss_sum, loss_count, accuracy, elapsed, world_size, rank_generators)
+  // one of the loop's own (loss_sum, loss_count, accuracy, elapsed, max_steps, world_size,
+  // rank_generators)
   // throws std::invalid_argument naming the key, and nothing is written.
   virtual void on_save_checkpoint(Trainer& trainer, std::map<std::string, std::string>& metadata);
   // When every step is done (not when the run stops early).
@@ -170,25 +202,64 @@ struct LambdaCallback : Callback {
 
 // How the validation value is shown: its CSV column and its text on the progress line.
 struct ValidationMetric {
-  std::string column = "accuracy";
+  // The CSV column (Lightning's logged name): "val_accuracy", "val_loss"...
+  std::string column = "val_accuracy";
   // The value -> the progress line's text; null: "held-out accuracy  71.20%" (a fraction).
   std::function<std::string(double)> format;
 
   std::string describe(double value) const;
+  // The progress line's text before the first evaluation: "held-out accuracy       -" (format
+  // null), else "<column> -".
+  std::string describe_pending() const;
+  // A metric named `column` shown as "held-out <value> <unit>" with 4 decimals ("val_loss",
+  // "nats/token"): a loss.
+  static ValidationMetric loss(std::string column = "val_loss", std::string unit = "");
 };
 
+// The Trainer's options, with PyTorch Lightning's names where Lightning has the option. The
+// first four are the loop's; the rest (added with the Trainer that owns the run) say where its
+// files go and how it resumes; their flags (cli::add_trainer_flags) are in brackets.
 struct TrainerOptions {
-  int max_steps;                 // in all, counting the steps of the runs resumed
-  int val_check_interval;        // steps between evaluations (and CSV rows); the last step is evaluated too
+  // In all, counting the steps of the runs resumed. -1: when resuming, the count the checkpoint's
+  // run planned; more than that extends the run (a run without ckpt_path needs a count).
+  int max_steps = -1;
+  int val_check_interval = 50;   // steps between evaluations (and CSV rows); the last step is evaluated too
   // max gradient norm (clip_grad_norm_); 0: none; infinity: the norm measured, nothing clipped;
   // NaN or negative: refused (std::invalid_argument)
   double gradient_clip_val = 0;
   ValidationMetric metric = {};  // a held-out accuracy unless told otherwise
+
+  // Folder of the files below given as relative paths (created when missing); empty: the
+  // working folder. Lightning's default_root_dir.
+  std::string default_root_dir = {};
+  std::string ckpt_path = {};             // resume the run saved in this checkpoint [--resume]
+  bool enable_checkpointing = true;  // false: no checkpoint written, whatever checkpoint_path says
+  std::string checkpoint_path = {};       // the run's checkpoint, written atomically [--checkpoint]
+  // Steps between checkpoints (Lightning's ModelCheckpoint every_n_train_steps); 0: only at the
+  // end and when stopped [--checkpoint-interval].
+  int checkpoint_every_n_steps = 250;
+  std::string csv_path = {};              // step,loss,<metric.column>,lr,elapsed; empty: none [--csv]
+  // On a pipe or file, a progress line every this many steps besides the evaluations' (0: at the
+  // evaluations only); a terminal's line is redrawn at each step anyway.
+  int log_every_n_steps = 0;
+  bool enable_progress_bar = true;   // false: no progress line (the CSV is written all the same)
+  std::string weights_path = {};          // the final weights as safetensors, by finish() [--save-weights]
+  int stop_at = 0;                   // stop at this step with a checkpoint, as Ctrl-C does; 0: never [--stop-at]
+  int num_threads = 1;               // xgrad::set_num_threads, applied by the constructor [--threads]
 };
 
 class Trainer {
  public:
-  // Restores model, optimizer, schedule and the default generator (this rank's) from `resumed`
+  // The Trainer that owns the run. Checks `options`' paths (resolved in default_root_dir) before
+  // anything is trained (Refused naming the flag), applies num_threads, refuses a program started
+  // by mpirun with a world of another size, and, with options.ckpt_path, reads the checkpoint and
+  // sets `settings` to its values (a setting the user gave, given_on_command_line(key), must agree:
+  // otherwise Refused naming both) and resolves max_steps (see TrainerOptions::max_steps; below the
+  // checkpoint's step: Refused). `settings` and `world` must outlive the Trainer.
+  Trainer(std::string program, TrainerOptions options, Settings& settings, World& world = single_process_world(),
+          const std::function<bool(const std::string& key)>& given_on_command_line = {});
+
+  // Deprecated (the form of before): restores model, optimizer, schedule and the default generator (this rank's) from `resumed`
   // (Refused on a mismatch); built from the same settings, they continue the saved run bit for
   // bit. In a distributed run, `model` is the module DistributedDataParallel wraps. Every reference
   // must outlive the Trainer.
@@ -198,7 +269,23 @@ class Trainer {
 
   void add_callback(std::shared_ptr<Callback> callback);
 
-  // Trains to options.max_steps, in training mode. training_step(step) is the loss of the batch of
+  // xgrad::manual_seed(seed), before the program builds its model; fit() then gives rank r > 0 of
+  // a World of several ranks a stream of its own (seed + r * 0xD1B54A32D192ED03) for dropout, after
+  // rank 0's weights were drawn (and broadcast by DistributedDataParallel).
+  void seed_everything(std::uint64_t seed);
+
+  // fit() of the Trainer that owns the run: restores model, optimizer, schedule and generator
+  // from the checkpoint being resumed (Refused on a mismatch; built from the same settings, they
+  // continue the saved run bit for bit; an extended run's schedule is stepped afresh to the
+  // checkpoint's step, so that its lr is that of a run planned for max_steps() from the start),
+  // then trains as the fit() below. In a distributed run, `model` is the module
+  // DistributedDataParallel wraps. Every reference must outlive the Trainer. Called once.
+  std::optional<int> fit(xgrad::nn::Module<float>& model, xgrad::optim::Optimizer<float>& optimizer,
+                         xgrad::optim::LRScheduler<float>* schedule,
+                         const std::function<xgrad::Tensor<float>(int step)>& training_step,
+                         const std::function<double()>& validation_step);
+
+  // (Deprecated constructor's form.) Trains to options.max_steps, in training mode. training_step(step) is the loss of the batch of
   // that step (0-based; in a distributed run, this rank's part of the batch; an undefined tensor is
   // refused naming the step); validation_step() evaluates (on every rank: it may use the World's
   // collectives), as in Lightning with the model in eval mode and under a NoGradGuard, every
@@ -209,29 +296,46 @@ class Trainer {
   std::optional<int> fit(const std::function<xgrad::Tensor<float>(int step)>& training_step,
                          const std::function<double()>& validation_step);
 
-  // Prints the wall time and writes RunOptions::weights_path (rank 0).
+  // Prints the wall time and writes weights_path (rank 0).
   void finish();
 
   int first_step() const { return first_step_; }  // where this run started
   int global_step() const { return state_.step; }  // steps done, over every run
+  bool resumed() const { return checkpoint_.has_value() || first_step_ > 0; }
+  // The steps of this run in all (TrainerOptions::max_steps resolved), and the count the run
+  // planned when it started: max_steps() of its first run, which a schedule's warmup keeps.
+  int max_steps() const { return options_.max_steps; }
+  int planned_steps() const { return planned_steps_; }
   const LoopState& state() const { return state_; }
+  // The options, paths resolved. A loop option that is a setting read from the checkpoint
+  // (val_check_interval, gradient_clip_val...) may be set here after the constructor, before fit().
+  TrainerOptions& options() { return options_; }
   const TrainerOptions& options() const { return options_; }
+  // The checkpoint being resumed (its metadata holds the program's own state); null otherwise.
+  const xgrad::Checkpoint<float>* checkpoint() const { return checkpoint_ ? &*checkpoint_ : nullptr; }
   World& world() const { return world_; }
   double elapsed() const;  // seconds over every run
 
  private:
   void save(const char* why);
+  void restore(Resumed& resumed, const std::string& path);
+  std::optional<int> loop(const std::function<xgrad::Tensor<float>(int step)>& training_step,
+                          const std::function<double()>& validation_step);
   void check_callback_metadata(const std::map<std::string, std::string>& own,
                                const std::map<std::string, std::string>& metadata) const;
 
   std::string program_;
-  const RunOptions& run_;
-  const Settings& settings_;
-  xgrad::nn::Module<float>& model_;
-  xgrad::optim::Optimizer<float>& optimizer_;
-  xgrad::optim::LRScheduler<float>* schedule_;
+  const Settings* settings_;
+  xgrad::nn::Module<float>* model_ = nullptr;
+  xgrad::optim::Optimizer<float>* optimizer_ = nullptr;
+  xgrad::optim::LRScheduler<float>* schedule_ = nullptr;
   TrainerOptions options_;
   World& world_;
+  std::optional<xgrad::Checkpoint<float>> checkpoint_;  // read by the constructor, restored by fit()
+  int planned_steps_ = 0;
+  std::optional<std::uint64_t> seed_;
+  bool fitted_ = false;
+  bool evaluated_ = false;  // the metric holds an evaluation's value
   std::vector<std::shared_ptr<Callback>> callbacks_;
   LoopState state_;
   int first_step_;

@@ -1,0 +1,66 @@
+// The Trainer's data parallelism, header-only, for a program that trains under `mpirun -np N`
+// when built with MPI (XGRAD_WITH_MPI, a program linking xgrad::train_mpi) and as one process
+// otherwise, with the same code:
+//
+//   const auto world = xgrad::train::launched_world();   // in main(), until it returns
+//   xgrad::train::Trainer trainer("my_program", options, settings, *world, ...);
+//   trainer.seed_everything(seed);
+//   auto model = std::make_shared<MyModel>(...);
+//   xgrad::train::DataParallel<MyModel> forward(model, *world);  // DDP over the ranks, if several
+//   ... trainer.fit(*model, optimizer, &schedule, [&](int step) { return loss(forward(x)); }, ...)
+#pragma once
+
+#include <memory>
+#include <utility>
+
+#include <xgrad/train/world.hpp>
+#ifdef XGRAD_WITH_MPI
+#include <xgrad/distributed/ddp.hpp>
+#include <xgrad/train/mpi_world.hpp>
+#endif
+
+namespace xgrad::train {
+
+// The World the launcher started: an MPIWorld under mpirun -np N > 1 in a build with MPI (the
+// process group initialized until it is destroyed), else the world of one process (a program
+// started by mpirun -np N > 1 without MPI is then refused by the Trainer).
+inline std::unique_ptr<World> launched_world() {
+#ifdef XGRAD_WITH_MPI
+  return make_world();
+#else
+  return std::make_unique<World>();
+#endif
+}
+
+// The forward of `module` in `world`: through DistributedDataParallel in a world of several
+// ranks (its construction makes rank 0's weights everyone's; the backward averages the gradients
+// over the ranks), the module's own otherwise.
+template <class M>
+class DataParallel {
+ public:
+  DataParallel(std::shared_ptr<M> module, World& world) : module_(std::move(module)) {
+#ifdef XGRAD_WITH_MPI
+    if (world.size() > 1) ddp_ = std::make_shared<xgrad::distributed::DistributedDataParallel<M>>(module_);
+#else
+    (void)world;
+#endif
+  }
+
+  template <class... Args>
+  decltype(auto) operator()(Args&&... args) const {
+#ifdef XGRAD_WITH_MPI
+    if (ddp_) return ddp_->forward(std::forward<Args>(args)...);
+#endif
+    return module_->forward(std::forward<Args>(args)...);
+  }
+
+  M& module() const { return *module_; }
+
+ private:
+  std::shared_ptr<M> module_;
+#ifdef XGRAD_WITH_MPI
+  std::shared_ptr<xgrad::distributed::DistributedDataParallel<M>> ddp_;
+#endif
+};
+
+}  // namespace xgrad::train
