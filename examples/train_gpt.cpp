@@ -31,9 +31,8 @@
 #include <string>
 #include <vector>
 
-#include <xtensor/xview.hpp>
-
 #include <xgrad/train/cli.hpp>
+#include <xgrad/train/data_parallel.hpp>
 #include <xgrad/xgrad.hpp>
 
 #include "support/files.hpp"
@@ -43,10 +42,6 @@
 #include "support/sampling_flags.hpp"
 #ifdef XGRAD_WITH_ONNX
 #include "support/gpt_onnx.hpp"
-#endif
-#ifdef XGRAD_WITH_MPI
-#include <xgrad/distributed/ddp.hpp>
-#include <xgrad/train/mpi_world.hpp>
 #endif
 
 namespace {
@@ -84,63 +79,37 @@ xgrad::models::GPTConfig model_config(const Config& c, std::size_t vocab_size) {
   return g;
 }
 
-// Rows [r B / N, (r + 1) B / N) of a global batch, for rank r of N.
-data::TokenBatch rows_of_rank(const data::TokenBatch& b, const train::World& world) {
-  if (world.size() == 1) return b;
-  const std::size_t B = b.x.shape(0), first = B * std::size_t(world.rank()) / std::size_t(world.size()),
-                    last = B * std::size_t(world.rank() + 1) / std::size_t(world.size());
-  return {IndexArray(xt::view(b.x, xt::range(first, last), xt::all())),
-          IndexArray(xt::view(b.y, xt::range(first, last), xt::all()))};
-}
-
-// The mean held-out loss (nats per token) over eval_iters batches of windows evenly spread over
-// the held-out tokens, the same at every evaluation; the ranks share the batches.
-double held_out_loss(Model& model, const data::TokenWindowDataset& held, const Config& c, train::World& world) {
-  xgrad::NoGradGuard no_grad;
-  xgrad::AutocastGuard autocast(c.bf16);
-  model.eval();
-  const std::size_t B = std::size_t(c.batch_size), windows = std::size_t(c.eval_iters) * B, span = held.size() - 1;
-  double sums[2] = {0, 0};  // loss * windows, windows
-  for (int i = world.rank(); i < c.eval_iters; i += world.size()) {
-    std::vector<std::size_t> starts(B);
-    for (std::size_t j = 0; j < B; ++j) starts[j] = (std::size_t(i) * B + j) * span / std::max<std::size_t>(1, windows - 1);
-    sums[0] += double(hf_gpt2_model::lm_loss(model, held.batch(starts)).item()) * double(B), sums[1] += double(B);
-  }
-  world.all_reduce_sum(sums, 2);
-  model.train();
-  return sums[0] / sums[1];
-}
-
 // --sample: text from the model of --checkpoint, through the tokenizer saved beside it.
-int sample(Config& c, const Sampling& s, train::RunOptions& run, train::Settings& settings, const CLI::App& app) {
-  files::refuse_special("--checkpoint", run.checkpoint_path, "a checkpoint of train_gpt");
-  if (!std::ifstream(run.checkpoint_path))  // a regular file or nothing: the open cannot block
-    throw Refused("--sample: no checkpoint " + run.checkpoint_path + ": train first, or pass --checkpoint FILE");
-  run.resume_path = run.checkpoint_path;  // the model's settings come from the checkpoint
+int sample(const Config& c, const Sampling& s, const std::string& checkpoint, train::Settings& settings,
+           const CLI::App& app) {
+  files::refuse_special("--checkpoint", checkpoint, "a checkpoint of train_gpt");
+  if (!std::ifstream(checkpoint))  // a regular file or nothing: the open cannot block
+    throw Refused("--sample: no checkpoint " + checkpoint + ": train first, or pass --checkpoint FILE");
+  train::TrainerOptions read;  // the model's settings come from the checkpoint; nothing is written
+  read.ckpt_path = checkpoint;
+  read.enable_checkpointing = false;
   const auto given = cli::given(app);
-  const train::Resumed saved = train::prepare_run(kProgram, run, settings, train::single_process_world(),
-                                                  [&](const std::string& key) { return key != "seed" && given(key); });
-  const xgrad::text::Tokenizer tok = gpt_text::saved_tokenizer(run.checkpoint_path, saved.checkpoint->metadata);
+  const train::Trainer saved(kProgram, read, settings, train::single_process_world(),
+                             [&](const std::string& key) { return key != "seed" && given(key); });
+  const xgrad::text::Tokenizer tok = gpt_text::saved_tokenizer(checkpoint, saved.checkpoint()->metadata);
   const IndexArray prompt = gpt_text::encode_prompt(tok, s.prompt);
   if (s.window > c.block_size)
     throw Refused("--window " + std::to_string(s.window) + " is beyond the model's context of " +
                   std::to_string(c.block_size) + ": expected 0 to " + std::to_string(c.block_size));
   Model model(model_config(c, tok.vocab_size()));
-  model.load_state_dict(saved.checkpoint->model);
+  model.load_state_dict(saved.checkpoint()->model);
   xgrad::Generator generator(s.seed);
   std::printf("%s\n", gpt_text::sample(model, tok, prompt, s.tokens, s.window, s.options, generator).c_str());
   return 0;
 }
 
-int train_model(Config& c, const Sampling& sampling, const train::RunOptions& run, const std::string& plot_path,
+int train_model(Config& c, const Sampling& sampling, train::TrainerOptions& options, const std::string& plot_path,
                 train::Settings& settings, const CLI::App& app, train::World& world, const std::string& onnx_path) {
-  train::Resumed resumed = train::prepare_run(kProgram, run, settings, world, cli::given(app));  // c: the checkpoint's
-  const auto& saved = resumed.checkpoint ? resumed.checkpoint->metadata : std::map<std::string, std::string>{};
-  const int planned = resumed.checkpoint ? std::stoi(saved.at("iters")) : c.iters;
-  if (!app.count("--iters")) c.iters = planned;  // a larger --iters extends the run
+  train::check_output_file("--export-onnx", onnx_path);  // before training, as the Trainer's own paths
+  train::Trainer trainer(kProgram, options, settings, world, cli::given(app));  // c: the checkpoint's
+  trainer.options().val_check_interval = c.eval_interval;
+  trainer.options().gradient_clip_val = c.clip;
   const auto refuse_if = [](bool bad, const std::string& why) { if (bad) throw Refused(why); };
-  refuse_if(c.iters < resumed.state.step, "--iters " + std::to_string(c.iters) + " is below the checkpoint's step " +
-                                              std::to_string(resumed.state.step));
   refuse_if(c.n_embd % c.n_head != 0, "--n-head " + std::to_string(c.n_head) + " must divide --n-embd " +
                                           std::to_string(c.n_embd));
   refuse_if(c.batch_size % world.size() != 0, "--batch-size " + std::to_string(c.batch_size) +
@@ -159,51 +128,33 @@ int train_model(Config& c, const Sampling& sampling, const train::RunOptions& ru
   refuse_if(!onnx_path.empty() && c.tokenizer != "char",
             "--export-onnx writes a character vocabulary (for examples/onnx/gpt_sample.mjs): use --tokenizer char");
 
-  std::shared_ptr<xgrad::text::Tokenizer> tokenizer;
-  if (resumed.checkpoint)
-    tokenizer = std::make_shared<xgrad::text::Tokenizer>(gpt_text::saved_tokenizer(run.resume_path, saved));
-  const std::string tokens = (run.checkpoint_path.empty() ? std::string(kProgram) : run.checkpoint_path) +
-                             (world.rank() > 0 ? ".rank" + std::to_string(world.rank()) : std::string());
-  const gpt_text::Text t = gpt_text::read(c.text, c.seed, c.tokenizer, std::size_t(c.vocab_size), tokenizer, tokens);
+  const auto* resumed = trainer.checkpoint();
+  const std::string& checkpoint = trainer.options().checkpoint_path;
+  const auto saved = resumed ? resumed->metadata : std::map<std::string, std::string>{};
+  const auto tokenizer = resumed ? std::make_shared<xgrad::text::Tokenizer>(
+                                       gpt_text::saved_tokenizer(trainer.options().ckpt_path, saved))
+                                 : nullptr;
+  const gpt_text::Text t = gpt_text::read(
+      c.text, c.seed, c.tokenizer, std::size_t(c.vocab_size), tokenizer,
+      (checkpoint.empty() ? std::string(kProgram) : checkpoint) + (world.rank() ? ".rank" + std::to_string(world.rank()) : ""));
   const std::size_t T = std::size_t(c.block_size), B = std::size_t(c.batch_size);
-  if (resumed.checkpoint)
+  if (resumed)
     gpt_text::check_same_text(t, T, data::DataLoaderState::from_string(saved.at("data_loader")).dataset_size,
-                              saved.count("text_hash") ? saved.at("text_hash") : "", run.resume_path);
+                              saved.count("text_hash") ? saved.at("text_hash") : "", trainer.options().ckpt_path);
   refuse_if(t.train->size() < T + 1 + B || t.held->size() < T + 1,
             t.source + " is too short for --block-size " + std::to_string(T) + ": " + std::to_string(t.train->size()) +
                 " training and " + std::to_string(t.held->size()) + " held-out " + t.unit() + "; expected more than " +
                 std::to_string(T + 1 + B) + " and " + std::to_string(T + 1));
-  xgrad::manual_seed(c.seed);
+  trainer.seed_everything(c.seed);
   const auto model_ptr = std::make_shared<Model>(model_config(c, t.tokenizer->vocab_size()));
   Model& model = *model_ptr;
-  if (!c.init_weights.empty()) {
-    files::refuse_special("--init-weights", c.init_weights, "a safetensors file");
-    refuse_if(!std::ifstream(c.init_weights), "cannot read --init-weights " + c.init_weights + ": expected a safetensors file");
-    try {
-      model.load_state_dict(xgrad::load_safetensors_state_dict<float>(c.init_weights));
-    } catch (const std::exception& e) {
-      throw Refused("--init-weights " + c.init_weights + " does not fit this model: " + e.what());
-    }
-  }
-  std::function<xgrad::Tensor<float>(const data::TokenBatch&)> loss_of = [&model](const data::TokenBatch& b) {
-    return hf_gpt2_model::lm_loss(model, b);
-  };
-#ifdef XGRAD_WITH_MPI
-  std::shared_ptr<xgrad::distributed::DistributedDataParallel<Model>> ddp;
-  if (world.size() > 1) {
-    ddp = std::make_shared<xgrad::distributed::DistributedDataParallel<Model>>(model_ptr);
-    loss_of = [ddp](const data::TokenBatch& b) {
-      const xgrad::Tensor<float> logits = ddp->forward(b.x);
-      return xgrad::cross_entropy(xgrad::reshape(logits, {-1, logits.size(-1)}),
-                                  IndexArray(xt::reshape_view(b.y, {b.y.size()})));
-    };
-  }
-#endif
-  if (world.rank() > 0) xgrad::manual_seed(c.seed + 0xD1B54A32D192ED03ULL * static_cast<std::uint64_t>(world.rank()));
+  if (!c.init_weights.empty()) files::load_weights("--init-weights", c.init_weights, model);
+  const train::DataParallel<Model> forward(model_ptr, world);  // DDP over several ranks
   auto optimizer = hf_gpt2_model::adamw(model, c.lr, c.weight_decay, {0.9, 0.99});
-  const int warmup = std::min(c.warmup, planned - 1);
-  xgrad::optim::LambdaLR<float> schedule(
-      optimizer, [&c, warmup](int step) { return hf_gpt2_model::lr_factor(step, warmup, c.iters, c.min_lr / c.lr); });
+  const int warmup = std::max(0, std::min(c.warmup, trainer.planned_steps() - 1)), steps = trainer.max_steps();
+  xgrad::optim::LambdaLR<float> schedule(optimizer, [&c, warmup, steps](int step) {
+    return hf_gpt2_model::lr_factor(step, warmup, steps, c.min_lr / c.lr);
+  });
 
   // Windows at random offsets of the training tokens (drawn with replacement: nothing per window).
   const auto windows = std::make_shared<data::TokenWindowDataset>(t.train, T);
@@ -211,55 +162,37 @@ int train_model(Config& c, const Sampling& sampling, const train::RunOptions& ru
   auto loader = data::make_data_loader(
       windows, data::DataLoaderOptions().batch_size(B).drop_last(true).sampler(std::make_shared<data::RandomSampler>(
                    windows->size(), xgrad::Generator(c.seed + 1), /*replacement=*/true, B * 1000)));
-  if (resumed.checkpoint) loader.load_state_dict(data::DataLoaderState::from_string(saved.at("data_loader")));
-
-  train::TrainerOptions trainer_options{c.iters, c.eval_interval, c.clip};
-  trainer_options.metric.column = "val_loss";
-  trainer_options.metric.format = [&t](double loss) {
-    char text[96];
-    if (loss == 0) return std::string("held-out loss -");  // before the first evaluation
-    if (t.tokenizer->is_char()) std::snprintf(text, sizeof text, "held-out %.4f nats/char (%.3f bits)", loss, loss / std::log(2.0));
-    else std::snprintf(text, sizeof text, "held-out %.4f nats/token (%.3f bits/char)", loss, loss * t.tokens_per_character() / std::log(2.0));
-    return std::string(text);
-  };
-  train::Trainer trainer(kProgram, run, settings, std::move(resumed), model, optimizer, &schedule, trainer_options, world);
+  if (resumed) loader.load_state_dict(data::DataLoaderState::from_string(saved.at("data_loader")));
+  trainer.options().metric.format = [&t](double loss) { return gpt_text::describe_loss(t, loss); };
   const auto save_state = std::make_shared<train::LambdaCallback>();
   save_state->save_checkpoint = [&](train::Trainer&, std::map<std::string, std::string>& metadata) {
     metadata["data_loader"] = loader.state_dict().to_string();
-    metadata["iters"] = std::to_string(c.iters);
-    metadata["text_hash"] = t.hash;  // for --resume
+    metadata["text_hash"] = t.hash;                  // for --resume
     metadata["tokenizer"] = t.tokenizer->to_json();  // when the file beside the checkpoint is missing
-    if (world.is_main()) t.tokenizer->save(gpt_text::tokenizer_path(run.checkpoint_path));  // for --resume, --sample
+    if (world.is_main()) t.tokenizer->save(gpt_text::tokenizer_path(checkpoint));  // for --resume, --sample
   };
   trainer.add_callback(save_state);
 
   std::int64_t count = 0;
   for (const auto& p : model.parameters()) count += p.numel();
-  const auto& p = t.parts;
-  if (world.is_main())
-    std::printf("text: %s, %llu %s: %llu training, %llu held out (%llu characters, %llu skipped: not in the vocabulary)\n"
-                "tokenizer: %s, %zu ids: %llu training and %llu held-out tokens | model: %d layers, %d heads, "
-                "n_embd %d, context %d, %lld parameters\n"
-                "training: %d iterations of %d windows, AdamW lr %g (warmup %d, cosine to %g), clip %g | %s\n",
-                t.source.c_str(), (unsigned long long)t.lines, c.text.empty() ? "verses" : "lines",
-                (unsigned long long)p.train.lines, (unsigned long long)p.held.lines,
-                (unsigned long long)p.held.characters, (unsigned long long)p.held.skipped, t.tokenizer->kind(),
-                t.tokenizer->vocab_size(), (unsigned long long)p.train.tokens, (unsigned long long)p.held.tokens,
-                c.n_layer, c.n_head, c.n_embd, c.block_size, (long long)count, c.iters, c.batch_size, c.lr, warmup,
+  if (world.is_main()) {
+    gpt_text::describe(t);
+    std::printf("model: %d layers, %d heads, n_embd %d, context %d, %lld parameters | training: %d iterations of %d "
+                "windows, AdamW lr %g (warmup %d, cosine to %g), clip %g | %s\n",
+                c.n_layer, c.n_head, c.n_embd, c.block_size, (long long)count, steps, c.batch_size, c.lr, warmup,
                 c.min_lr, c.clip, train::precision_description(c.bf16).c_str());
-
+  }
   const auto step = [&](int) {
     auto batch = loader.next();
     if (!batch) batch = loader.next();  // the next epoch
+    const data::TokenBatch mine = gpt_text::rows_of_rank(*batch, world);
     xgrad::AutocastGuard autocast(c.bf16);
-    return loss_of(rows_of_rank(*batch, world));
+    return gpt_text::lm_loss(forward(mine.x), mine.y);
   };
-  if (const auto stopped = trainer.fit(step, [&] { return held_out_loss(model, held, c, world); })) return *stopped;
-  const double nats = trainer.state().accuracy * t.tokens_per_character();  // per character
+  const auto evaluate = [&] { return gpt_text::held_out_loss(model, held, B, c.eval_iters, c.bf16, world); };
+  if (const auto stopped = trainer.fit(model, optimizer, &schedule, step, evaluate)) return *stopped;
   if (!world.is_main()) return 0;
-  std::printf("\nheld-out loss: %.4f nats per character, %.4f bits per character (%.4f nats per token; %llu held-out "
-              "tokens for %llu characters)\n", nats, nats / std::log(2.0), trainer.state().accuracy,
-              (unsigned long long)p.held.tokens, (unsigned long long)(p.held.characters - p.held.skipped));
+  gpt_text::report(t, trainer.state().val_metric());
   xgrad::Generator generator(sampling.seed);  // three samples, each from a new line (nanoGPT's sample.py)
   for (int i = 1; i <= 3; ++i)
     std::printf("\n-- sample %d (temperature %g%s%s) --%s\n", i, sampling.options.temperature,
@@ -268,16 +201,11 @@ int train_model(Config& c, const Sampling& sampling, const train::RunOptions& ru
                 gpt_text::sample(model, *t.tokenizer, gpt_text::encode_prompt(*t.tokenizer, "\n"), 200,
                                  sampling.window, sampling.options, generator).c_str());
   trainer.finish();
-  plot::render(run.csv_path, plot_path);
+  plot::render(trainer.options().csv_path, plot_path);
 #ifdef XGRAD_WITH_ONNX
   if (!onnx_path.empty()) {  // windows of the held-out text at two batch sizes and lengths
-    const auto spread = [&](std::size_t n, std::size_t length) {
-      std::vector<std::size_t> starts;
-      for (std::size_t i = 0; i < n; ++i) starts.push_back(i * (held.size() - 1) / n);
-      return IndexArray(xt::view(held.batch(starts).x, xt::all(), xt::range(0, length)));
-    };
-    gpt_onnx::export_model(model, spread(2, std::min<std::size_t>(T, 8)), onnx_path,
-                           {spread(2, T), spread(3, std::max<std::size_t>(1, T / 2 - 1))});
+    gpt_onnx::export_model(model, gpt_text::spread(held, 2, std::min<std::size_t>(T, 8)), onnx_path,
+                           {gpt_text::spread(held, 2, T), gpt_text::spread(held, 3, std::max<std::size_t>(1, T / 2 - 1))});
     gpt_text::write_vocab_json(*t.tokenizer->as_char(), c.block_size, onnx_path + ".vocab.json");
     std::printf("exported the trained model to %s (ONNX, opset 17), its vocabulary to %s.vocab.json, a sample to "
                 "%s.sample.json\n", onnx_path.c_str(), onnx_path.c_str(), onnx_path.c_str());
@@ -293,8 +221,9 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   Config c;
   train::Settings settings;
-  train::RunOptions run("gpt.ckpt", "gpt.csv");
-  run.threads = 2;
+  train::TrainerOptions options;
+  options.checkpoint_path = "gpt.ckpt", options.csv_path = "gpt.csv", options.num_threads = 2;
+  options.metric.column = "val_loss";
   std::string plot_path = "gpt.png", profile_path, attention = "auto", onnx_path;
   Sampling sampling;
   sampling.options.temperature = 0.8;
@@ -321,8 +250,7 @@ int main(int argc, char** argv) {
   setting("--weight-decay", c.weight_decay, "AdamW weight decay of the matrices")->check(cli::non_negative());
   setting("--warmup", c.warmup, "linear warmup steps, then cosine decay")->check(cli::integer_from(0));
   setting("--clip", c.clip, "max gradient norm")->check(cli::positive());
-  app.add_option("--iters", c.iters, "training steps (with --resume: more extends the run)")
-      ->check(cli::integer_in(1, 100000000))->capture_default_str();
+  cli::add_max_steps_flag(app, c.iters, "--iters", "training steps")->check(cli::integer_in(1, 100000000));
   setting("--eval-interval", c.eval_interval, "steps between evaluations (and CSV rows)")
       ->check(cli::integer_in(1, 100000000));
   setting("--eval-iters", c.eval_iters, "held-out batches per evaluation")->check(cli::integer_in(1, 1000000));
@@ -330,7 +258,7 @@ int main(int argc, char** argv) {
   setting("--init-weights", c.init_weights, "start from these weights (safetensors of the same model)")
       ->check(cli::not_special_file());
   cli::add_bf16_flag(app, settings, c.bf16);
-  cli::add_run_flags(app, run);
+  cli::add_trainer_flags(app, options);
   cli::add_profile_flag(app, profile_path);
   plot::add_flag(app, plot_path);
   app.add_option("--sample", sampling.prompt, "print a continuation of this prompt by --checkpoint's model");
@@ -347,20 +275,17 @@ int main(int argc, char** argv) {
                                              "FILE.vocab.json and FILE.sample.json: inputs and their logits)")
       ->check(cli::not_special_file());
   CLI11_PARSE(app, argc, argv);
+  cli::finish_max_steps(app, options, "--iters", c.iters);
   const cli::ProfileRun profiling(profile_path);  // --profile: until main returns
   xgrad::set_attention_path(attention == "tiled"          ? xgrad::AttentionPath::Tiled
                             : attention == "materialized" ? xgrad::AttentionPath::Materialized
                                                           : xgrad::AttentionPath::Auto);
   if (app.count("--seed") > 0) sampling.seed = c.seed;  // --sample draws from its own --seed (default 1)
-#ifdef XGRAD_WITH_MPI
-  const std::unique_ptr<train::World> world = xgrad::distributed::make_world();
-#else
-  const std::unique_ptr<train::World> world = std::make_unique<train::World>();
-#endif
+  const std::unique_ptr<train::World> world = train::launched_world();  // MPI under mpirun -np N > 1
   return train::guarded(kProgram, [&] {
     if (sampling.prompt.empty() && app.count("--sample") == 0)
-      return train_model(c, sampling, run, plot_path, settings, app, *world, onnx_path);
+      return train_model(c, sampling, options, plot_path, settings, app, *world, onnx_path);
     if (!onnx_path.empty()) throw Refused("--export-onnx exports after training, not with --sample");
-    return sample(c, sampling, run, settings, app);
+    return sample(c, sampling, options.checkpoint_path, settings, app);
   }, *world);
 }

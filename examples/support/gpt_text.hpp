@@ -5,6 +5,7 @@
 // xgrad::train::Refused line naming the flag.
 #pragma once
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -13,8 +14,11 @@
 #include <string>
 #include <vector>
 
+#include <xtensor/xview.hpp>
+
 #include <xgrad/data/token_file.hpp>
 #include <xgrad/models/gpt.hpp>
+#include <xgrad/train/world.hpp>
 #include <xgrad/text/corpus.hpp>
 #include <xgrad/text/utf8.hpp>
 #include <xgrad/train/trainer.hpp>
@@ -174,6 +178,81 @@ inline std::string sample(xgrad::models::GPT<float>& model, const text::Tokenize
   const xgrad::IndexArray out =
       model.generate(prompt, tokens, options, &generator, /*use_cache=*/true, window < 0 ? block : window);
   return tok.decode(std::vector<std::int64_t>(out.begin(), out.end()));
+}
+
+// Rows [r B / N, (r + 1) B / N) of a global batch, for rank r of N.
+inline xgrad::data::TokenBatch rows_of_rank(const xgrad::data::TokenBatch& b, const xgrad::train::World& world) {
+  if (world.size() == 1) return b;
+  const std::size_t B = b.x.shape(0), first = B * std::size_t(world.rank()) / std::size_t(world.size()),
+                    last = B * std::size_t(world.rank() + 1) / std::size_t(world.size());
+  return {xgrad::IndexArray(xt::view(b.x, xt::range(first, last), xt::all())),
+          xgrad::IndexArray(xt::view(b.y, xt::range(first, last), xt::all()))};
+}
+
+// The language model's loss on a batch: cross-entropy of the logits against y, every position.
+inline xgrad::Tensor<float> lm_loss(const xgrad::Tensor<float>& logits, const xgrad::IndexArray& y) {
+  return xgrad::cross_entropy(xgrad::reshape(logits, {-1, logits.size(-1)}),
+                              xgrad::IndexArray(xt::reshape_view(y, {y.size()})));
+}
+
+// `n` windows of `length` tokens (at most the block size) spread evenly over `windows`' tokens,
+// the first at 0 and the last at the end.
+inline xgrad::IndexArray spread(const xgrad::data::TokenWindowDataset& windows, std::size_t n, std::size_t length) {
+  std::vector<std::size_t> starts;
+  for (std::size_t i = 0; i < n; ++i) starts.push_back(i * (windows.size() - 1) / std::max<std::size_t>(1, n - 1));
+  return xgrad::IndexArray(xt::view(windows.batch(starts).x, xt::all(), xt::range(0, length)));
+}
+
+// The mean held-out loss (nats per token) over `batches` batches of B windows evenly spread over
+// the held-out tokens, the same at every evaluation; the ranks share the batches.
+inline double held_out_loss(xgrad::models::GPT<float>& model, const xgrad::data::TokenWindowDataset& held,
+                            std::size_t B, int batches, bool bf16, xgrad::train::World& world) {
+  xgrad::NoGradGuard no_grad;
+  xgrad::AutocastGuard autocast(bf16);
+  model.eval();
+  const std::size_t windows = std::size_t(batches) * B, span = held.size() - 1;
+  double sums[2] = {0, 0};  // loss * windows, windows
+  for (int i = world.rank(); i < batches; i += world.size()) {
+    std::vector<std::size_t> starts(B);
+    for (std::size_t j = 0; j < B; ++j)
+      starts[j] = (std::size_t(i) * B + j) * span / std::max<std::size_t>(1, windows - 1);
+    const xgrad::data::TokenBatch b = held.batch(starts);
+    sums[0] += double(lm_loss(model.forward(b.x), b.y).item()) * double(B), sums[1] += double(B);
+  }
+  world.all_reduce_sum(sums, 2);
+  model.train();
+  return sums[0] / sums[1];
+}
+
+// The first lines train_gpt prints: the text, the tokenizer and its token counts.
+inline void describe(const Text& t) {
+  const auto& p = t.parts;
+  std::printf("text: %s, %llu %s: %llu training, %llu held out (%llu characters, %llu skipped: not in the "
+              "vocabulary)\ntokenizer: %s, %zu ids: %llu training and %llu held-out tokens\n",
+              t.source.c_str(), (unsigned long long)t.lines, t.source == "the King James Bible" ? "verses" : "lines",
+              (unsigned long long)p.train.lines, (unsigned long long)p.held.lines,
+              (unsigned long long)p.held.characters, (unsigned long long)p.held.skipped, t.tokenizer->kind(),
+              t.tokenizer->vocab_size(), (unsigned long long)p.train.tokens, (unsigned long long)p.held.tokens);
+}
+
+// The progress line's held-out loss, `loss` nats per token.
+inline std::string describe_loss(const Text& t, double loss) {
+  char text[96];
+  if (t.tokenizer->is_char())
+    std::snprintf(text, sizeof text, "held-out %.4f nats/char (%.3f bits)", loss, loss / std::log(2.0));
+  else
+    std::snprintf(text, sizeof text, "held-out %.4f nats/token (%.3f bits/char)", loss,
+                  loss * t.tokens_per_character() / std::log(2.0));
+  return text;
+}
+
+// The final held-out loss, `nats_per_token`, per character too.
+inline void report(const Text& t, double nats_per_token) {
+  const double nats = nats_per_token * t.tokens_per_character();
+  std::printf("\nheld-out loss: %.4f nats per character, %.4f bits per character (%.4f nats per token; %llu "
+              "held-out tokens for %llu characters)\n",
+              nats, nats / std::log(2.0), nats_per_token, (unsigned long long)t.parts.held.tokens,
+              (unsigned long long)(t.parts.held.characters - t.parts.held.skipped));
 }
 
 // FILE.vocab.json of --export-onnx, for examples/onnx/gpt_sample.mjs: {"block_size": T, "vocab":
