@@ -1,35 +1,21 @@
 // A GPT (xgrad::models::GPT, nanoGPT's model) trained on the King James Bible, then sampled from.
-// The text comes from Debian's bible-kjv at run time (`COLUMNS=1000 bible "gen1:1-rev22:21"`:
-// 31,102 verses, their references stripped), or from any UTF-8 file with --text FILE (split by
-// lines). A seeded hash holds out 1 verse (line) in 10, never trained on. --tokenizer char: one
-// token per character of the training text; --tokenizer bpe --vocab-size N: GPT-2's byte-level
-// BPE trained (deterministically) on the training text. The tokenizer is saved beside the
-// checkpoint (CHECKPOINT.tokenizer.json), which --resume and --sample read back.
+// The text: Debian's bible-kjv read at run time (31,102 verses, references stripped), or a UTF-8
+// file (--text FILE, by lines); 1 line in 10 held out by a seeded hash (xgrad/text/corpus.hpp).
+// --tokenizer char: a token per character of the training text; --tokenizer bpe --vocab-size N:
+// GPT-2's byte-level BPE trained on it. The tokenizer is saved beside the checkpoint
+// (CHECKPOINT.tokenizer.json) for --resume and --sample; both parts are tokenized into
+// memory-mapped token files (CHECKPOINT.train.tok, .val.tok), from which windows of --block-size
+// tokens are drawn at random offsets. AdamW (betas 0.9, 0.99, weight decay on the matrices only),
+// warmup then cosine to --min-lr, clipping. The held-out loss, on fixed windows, is reported in
+// nats per token and bits per character (x held-out tokens / characters / ln 2). The run (CSV,
+// checkpoints, --resume bit for bit, a larger --iters extending it, mpirun -np N) is
+// xgrad::train::Trainer's; docs/examples.md has the commands and numbers.
 //
-//   text -> token files (CHECKPOINT.train.tok, .val.tok; memory-mapped) -> windows of --block-size
-//   tokens (x) and the same shifted by one (y) at random offsets -> GPT -> logits -> cross_entropy
-//
-// AdamW (betas 0.9, 0.99; weight decay 0.1 on the matrices only, as nanoGPT), linear warmup then
-// cosine decay to --min-lr, gradient clipping. The held-out loss is measured at each evaluation on
-// fixed windows spread over the held-out tokens, in nats per token and in bits per character:
-// nats per token x held-out tokens / held-out characters / ln 2 (the same for characters). The
-// loop, progress line, CSV, checkpoints, --resume (bit for bit) and extension with a larger
-// --iters are xgrad::train::Trainer's. Under `mpirun -np N` every rank draws the same global batch
-// and trains on its N-th of the rows (DistributedDataParallel averages the gradients).
-//
-//   build/release/examples/train_gpt                          # about 5 minutes on 2 cores
-//   build/release/examples/train_gpt --tokenizer bpe --vocab-size 1024
+//   build/release/examples/train_gpt [--tokenizer bpe --vocab-size 1024]     # about 5 minutes on 2 cores
 //   build/release/examples/train_gpt --sample "In the beginning" --temperature 0.8 --top-k 40
-//
-// --attention tiled|materialized picks the attention kernel (auto: tiled from 256 positions).
-// --export-onnx FILE (characters) writes the model as ONNX, FILE.vocab.json and FILE.sample.json.
-#include <cmath>
 #include <cstdio>
 #include <fstream>
-#include <functional>
-#include <memory>
 #include <string>
-#include <vector>
 
 #include <xgrad/train/cli.hpp>
 #include <xgrad/train/data_parallel.hpp>
@@ -40,9 +26,6 @@
 #include "support/hf_gpt2_model.hpp"
 #include "support/plot.hpp"
 #include "support/sampling_flags.hpp"
-#ifdef XGRAD_WITH_ONNX
-#include "support/gpt_onnx.hpp"
-#endif
 
 namespace {
 
@@ -109,42 +92,28 @@ int train_model(Config& c, const Sampling& sampling, train::TrainerOptions& opti
   train::Trainer trainer(kProgram, options, settings, world, cli::given(app));  // c: the checkpoint's
   trainer.options().val_check_interval = c.eval_interval;
   trainer.options().gradient_clip_val = c.clip;
-  const auto refuse_if = [](bool bad, const std::string& why) { if (bad) throw Refused(why); };
-  refuse_if(c.n_embd % c.n_head != 0, "--n-head " + std::to_string(c.n_head) + " must divide --n-embd " +
-                                          std::to_string(c.n_embd));
+  const auto refuse_if = [](bool bad, const std::string& why) {
+    if (bad) throw Refused(why);
+  };
+  refuse_if(c.n_embd % c.n_head != 0,
+            "--n-head " + std::to_string(c.n_head) + " must divide --n-embd " + std::to_string(c.n_embd));
   refuse_if(c.batch_size % world.size() != 0, "--batch-size " + std::to_string(c.batch_size) +
-                                                  " must be divisible by the " + std::to_string(world.size()) + " ranks");
-  refuse_if(sampling.window > c.block_size, "--window " + std::to_string(sampling.window) + " is beyond --block-size " +
-                                                std::to_string(c.block_size));
+                                                  " must be divisible by the " + std::to_string(world.size()) +
+                                                  " ranks");
+  refuse_if(sampling.window > c.block_size,
+            "--window " + std::to_string(sampling.window) + " is beyond --block-size " + std::to_string(c.block_size));
   refuse_if(c.min_lr > c.lr, "--min-lr " + std::to_string(c.min_lr) + " must be at most --lr " + std::to_string(c.lr));
   refuse_if(app.count("--vocab-size") && c.tokenizer == "char",
             "--vocab-size is for --tokenizer bpe: a character vocabulary is the training text's characters");
-#ifndef XGRAD_WITH_ONNX
-  refuse_if(!onnx_path.empty(), "--export-onnx: this build has no ONNX export (XGRAD_WITH_ONNX is off)");
-#endif
-  refuse_if(!onnx_path.empty() && c.block_size < 4,  // the export traces two lengths, both within the context
-            "--export-onnx needs --block-size 4 or more (the sequence axis is exported dynamic), got " +
-                std::to_string(c.block_size));
-  refuse_if(!onnx_path.empty() && c.tokenizer != "char",
-            "--export-onnx writes a character vocabulary (for examples/onnx/gpt_sample.mjs): use --tokenizer char");
 
+  gpt_text::check_export(onnx_path, c.block_size, c.tokenizer);
   const auto* resumed = trainer.checkpoint();
   const std::string& checkpoint = trainer.options().checkpoint_path;
-  const auto saved = resumed ? resumed->metadata : std::map<std::string, std::string>{};
-  const auto tokenizer = resumed ? std::make_shared<xgrad::text::Tokenizer>(
-                                       gpt_text::saved_tokenizer(trainer.options().ckpt_path, saved))
-                                 : nullptr;
-  const gpt_text::Text t = gpt_text::read(
-      c.text, c.seed, c.tokenizer, std::size_t(c.vocab_size), tokenizer,
-      (checkpoint.empty() ? std::string(kProgram) : checkpoint) + (world.rank() ? ".rank" + std::to_string(world.rank()) : ""));
   const std::size_t T = std::size_t(c.block_size), B = std::size_t(c.batch_size);
-  if (resumed)
-    gpt_text::check_same_text(t, T, data::DataLoaderState::from_string(saved.at("data_loader")).dataset_size,
-                              saved.count("text_hash") ? saved.at("text_hash") : "", trainer.options().ckpt_path);
-  refuse_if(t.train->size() < T + 1 + B || t.held->size() < T + 1,
-            t.source + " is too short for --block-size " + std::to_string(T) + ": " + std::to_string(t.train->size()) +
-                " training and " + std::to_string(t.held->size()) + " held-out " + t.unit() + "; expected more than " +
-                std::to_string(T + 1 + B) + " and " + std::to_string(T + 1));
+  const gpt_text::Text t = gpt_text::read_for_run(c.text, c.seed, c.tokenizer, std::size_t(c.vocab_size), T, B, resumed,
+                                                  trainer.options().ckpt_path,
+                                                  (checkpoint.empty() ? std::string(kProgram) : checkpoint) +
+                                                      (world.rank() ? ".rank" + std::to_string(world.rank()) : ""));
   trainer.seed_everything(c.seed);
   const auto model_ptr = std::make_shared<Model>(model_config(c, t.tokenizer->vocab_size()));
   Model& model = *model_ptr;
@@ -159,10 +128,11 @@ int train_model(Config& c, const Sampling& sampling, train::TrainerOptions& opti
   // Windows at random offsets of the training tokens (drawn with replacement: nothing per window).
   const auto windows = std::make_shared<data::TokenWindowDataset>(t.train, T);
   const data::TokenWindowDataset held(t.held, T);
-  auto loader = data::make_data_loader(
-      windows, data::DataLoaderOptions().batch_size(B).drop_last(true).sampler(std::make_shared<data::RandomSampler>(
-                   windows->size(), xgrad::Generator(c.seed + 1), /*replacement=*/true, B * 1000)));
-  if (resumed) loader.load_state_dict(data::DataLoaderState::from_string(saved.at("data_loader")));
+  const auto sampler =
+      std::make_shared<data::RandomSampler>(windows->size(), xgrad::Generator(c.seed + 1), true, B * 1000);
+  auto loader =
+      data::make_data_loader(windows, data::DataLoaderOptions().batch_size(B).drop_last(true).sampler(sampler));
+  if (resumed) loader.load_state_dict(data::DataLoaderState::from_string(resumed->metadata.at("data_loader")));
   trainer.options().metric.format = [&t](double loss) { return gpt_text::describe_loss(t, loss); };
   const auto save_state = std::make_shared<train::LambdaCallback>();
   save_state->save_checkpoint = [&](train::Trainer&, std::map<std::string, std::string>& metadata) {
@@ -177,10 +147,11 @@ int train_model(Config& c, const Sampling& sampling, train::TrainerOptions& opti
   for (const auto& p : model.parameters()) count += p.numel();
   if (world.is_main()) {
     gpt_text::describe(t);
-    std::printf("model: %d layers, %d heads, n_embd %d, context %d, %lld parameters | training: %d iterations of %d "
-                "windows, AdamW lr %g (warmup %d, cosine to %g), clip %g | %s\n",
-                c.n_layer, c.n_head, c.n_embd, c.block_size, (long long)count, steps, c.batch_size, c.lr, warmup,
-                c.min_lr, c.clip, train::precision_description(c.bf16).c_str());
+    std::printf(
+        "model: %d layers, %d heads, n_embd %d, context %d, %lld parameters | training: %d iterations of %d "
+        "windows, AdamW lr %g (warmup %d, cosine to %g), clip %g | %s\n",
+        c.n_layer, c.n_head, c.n_embd, c.block_size, (long long)count, steps, c.batch_size, c.lr, warmup, c.min_lr,
+        c.clip, train::precision_description(c.bf16).c_str());
   }
   const auto step = [&](int) {
     auto batch = loader.next();
@@ -193,23 +164,11 @@ int train_model(Config& c, const Sampling& sampling, train::TrainerOptions& opti
   if (const auto stopped = trainer.fit(model, optimizer, &schedule, step, evaluate)) return *stopped;
   if (!world.is_main()) return 0;
   gpt_text::report(t, trainer.state().val_metric());
-  xgrad::Generator generator(sampling.seed);  // three samples, each from a new line (nanoGPT's sample.py)
-  for (int i = 1; i <= 3; ++i)
-    std::printf("\n-- sample %d (temperature %g%s%s) --%s\n", i, sampling.options.temperature,
-                sampling.options.top_k > 0 ? (", top-k " + std::to_string(sampling.options.top_k)).c_str() : "",
-                sampling.options.top_p < 1 ? (", top-p " + std::to_string(sampling.options.top_p)).c_str() : "",
-                gpt_text::sample(model, *t.tokenizer, gpt_text::encode_prompt(*t.tokenizer, "\n"), 200,
-                                 sampling.window, sampling.options, generator).c_str());
+  gpt_text::print_samples(model, *t.tokenizer, sampling.options, sampling.window, sampling.seed);
   trainer.finish();
   plot::render(trainer.options().csv_path, plot_path);
 #ifdef XGRAD_WITH_ONNX
-  if (!onnx_path.empty()) {  // windows of the held-out text at two batch sizes and lengths
-    gpt_onnx::export_model(model, gpt_text::spread(held, 2, std::min<std::size_t>(T, 8)), onnx_path,
-                           {gpt_text::spread(held, 2, T), gpt_text::spread(held, 3, std::max<std::size_t>(1, T / 2 - 1))});
-    gpt_text::write_vocab_json(*t.tokenizer->as_char(), c.block_size, onnx_path + ".vocab.json");
-    std::printf("exported the trained model to %s (ONNX, opset 17), its vocabulary to %s.vocab.json, a sample to "
-                "%s.sample.json\n", onnx_path.c_str(), onnx_path.c_str(), onnx_path.c_str());
-  }
+  if (!onnx_path.empty()) gpt_text::export_onnx(model, held, *t.tokenizer->as_char(), onnx_path);
 #endif
   return 0;
 }
@@ -251,8 +210,7 @@ int main(int argc, char** argv) {
   setting("--warmup", c.warmup, "linear warmup steps, then cosine decay")->check(cli::integer_from(0));
   setting("--clip", c.clip, "max gradient norm")->check(cli::positive());
   cli::add_max_steps_flag(app, c.iters, "--iters", "training steps")->check(cli::integer_in(1, 100000000));
-  setting("--eval-interval", c.eval_interval, "steps between evaluations (and CSV rows)")
-      ->check(cli::integer_in(1, 100000000));
+  setting("--eval-interval", c.eval_interval, "steps between evaluations")->check(cli::integer_in(1, 100000000));
   setting("--eval-iters", c.eval_iters, "held-out batches per evaluation")->check(cli::integer_in(1, 1000000));
   setting("--seed", c.seed, "seed of the split, the weights, the batch order and dropout");
   setting("--init-weights", c.init_weights, "start from these weights (safetensors of the same model)")
@@ -263,29 +221,25 @@ int main(int argc, char** argv) {
   plot::add_flag(app, plot_path);
   app.add_option("--sample", sampling.prompt, "print a continuation of this prompt by --checkpoint's model");
   sampling_flags::add(app, sampling.options, "tokens");
-  app.add_option("--tokens", sampling.tokens, "tokens --sample generates")->check(cli::integer_in(1, 1000000))
-      ->capture_default_str();
-  app.add_option("--window", sampling.window, "past the context, keep generating from the last W tokens; 0: refuse "
-                                              "going past it (default: the context length)")
-      ->check(cli::integer_in(0, 65536));
-  app.add_option("--attention", attention, "attention kernel: auto (tiled from 256 causal positions), tiled (memory "
-                                           "linear in --block-size) or materialized (quadratic; for comparison)")
-      ->check(CLI::IsMember({"auto", "tiled", "materialized"}))->capture_default_str();
-  app.add_option("--export-onnx", onnx_path, "after training, export the model to this ONNX file (with "
-                                             "FILE.vocab.json and FILE.sample.json: inputs and their logits)")
+  sampling_flags::add_length(app, sampling.tokens, sampling.window);
+  gpt_text::add_attention_flag(app, attention);
+  app.add_option("--export-onnx", onnx_path,
+                 "after training, export the model to this ONNX file (with "
+                 "FILE.vocab.json and FILE.sample.json: inputs and their logits)")
       ->check(cli::not_special_file());
   CLI11_PARSE(app, argc, argv);
   cli::finish_max_steps(app, options, "--iters", c.iters);
   const cli::ProfileRun profiling(profile_path);  // --profile: until main returns
-  xgrad::set_attention_path(attention == "tiled"          ? xgrad::AttentionPath::Tiled
-                            : attention == "materialized" ? xgrad::AttentionPath::Materialized
-                                                          : xgrad::AttentionPath::Auto);
+  gpt_text::set_attention(attention);
   if (app.count("--seed") > 0) sampling.seed = c.seed;  // --sample draws from its own --seed (default 1)
   const std::unique_ptr<train::World> world = train::launched_world();  // MPI under mpirun -np N > 1
-  return train::guarded(kProgram, [&] {
-    if (sampling.prompt.empty() && app.count("--sample") == 0)
-      return train_model(c, sampling, options, plot_path, settings, app, *world, onnx_path);
-    if (!onnx_path.empty()) throw Refused("--export-onnx exports after training, not with --sample");
-    return sample(c, sampling, options.checkpoint_path, settings, app);
-  }, *world);
+  return train::guarded(
+      kProgram,
+      [&] {
+        if (sampling.prompt.empty() && app.count("--sample") == 0)
+          return train_model(c, sampling, options, plot_path, settings, app, *world, onnx_path);
+        if (!onnx_path.empty()) throw Refused("--export-onnx exports after training, not with --sample");
+        return sample(c, sampling, options.checkpoint_path, settings, app);
+      },
+      *world);
 }

@@ -19,6 +19,12 @@
 #include <xgrad/data/token_file.hpp>
 #include <xgrad/models/gpt.hpp>
 #include <xgrad/train/world.hpp>
+#include <xgrad/xgrad.hpp>
+
+#include <CLI/CLI.hpp>
+#ifdef XGRAD_WITH_ONNX
+#include "gpt_onnx.hpp"
+#endif
 #include <xgrad/text/corpus.hpp>
 #include <xgrad/text/utf8.hpp>
 #include <xgrad/train/trainer.hpp>
@@ -46,8 +52,9 @@ inline text::LineSource bible() {
     if (i < line.size() && line[i] == ' ') verses.push_back(line.substr(i + 1));
   }
   if (verses.empty())
-    throw Refused("no King James Bible: the `bible` program printed no verses (apt-get install bible-kjv), "
-                  "or pass --text FILE");
+    throw Refused(
+        "no King James Bible: the `bible` program printed no verses (apt-get install bible-kjv), "
+        "or pass --text FILE");
   return text::utf8_lines(std::move(verses), "the King James Bible");
 }
 
@@ -72,9 +79,9 @@ inline text::Tokenizer saved_tokenizer(const std::string& path, const std::map<s
 
 // A text, tokenized.
 struct Text {
-  std::string source;                 // "the King James Bible" or the file
+  std::string source;  // "the King James Bible" or the file
   std::uint64_t lines = 0;
-  std::string hash;                   // of the lines: a resumed run checks that its text is the checkpoint's
+  std::string hash;  // of the lines: a resumed run checks that its text is the checkpoint's
   std::shared_ptr<text::Tokenizer> tokenizer;
   text::TokenizedCorpus parts;
   std::shared_ptr<const xgrad::data::TokenFile> train, held;
@@ -119,8 +126,11 @@ inline Text read(const std::string& path, std::uint64_t seed, const std::string&
   char hash[24];
   std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(h));
   t.hash = hash;
-  if (saved) t.tokenizer = std::move(saved);
-  else t.tokenizer = std::make_shared<text::Tokenizer>(text::train_tokenizer(kind, vocab_size, text::training_lines(lines, seed)));
+  if (saved)
+    t.tokenizer = std::move(saved);
+  else
+    t.tokenizer =
+        std::make_shared<text::Tokenizer>(text::train_tokenizer(kind, vocab_size, text::training_lines(lines, seed)));
   t.parts = text::tokenize_corpus(lines, seed, *t.tokenizer, tokens + ".train.tok", tokens + ".val.tok");
   t.train = std::make_shared<const xgrad::data::TokenFile>(tokens + ".train.tok");
   t.held = std::make_shared<const xgrad::data::TokenFile>(tokens + ".val.tok");
@@ -137,8 +147,33 @@ inline void check_same_text(const Text& t, std::size_t block_size, std::size_t w
                            t.source + " now (changed since?): ";
   const std::string todo = "; resume with the text the checkpoint was trained on, or start a new run without --resume";
   const std::string of = " training windows of " + std::to_string(block_size) + " " + t.unit();
-  if (now == windows) throw Refused(what + "the same number of" + of + " (" + std::to_string(now) + ") but another text" + todo);
+  if (now == windows)
+    throw Refused(what + "the same number of" + of + " (" + std::to_string(now) + ") but another text" + todo);
   throw Refused(what + "expected " + std::to_string(windows) + of + ", got " + std::to_string(now) + todo);
+}
+
+// The text of a run: tokenized by `kind` (char or bpe of vocab_size ids) trained on it, or, when
+// resuming (`resumed` not null), by the checkpoint's tokenizer, the text checked to be the
+// checkpoint's; into `prefix`.train.tok and .val.tok. Each part must hold a window of block_size + 1
+// tokens, the training part one more per window of a batch.
+inline Text read_for_run(const std::string& path, std::uint64_t seed, const std::string& kind, std::size_t vocab_size,
+                         std::size_t block_size, std::size_t batch_size, const xgrad::Checkpoint<float>* resumed,
+                         const std::string& resume_path, const std::string& prefix) {
+  std::shared_ptr<text::Tokenizer> tok;
+  if (resumed) tok = std::make_shared<text::Tokenizer>(saved_tokenizer(resume_path, resumed->metadata));
+  const Text t = read(path, seed, kind, vocab_size, tok, prefix);
+  if (resumed) {
+    const auto& m = resumed->metadata;
+    check_same_text(t, block_size, xgrad::data::DataLoaderState::from_string(m.at("data_loader")).dataset_size,
+                    m.count("text_hash") ? m.at("text_hash") : "", resume_path);
+  }
+  const std::size_t T = block_size;
+  if (t.train->size() < T + 1 + batch_size || t.held->size() < T + 1)
+    throw Refused(t.source + " is too short for --block-size " + std::to_string(T) + ": " +
+                  std::to_string(t.train->size()) + " training and " + std::to_string(t.held->size()) + " held-out " +
+                  t.unit() + "; expected more than " + std::to_string(T + 1 + batch_size) + " and " +
+                  std::to_string(T + 1));
+  return t;
 }
 
 // The prompt as ids (1, L); with characters, one outside the vocabulary is refused.
@@ -149,7 +184,7 @@ inline xgrad::IndexArray encode_prompt(const text::Tokenizer& tok, const std::st
     ids = tok.encode(prompt);
   } catch (const std::exception& e) {
     std::string why = e.what();
-    if (why.rfind("CharTokenizer: the character", 0) == 0) {  // "... at byte offset N is not in ..."
+    if (why.rfind("CharTokenizer: the character", 0) == 0) {                   // "... at byte offset N is not in ..."
       const std::string c = why.substr(19, why.find(" at byte offset") - 19);  // "character 'x' (U+0078)"
       std::string vocab;
       for (char32_t ch : tok.as_char()->chars()) vocab += ch == U'\n' ? std::string("\\n") : text::encode_utf8(ch);
@@ -173,8 +208,9 @@ inline std::string sample(xgrad::models::GPT<float>& model, const text::Tokenize
   if (window == 0 && length + tokens - 1 > block)
     throw Refused("--tokens " + std::to_string(tokens) + " after a prompt of " + std::to_string(length) + unit +
                   " goes beyond the model's context of " + std::to_string(block) + unit +
-                  " with --window 0: expected at most " + std::to_string(std::max<std::int64_t>(0, block - length + 1)) +
-                  ", or a --window from 1 to " + std::to_string(block));
+                  " with --window 0: expected at most " +
+                  std::to_string(std::max<std::int64_t>(0, block - length + 1)) + ", or a --window from 1 to " +
+                  std::to_string(block));
   const xgrad::IndexArray out =
       model.generate(prompt, tokens, options, &generator, /*use_cache=*/true, window < 0 ? block : window);
   return tok.decode(std::vector<std::int64_t>(out.begin(), out.end()));
@@ -227,12 +263,13 @@ inline double held_out_loss(xgrad::models::GPT<float>& model, const xgrad::data:
 // The first lines train_gpt prints: the text, the tokenizer and its token counts.
 inline void describe(const Text& t) {
   const auto& p = t.parts;
-  std::printf("text: %s, %llu %s: %llu training, %llu held out (%llu characters, %llu skipped: not in the "
-              "vocabulary)\ntokenizer: %s, %zu ids: %llu training and %llu held-out tokens\n",
-              t.source.c_str(), (unsigned long long)t.lines, t.source == "the King James Bible" ? "verses" : "lines",
-              (unsigned long long)p.train.lines, (unsigned long long)p.held.lines,
-              (unsigned long long)p.held.characters, (unsigned long long)p.held.skipped, t.tokenizer->kind(),
-              t.tokenizer->vocab_size(), (unsigned long long)p.train.tokens, (unsigned long long)p.held.tokens);
+  std::printf(
+      "text: %s, %llu %s: %llu training, %llu held out (%llu characters, %llu skipped: not in the "
+      "vocabulary)\ntokenizer: %s, %zu ids: %llu training and %llu held-out tokens\n",
+      t.source.c_str(), (unsigned long long)t.lines, t.source == "the King James Bible" ? "verses" : "lines",
+      (unsigned long long)p.train.lines, (unsigned long long)p.held.lines, (unsigned long long)p.held.characters,
+      (unsigned long long)p.held.skipped, t.tokenizer->kind(), t.tokenizer->vocab_size(),
+      (unsigned long long)p.train.tokens, (unsigned long long)p.held.tokens);
 }
 
 // The progress line's held-out loss, `loss` nats per token.
@@ -249,10 +286,22 @@ inline std::string describe_loss(const Text& t, double loss) {
 // The final held-out loss, `nats_per_token`, per character too.
 inline void report(const Text& t, double nats_per_token) {
   const double nats = nats_per_token * t.tokens_per_character();
-  std::printf("\nheld-out loss: %.4f nats per character, %.4f bits per character (%.4f nats per token; %llu "
-              "held-out tokens for %llu characters)\n",
-              nats, nats / std::log(2.0), nats_per_token, (unsigned long long)t.parts.held.tokens,
-              (unsigned long long)(t.parts.held.characters - t.parts.held.skipped));
+  std::printf(
+      "\nheld-out loss: %.4f nats per character, %.4f bits per character (%.4f nats per token; %llu "
+      "held-out tokens for %llu characters)\n",
+      nats, nats / std::log(2.0), nats_per_token, (unsigned long long)t.parts.held.tokens,
+      (unsigned long long)(t.parts.held.characters - t.parts.held.skipped));
+}
+
+// Three samples of 200 tokens, each from a new line (nanoGPT's sample.py).
+inline void print_samples(xgrad::models::GPT<float>& model, const text::Tokenizer& tok, const xgrad::SamplingOptions& o,
+                          int window, std::uint64_t seed) {
+  xgrad::Generator generator(seed);
+  for (int i = 1; i <= 3; ++i)
+    std::printf("\n-- sample %d (temperature %g%s%s) --%s\n", i, o.temperature,
+                o.top_k > 0 ? (", top-k " + std::to_string(o.top_k)).c_str() : "",
+                o.top_p < 1 ? (", top-p " + std::to_string(o.top_p)).c_str() : "",
+                sample(model, tok, encode_prompt(tok, "\n"), 200, window, o, generator).c_str());
 }
 
 // FILE.vocab.json of --export-onnx, for examples/onnx/gpt_sample.mjs: {"block_size": T, "vocab":
@@ -262,16 +311,63 @@ inline void write_vocab_json(const text::CharTokenizer& tok, std::int64_t block_
   for (std::size_t i = 0; i < tok.vocab_size(); ++i) {
     out += i ? ",\"" : "\"";
     const char32_t ch = tok.chars()[i];
-    if (ch == U'"' || ch == U'\\') out += '\\', out += char(ch);
+    if (ch == U'"' || ch == U'\\')
+      out += '\\', out += char(ch);
     else if (ch < 0x20) {
       char code[8];
       std::snprintf(code, sizeof code, "\\u%04x", unsigned(ch));
       out += code;
-    } else out += text::encode_utf8(ch);
+    } else
+      out += text::encode_utf8(ch);
     out += '"';
   }
   out += "]}\n";
   xgrad::write_file_atomically(path, [&](std::ostream& o) { o << out; });
+}
+
+// Refuses an --export-onnx (`path`) the run cannot give: the export traces two lengths within the
+// context, and FILE.vocab.json lists characters.
+inline void check_export(const std::string& path, int block_size, const std::string& tokenizer) {
+  if (path.empty()) return;
+#ifndef XGRAD_WITH_ONNX
+  throw Refused("--export-onnx: this build has no ONNX export (XGRAD_WITH_ONNX is off)");
+#endif
+  if (block_size < 4)
+    throw Refused("--export-onnx needs --block-size 4 or more (the sequence axis is exported dynamic), got " +
+                  std::to_string(block_size));
+  if (tokenizer != "char")
+    throw Refused(
+        "--export-onnx writes a character vocabulary (for examples/onnx/gpt_sample.mjs): use --tokenizer char");
+}
+
+#ifdef XGRAD_WITH_ONNX
+// --export-onnx: the model (gpt_onnx.hpp) with a sample of held-out windows at two batch sizes and
+// lengths and their logits (FILE.sample.json), and FILE.vocab.json.
+inline void export_onnx(xgrad::models::GPT<float>& model, const xgrad::data::TokenWindowDataset& held,
+                        const text::CharTokenizer& tok, const std::string& path) {
+  const std::size_t T = held.block_size();
+  gpt_onnx::export_model(model, spread(held, 2, std::min<std::size_t>(T, 8)), path,
+                         {spread(held, 2, T), spread(held, 3, std::max<std::size_t>(1, T / 2 - 1))});
+  write_vocab_json(tok, std::int64_t(T), path + ".vocab.json");
+  std::printf(
+      "exported the trained model to %s (ONNX, opset 17), its vocabulary to %s.vocab.json, a sample to "
+      "%s.sample.json\n",
+      path.c_str(), path.c_str(), path.c_str());
+}
+#endif
+
+// --attention: the attention kernel, for comparisons.
+inline void add_attention_flag(CLI::App& app, std::string& attention) {
+  app.add_option("--attention", attention,
+                 "attention kernel: auto (tiled from 256 causal positions), tiled (memory linear in --block-size) "
+                 "or materialized (quadratic; for comparison)")
+      ->check(CLI::IsMember({"auto", "tiled", "materialized"}))
+      ->capture_default_str();
+}
+inline void set_attention(const std::string& attention) {
+  xgrad::set_attention_path(attention == "tiled"          ? xgrad::AttentionPath::Tiled
+                            : attention == "materialized" ? xgrad::AttentionPath::Materialized
+                                                          : xgrad::AttentionPath::Auto);
 }
 
 }  // namespace gpt_text

@@ -37,7 +37,8 @@ TEST(Utf8, RefusesEachBadSequenceNamingOffsetAndLine) {
   EXPECT_EQ(error("ab\ncaf\xE9 au"),
             "f.txt is not UTF-8: at byte offset 6 (line 2), the byte 0xE9 starts a 3-byte character but is followed "
             "by 0x20");
-  EXPECT_EQ(error("ab\xC0\xAF"), "f.txt is not UTF-8: at byte offset 2 (line 1), an overlong encoding of U+002F (0xC0 0xAF)");
+  EXPECT_EQ(error("ab\xC0\xAF"),
+            "f.txt is not UTF-8: at byte offset 2 (line 1), an overlong encoding of U+002F (0xC0 0xAF)");
   EXPECT_EQ(error("a\nb\xED\xA0\x80"),
             "f.txt is not UTF-8: at byte offset 3 (line 2), the surrogate U+D800 (0xED 0xA0 0x80), which is not a "
             "character");
@@ -79,7 +80,9 @@ TEST(CharTokenizer, TrainsEncodesAndDecodes) {
   std::size_t skipped = 0;
   EXPECT_EQ(tok.encode("hézz", &skipped), (Ids{tok.id(U'h'), tok.id(U'\u00E9')}));
   EXPECT_EQ(skipped, 2u);
-  EXPECT_NE(thrown([&] { tok.decode({0, 11}); }).find("id 11 at position 1 is outside the vocabulary [0, 11)"),
+  EXPECT_NE(thrown([&] {
+              tok.decode({0, 11});
+            }).find("id 11 at position 1 is outside the vocabulary [0, 11)"),
             std::string::npos);
   EXPECT_NE(thrown<Utf8Error>([&] { tok.encode("h\xE9"); }).find("at byte offset 1"), std::string::npos);
 }
@@ -107,8 +110,8 @@ TEST(Tokenizer, CharAndBpeRoundTripThroughTheirFile) {
   EXPECT_EQ(c2.as_char()->chars(), c.as_char()->chars());
   EXPECT_EQ(c2.encode("God créa\n"), c.encode("God créa\n"));
 
-  const Tokenizer b = xgrad::text::train_bpe({"in the beginning the the the", "then the end"},
-                                             xgrad::text::BPETrainerOptions(270));
+  const Tokenizer b =
+      xgrad::text::train_bpe({"in the beginning the the the", "then the end"}, xgrad::text::BPETrainerOptions(270));
   EXPECT_STREQ(b.kind(), "bpe");
   b.save(dir / "b.json");
   const Tokenizer b2 = Tokenizer::load(dir / "b.json");

@@ -52,8 +52,9 @@ TEST(Corpus, RefusesTextThatIsNotUtf8NamingTheFileOffsetAndLine) {
   EXPECT_EQ(thrown<text::Utf8Error>([&] { collect(text::utf8_file_lines(dir / "latin1.txt")); }),
             dir / "latin1.txt" + " is not UTF-8: at byte offset " + std::to_string(at) +
                 " (line 50001), the byte 0xE9 starts a 3-byte character but is followed by 0x20");
-  EXPECT_NE(thrown<text::Utf8Error>([] { collect(text::utf8_lines({"ok", "b\xED\xA0\x80"}, "verses")); })
-                .find("verses is not UTF-8: at byte offset 1 (line 2), the surrogate U+D800"),
+  EXPECT_NE(thrown<text::Utf8Error>([] {
+              collect(text::utf8_lines({"ok", "b\xED\xA0\x80"}, "verses"));
+            }).find("verses is not UTF-8: at byte offset 1 (line 2), the surrogate U+D800"),
             std::string::npos);
   EXPECT_NE(thrown<std::runtime_error>([&] { collect(text::utf8_file_lines(dir / "none.txt")); }).find("none.txt"),
             std::string::npos);
@@ -86,7 +87,8 @@ TEST(Corpus, TokenizesBothPartsIntoTokenFiles) {
   for (int i = 0; i < 200; ++i) lines.push_back("in thé beginning " + std::to_string(i) + (i % 2 ? " ünï" : ""));
   const text::LineSource source = text::utf8_lines(lines, "lines");
   std::string train_text, held_text;
-  for (std::uint64_t i = 0; i < lines.size(); ++i) (text::is_held_out(i, 5) ? held_text : train_text) += lines[i] + "\n";
+  for (std::uint64_t i = 0; i < lines.size(); ++i)
+    (text::is_held_out(i, 5) ? held_text : train_text) += lines[i] + "\n";
   for (const char* kind : {"char", "bpe"}) {
     SCOPED_TRACE(kind);
     const text::Tokenizer tok = text::train_tokenizer(kind, 300, text::training_lines(source, 5));
@@ -100,8 +102,10 @@ TEST(Corpus, TokenizesBothPartsIntoTokenFiles) {
     EXPECT_EQ(corpus.train.lines + corpus.held.lines, 200u);
     EXPECT_EQ(corpus.held.characters, xgrad::text::decode_utf8(held_text).size());
     EXPECT_EQ(corpus.held.skipped, 0u);
-    if (std::string(kind) == "bpe") EXPECT_LT(corpus.train.tokens, corpus.train.characters);
-    else EXPECT_EQ(corpus.train.tokens, corpus.train.characters);
+    if (std::string(kind) == "bpe")
+      EXPECT_LT(corpus.train.tokens, corpus.train.characters);
+    else
+      EXPECT_EQ(corpus.train.tokens, corpus.train.characters);
   }
   // A held-out character the training lines never had: skipped by a character tokenizer, counted.
   const std::uint64_t held_index = [] {

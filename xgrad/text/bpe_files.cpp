@@ -285,8 +285,13 @@ std::string BPETokenizer::tokenizer_json() const {
   nlohmann::json root, vocab = nlohmann::json::object(), added = nlohmann::json::array(),
                        merges = nlohmann::json::array();
   for (const auto& [name, id] : special_)
-    added.push_back({{"id", id}, {"content", name}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
-                     {"normalized", false}, {"special", true}});
+    added.push_back({{"id", id},
+                     {"content", name},
+                     {"single_word", false},
+                     {"lstrip", false},
+                     {"rstrip", false},
+                     {"normalized", false},
+                     {"special", true}});
   for (std::size_t id = 0; id < tokens_.size(); ++id) vocab[tokens_[id]] = id;
   for (const auto& [a, b] : merges_) merges.push_back(a + " " + b);
   const nlohmann::json byte_level = {
@@ -299,9 +304,15 @@ std::string BPETokenizer::tokenizer_json() const {
   root["pre_tokenizer"] = byte_level;
   root["post_processor"] = byte_level;
   root["decoder"] = byte_level;
-  root["model"] = {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr},
-                   {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr}, {"fuse_unk", false},
-                   {"byte_fallback", false}, {"vocab", vocab}, {"merges", merges}};
+  root["model"] = {{"type", "BPE"},
+                   {"dropout", nullptr},
+                   {"unk_token", nullptr},
+                   {"continuing_subword_prefix", nullptr},
+                   {"end_of_word_suffix", nullptr},
+                   {"fuse_unk", false},
+                   {"byte_fallback", false},
+                   {"vocab", vocab},
+                   {"merges", merges}};
   return root.dump(1, ' ', true) + "\n";
 }
 

@@ -17,8 +17,10 @@ CharTokenizer::CharTokenizer(std::u32string chars) : chars_(std::move(chars)) {
     if (id(c) >= 0)
       throw std::invalid_argument("CharTokenizer: the character " + code_point_name(c) + " is token " +
                                   std::to_string(id(c)) + " and token " + std::to_string(i));
-    if (c < 128) ascii_[c] = std::int32_t(i);
-    else others_.emplace(c, std::int32_t(i));
+    if (c < 128)
+      ascii_[c] = std::int32_t(i);
+    else
+      others_.emplace(c, std::int32_t(i));
   }
 }
 

@@ -57,8 +57,7 @@ Tokenizer Tokenizer::from_json(std::string_view bytes, const std::string& name) 
     throw FormatError(name + ": expected a tokenizer file, an object whose 'model' has a string 'type'");
   const std::string type = (*model)["type"].get<std::string>();
   if (type == "BPE") return BPETokenizer::from_tokenizer_json_bytes(bytes, name);
-  if (type != "Char")
-    throw FormatError(name + ": model.type is '" + type + "'; expected 'Char' or 'BPE'");
+  if (type != "Char") throw FormatError(name + ": model.type is '" + type + "'; expected 'Char' or 'BPE'");
   const auto vocab = model->find("vocab");
   if (vocab == model->end() || !vocab->is_array() || vocab->empty())
     throw FormatError(name + ": model.vocab must be a non-empty list of characters");
