@@ -121,6 +121,8 @@ TEST(Tokenizer, CharAndBpeRoundTripThroughTheirFile) {
   EXPECT_EQ(b2.as_bpe()->special_tokens(), b.as_bpe()->special_tokens());
   EXPECT_EQ(b2.encode("then the beginning"), b.encode("then the beginning"));
   EXPECT_EQ(b2.vocab_size(), 270u);
+  EXPECT_EQ(thrown<xgrad::FormatError>([&] { CharTokenizer::load(dir / "b.json"); }),
+            dir / "b.json" + ": model.type is 'BPE'; expected 'Char'");
   std::size_t skipped = 0;
   EXPECT_EQ(b2.decode(b2.encode("caf\xE9 \xFF", &skipped)), "caf\xE9 \xFF");  // BPE: any bytes, nothing skipped
   EXPECT_EQ(skipped, 0u);

@@ -2,6 +2,11 @@
 
 #include <stdexcept>
 
+#include <nlohmann/json.hpp>
+
+#include <xgrad/serialize/atomic_file.hpp>
+#include <xgrad/serialize/format_error.hpp>
+#include <xgrad/text/tokenizer.hpp>
 #include <xgrad/text/utf8.hpp>
 
 namespace xgrad::text {
@@ -73,6 +78,24 @@ std::string CharTokenizer::decode(const std::vector<std::int64_t>& ids) const {
     out += encode_utf8(chars_[std::size_t(ids[k])]);
   }
   return out;
+}
+
+std::string CharTokenizer::to_json() const {
+  nlohmann::ordered_json vocab = nlohmann::ordered_json::array();
+  for (char32_t c : chars_) vocab.push_back(encode_utf8(c));
+  const nlohmann::ordered_json root = {{"model", {{"type", "Char"}, {"vocab", vocab}}}};
+  return root.dump(-1, ' ', true) + "\n";
+}
+
+void CharTokenizer::save(const std::string& path) const {
+  const std::string json = to_json();
+  write_file_atomically(path, [&](std::ostream& out) { out.write(json.data(), std::streamsize(json.size())); });
+}
+
+CharTokenizer CharTokenizer::load(const std::string& path) {
+  const Tokenizer tok = Tokenizer::load(path);
+  if (!tok.is_char()) throw FormatError(path + ": model.type is 'BPE'; expected 'Char'");
+  return *tok.as_char();
 }
 
 void CharTrainer::add(std::string_view text) {

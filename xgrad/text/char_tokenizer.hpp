@@ -39,6 +39,14 @@ class CharTokenizer {
 
   std::size_t vocab_size() const { return chars_.size(); }
   const std::u32string& chars() const { return chars_; }
+
+  // The file, as BPETokenizer's save and load (tokenizer.hpp's format, model.type "Char"):
+  //   {"model": {"type": "Char", "vocab": ["\n", " ", "!", ...]}}          (token i is vocab[i])
+  // written atomically; a malformed file, or one of another model.type, throws FormatError
+  // naming the file and the key.
+  std::string to_json() const;
+  void save(const std::string& path) const;
+  static CharTokenizer load(const std::string& path);
   std::int64_t id(char32_t c) const;  // -1 when absent
 
  private:

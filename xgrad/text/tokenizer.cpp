@@ -33,10 +33,7 @@ std::size_t Tokenizer::vocab_size() const {
 
 std::string Tokenizer::to_json() const {
   if (const auto* b = as_bpe()) return b->tokenizer_json();
-  nlohmann::ordered_json vocab = nlohmann::ordered_json::array();
-  for (char32_t c : as_char()->chars()) vocab.push_back(encode_utf8(c));
-  const nlohmann::ordered_json root = {{"model", {{"type", "Char"}, {"vocab", vocab}}}};
-  return root.dump(-1, ' ', true) + "\n";
+  return as_char()->to_json();
 }
 
 void Tokenizer::save(const std::string& path) const {
