@@ -152,6 +152,8 @@ int train_model(Config& c, const Sampling& sampling, train::TrainerOptions& opti
         "windows, AdamW lr %g (warmup %d, cosine to %g), clip %g | %s\n",
         c.n_layer, c.n_head, c.n_embd, c.block_size, (long long)count, steps, c.batch_size, c.lr, warmup, c.min_lr,
         c.clip, train::precision_description(c.bf16).c_str());
+    if (world.size() > 1)
+      std::printf("data parallel: %d ranks, %d windows each per step\n", world.size(), c.batch_size / world.size());
   }
   const auto step = [&](int) {
     auto batch = loader.next();
