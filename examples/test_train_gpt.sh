@@ -19,6 +19,9 @@
 #      run 1's --export-onnx model passes onnx's checker, ONNX Runtime gives the program's logits on
 #      its sample (two batch sizes and lengths), and examples/onnx/gpt_sample.mjs prints the same
 #      greedy text as --sample --greedy (past the context), and a seeded temperature sample;
+#  5c. --tokenizer bpe: a BPE tokenizer trained on the training lines, saved beside the checkpoint
+#      (CHECKPOINT.tokenizer.json) and read back by --resume (bit for bit) and --sample; held-out
+#      bits per character reported; a bad --vocab-size or --tokenizer refused;
 #   7. when the `bible` program is installed, a few steps on the King James Bible.
 #
 # Dropout is on (0.1), so that resuming must also restore the generator.
@@ -163,6 +166,37 @@ refused "^cannot resume from changing.ckpt: it was made with another text than t
 
 ls -l --time-style=+%s full.ckpt full.csv | diff before.txt - || fail "a refused run wrote over a file"
 [[ ! -e gpt.ckpt && ! -e gpt.csv ]] || fail "a refused run wrote the default checkpoint or CSV"
+
+echo "== 5c. --tokenizer bpe"
+bpe=(--n-layer 1 --n-head 2 --n-embd 16 --block-size 16 --batch-size 8 --warmup 5 --lr 0.01 --min-lr 0.001
+     --eval-interval 10 --eval-iters 4 --dropout 0.1 --plot "" --checkpoint-interval 0 --text text.txt
+     --tokenizer bpe --vocab-size 300 --iters 20)
+"$program" "${bpe[@]}" --checkpoint bpe.ckpt --csv bpe.csv --save-weights bpe.safetensors | tee bpe.log
+grep -q "^tokenizer: bpe, 300 ids" bpe.log || fail "no BPE tokenizer of 300 ids"
+grep -Eq "^held-out loss: [0-9.]+ nats per character, [0-9.]+ bits per character \([0-9.]+ nats per token; [0-9]+ held-out tokens for [0-9]+ characters\)" \
+  bpe.log || fail "no held-out bits per character for BPE"
+grep -q '"type": "BPE"' bpe.ckpt.tokenizer.json || fail "no BPE tokenizer file beside the checkpoint"
+"$program" "${bpe[@]}" --checkpoint bpeh.ckpt --csv bpeh.csv --stop-at 10 >/dev/null
+cp bpeh.ckpt.tokenizer.json saved.json
+echo '{"model": ' >bpeh.ckpt.tokenizer.json  # the resumed run reads the file beside the checkpoint
+refused "^cannot read the tokenizer of bpeh.ckpt: bpeh.ckpt.tokenizer.json: not JSON" \
+  "$program" --resume bpeh.ckpt --checkpoint "" --csv "" --plot ""
+cp saved.json bpeh.ckpt.tokenizer.json
+"$program" --resume bpeh.ckpt --checkpoint bpeh.ckpt --csv bpeh.csv --save-weights bpeh.safetensors --plot "" \
+  >/dev/null
+cmp bpe.safetensors bpeh.safetensors || fail "the resumed BPE run's weights differ"
+diff <(cut -d, -f1-4 bpe.csv) <(cut -d, -f1-4 bpeh.csv) || fail "the resumed BPE run's CSV differs"
+"$program" --checkpoint bpe.ckpt --sample "In the #" --tokens 12 --seed 3 >b1.txt  # '#': bytes for BPE
+[[ $(head -c 8 b1.txt) == "In the #" ]] || fail "the BPE sample does not start with the prompt"
+refused "^--tokens 20 after a prompt of [0-9]* tokens goes beyond the model's context of 16 tokens with --window 0" \
+  "$program" --checkpoint bpe.ckpt --sample "In the" --tokens 20 --window 0
+refused "^--vocab-size: expected an integer in \[257, 65536\], got '256'$" "$program" "${bpe[@]}" --vocab-size 256
+refused "^--vocab-size is for --tokenizer bpe" "$program" --text text.txt --tokenizer char --vocab-size 300
+refused "^--tokenizer: word not in {char,bpe}" "$program" --text text.txt --tokenizer word
+if [[ -n ${XGRAD_ONNX_TOOLS:-} ]]; then  # a build without ONNX refuses --export-onnx itself
+  refused "^--export-onnx writes a character vocabulary" "$program" "${bpe[@]}" --export-onnx bad.onnx
+fi
+[[ ! -e bad.onnx ]] || fail "a refused export wrote its file"
 
 if [[ -n ${XGRAD_ONNX_TOOLS:-} ]]; then
   echo "== 6. the exported model in onnx's checker, ONNX Runtime and gpt_sample.mjs"

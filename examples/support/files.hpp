@@ -3,7 +3,10 @@
 // /dev/urandom would be read until memory runs out: both are refused before anything is opened.
 #pragma once
 
+#include <fstream>
 #include <string>
+
+#include <xgrad/serialize/safetensors.hpp>
 
 #include <xgrad/serialize/atomic_file.hpp>
 #include <xgrad/train/settings.hpp>
@@ -33,6 +36,19 @@ inline std::string read(const std::string& flag, const std::string& path, const 
     const std::string quoted = "'" + path + "': ";
     if (const auto at = why.find(quoted); at != std::string::npos) why = why.substr(at + quoted.size());
     throw xgrad::train::Refused("cannot read " + flag + " " + path + ": expected " + expected + " (" + why + ")");
+  }
+}
+
+// The safetensors file `path` given to `flag` into `model` (same names and shapes), or Refused.
+template <class Module>
+void load_weights(const std::string& flag, const std::string& path, Module& model) {
+  refuse_special(flag, path, "a safetensors file");
+  if (!std::ifstream(path))  // a regular file or nothing: the open cannot block
+    throw xgrad::train::Refused("cannot read " + flag + " " + path + ": expected a safetensors file");
+  try {
+    model.load_state_dict(xgrad::load_safetensors_state_dict<float>(path));
+  } catch (const std::exception& e) {
+    throw xgrad::train::Refused(flag + " " + path + " does not fit this model: " + e.what());
   }
 }
 

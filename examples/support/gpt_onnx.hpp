@@ -1,5 +1,5 @@
 // --export-onnx of the GPT programs: idx (batch, seq) int64 -> logits (batch, seq, V), batch and
-// seq dynamic, and FILE.sample.json: `example` with this program's logits (onnx_sample.hpp).
+// seq dynamic, and FILE.sample.json: inputs with this program's logits (onnx_sample.hpp).
 #pragma once
 
 #include <xgrad/models/gpt.hpp>
@@ -8,7 +8,9 @@
 
 namespace gpt_onnx {
 
-inline void export_model(xgrad::models::GPT<float>& model, const xgrad::IndexArray& example, const std::string& path) {
+// `samples`: the inputs of FILE.sample.json (default: the example alone).
+inline void export_model(xgrad::models::GPT<float>& model, const xgrad::IndexArray& example, const std::string& path,
+                         std::vector<xgrad::IndexArray> samples = {}) {
   xgrad::onnx::export_model(
       model,
       [&model](const xgrad::onnx::Inputs& in) {
@@ -22,7 +24,10 @@ inline void export_model(xgrad::models::GPT<float>& model, const xgrad::IndexArr
   xgrad::NoGradGuard no_grad;
   const bool was_training = model.is_training();
   model.eval();
-  onnx_sample::write(path, {{{{"idx", example}}, {{"logits", model.forward(example)}}}});
+  if (samples.empty()) samples.push_back(example);
+  std::vector<onnx_sample::Run> runs;
+  for (const xgrad::IndexArray& idx : samples) runs.push_back({{{"idx", idx}}, {{"logits", model.forward(idx)}}});
+  onnx_sample::write(path, runs);
   model.train(was_training);
 }
 

@@ -37,4 +37,17 @@ inline void add(CLI::App& app, xgrad::SamplingOptions& options, const std::strin
   app.add_flag("--greedy", options.greedy, "the most likely token each time (argmax)");
 }
 
+// --tokens N (how many --sample generates) and --window W (past the model's context, generate from
+// the last W tokens; 0: refuse going past it; -1, the default: the context length).
+inline void add_length(CLI::App& app, int& tokens, int& window, const std::string& unit = "tokens") {
+  namespace cli = xgrad::train::cli;
+  app.add_option("--tokens", tokens, unit + " --sample generates")
+      ->check(cli::integer_in(1, 1000000))
+      ->capture_default_str();
+  app.add_option("--window", window,
+                 "past the context, keep generating from the last W " + unit +
+                     "; 0: refuse going past it (default: the context length)")
+      ->check(cli::integer_in(0, 65536));
+}
+
 }  // namespace sampling_flags

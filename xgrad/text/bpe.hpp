@@ -92,6 +92,10 @@ class BPETokenizer {
   // Writes `folder`/encoder.json and `folder`/vocab.bpe (the folder must exist).
   void save(const std::string& folder) const;
   std::string encoder_json() const;  // the files' contents
+  // The tokenizer as one Hugging Face tokenizer.json (model.type "BPE", GPT-2's ByteLevel
+  // pre-tokenizer and decoder, the special tokens as added_tokens), which from_tokenizer_json and
+  // Hugging Face's tokenizers read.
+  std::string tokenizer_json() const;
   std::string vocab_bpe() const;
 
   std::vector<std::int64_t> encode(std::string_view text, Special special = Special::none) const;

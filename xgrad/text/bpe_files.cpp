@@ -279,6 +279,43 @@ std::string BPETokenizer::encoder_json() const {
   return out + "}";
 }
 
+std::string BPETokenizer::tokenizer_json() const {
+  // std::map-backed objects, keys sorted (an ordered_json object inserts in linear time: 50,257
+  // tokens would take seconds); readers do not mind the order.
+  nlohmann::json root, vocab = nlohmann::json::object(), added = nlohmann::json::array(),
+                       merges = nlohmann::json::array();
+  for (const auto& [name, id] : special_)
+    added.push_back({{"id", id},
+                     {"content", name},
+                     {"single_word", false},
+                     {"lstrip", false},
+                     {"rstrip", false},
+                     {"normalized", false},
+                     {"special", true}});
+  for (std::size_t id = 0; id < tokens_.size(); ++id) vocab[tokens_[id]] = id;
+  for (const auto& [a, b] : merges_) merges.push_back(a + " " + b);
+  const nlohmann::json byte_level = {
+      {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
+  root["version"] = "1.0";
+  root["truncation"] = nullptr;
+  root["padding"] = nullptr;
+  root["added_tokens"] = added;
+  root["normalizer"] = nullptr;
+  root["pre_tokenizer"] = byte_level;
+  root["post_processor"] = byte_level;
+  root["decoder"] = byte_level;
+  root["model"] = {{"type", "BPE"},
+                   {"dropout", nullptr},
+                   {"unk_token", nullptr},
+                   {"continuing_subword_prefix", nullptr},
+                   {"end_of_word_suffix", nullptr},
+                   {"fuse_unk", false},
+                   {"byte_fallback", false},
+                   {"vocab", vocab},
+                   {"merges", merges}};
+  return root.dump(1, ' ', true) + "\n";
+}
+
 std::string BPETokenizer::vocab_bpe() const {
   std::string out = "#version: 0.2\n";
   for (const auto& [a, b] : merges_) out += a + " " + b + "\n";
