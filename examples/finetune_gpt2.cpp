@@ -57,7 +57,8 @@ struct Options {  // what is not a setting
 int run(Config& c, Options& o, const train::TrainerOptions& options, train::Settings& settings, const CLI::App& app) {
   if (o.train_tokenizer > 0) return bpe_text::train_command(c.text, c.tokenizer, std::size_t(o.train_tokenizer));
   // The checkpoint, CSV and weights paths are checked here, before anything is read or trained.
-  train::Trainer trainer(kProgram, options, settings, train::single_process_world(), cli::given(app));  // c: the checkpoint's
+  train::Trainer trainer(kProgram, options, settings, train::single_process_world(),
+                         cli::given(app));  // c: the checkpoint's
   trainer.options().val_check_interval = c.eval_interval;
   trainer.options().gradient_clip_val = c.clip;
   const xgrad::Checkpoint<float>* resumed = trainer.checkpoint();
@@ -88,9 +89,8 @@ int run(Config& c, Options& o, const train::TrainerOptions& options, train::Sett
   config.dropout = c.dropout;
   xgrad::manual_seed(c.seed);
   Model model(config);
-  if (!c.random_init && !resumed)
-    hf_gpt2_model::load_weights(model, c.hf);  // a resumed run: the checkpoint's
-  if (c.text.empty()) {                        // sample only
+  if (!c.random_init && !resumed) hf_gpt2_model::load_weights(model, c.hf);  // a resumed run: the checkpoint's
+  if (c.text.empty()) {                                                      // sample only
     std::printf("%s\n", bpe_text::sample(model, tok, o.prompt, o.sample, o.sampling, c.seed).c_str());
     return 0;
   }

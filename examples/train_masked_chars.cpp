@@ -129,17 +129,22 @@ int train_model(Config& c, const train::TrainerOptions& options, const Options& 
   const auto lr_schedule = schedule::warmup_cosine(
       optimizer, std::max(1, schedule::warmup_steps(c.warmup, trainer.planned_steps())), trainer.max_steps());
   auto loader = data::make_data_loader(std::make_shared<data::Subset<std::string>>(lines, train_lines),
-                                       data::DataLoaderOptions().batch_size(std::size_t(c.batch_size)).shuffle(true)
-                                           .drop_last(true).num_workers(std::size_t(o.workers))
+                                       data::DataLoaderOptions()
+                                           .batch_size(std::size_t(c.batch_size))
+                                           .shuffle(true)
+                                           .drop_last(true)
+                                           .num_workers(std::size_t(o.workers))
                                            .generator(xgrad::Generator(c.seed + 1)),
                                        collate);
   if (const xgrad::Checkpoint<float>* resumed = trainer.checkpoint()) {
     const auto saved = data::DataLoaderState::from_string(resumed->metadata.at("data_loader"));
     if (saved.dataset_size != train_lines.size())
-      throw train::Refused("cannot resume from " + options.ckpt_path + ": it was made with another word list than the "
-                           "one in " + c.words + " now (changed since?): expected " +
-                           std::to_string(saved.dataset_size) + " training words, got " +
-                           std::to_string(train_lines.size()) + "; resume with the word list the checkpoint was "
+      throw train::Refused("cannot resume from " + options.ckpt_path +
+                           ": it was made with another word list than the "
+                           "one in " +
+                           c.words + " now (changed since?): expected " + std::to_string(saved.dataset_size) +
+                           " training words, got " + std::to_string(train_lines.size()) +
+                           "; resume with the word list the checkpoint was "
                            "trained on, or start a new run without --resume");
     loader.load_state_dict(saved);
   }
@@ -212,6 +217,7 @@ int main(int argc, char** argv) {
   cli::finish_max_steps(app, options, "--steps", steps);
   const cli::ProfileRun profiling(profile_path);  // --profile: until main returns
   return train::guarded("train_masked_chars", [&] {
-    return o.predict.empty() ? train_model(c, options, o, settings, app) : predict(o.predict, options, settings, app, c);
+    return o.predict.empty() ? train_model(c, options, o, settings, app)
+                             : predict(o.predict, options, settings, app, c);
   });
 }

@@ -73,7 +73,8 @@ int main() {
     xgrad::optim::Adam<float> optimizer(model.parameters(), xgrad::optim::AdamOptions(0.01));
     const auto mse = [&] { return double(xgrad::mse_loss(model.forward(x), y).item()); };
     const double first_loss = mse();
-    trainer.fit(model, optimizer, nullptr, [&](int) { return xgrad::mse_loss(model.forward(x), y); }, mse);
+    trainer.fit(
+        model, optimizer, nullptr, [&](int) { return xgrad::mse_loss(model.forward(x), y); }, mse);
     const double loss = mse();
     trainer.finish();
     std::printf("final loss %.6f (initial %.6f) after %d steps\n", loss, first_loss, trainer.global_step());

@@ -112,8 +112,8 @@ int train_model(Config& c, train::TrainerOptions& options, const Outputs& out, t
         "task: %s %d digits (0-%d) | model: d_model %d, %d layers, %d heads, ff %d, %zu parameters\n"
         "training: %d steps of %d sequences, AdamW lr %g (warmup %d, cosine), clip %g; held-out: %d sequences\n"
         "precision: %s\n",
-        c.task.c_str(), c.seq_len, c.vocab - 1, c.model.d_model, c.model.layers, c.model.heads,
-        c.model.dim_feedforward, count, trainer.max_steps(), c.batch_size, c.lr, warmup, c.clip, c.eval_size,
+        c.task.c_str(), c.seq_len, c.vocab - 1, c.model.d_model, c.model.layers, c.model.heads, c.model.dim_feedforward,
+        count, trainer.max_steps(), c.batch_size, c.lr, warmup, c.clip, c.eval_size,
         train::precision_description(c.bf16).c_str());
     if (world.size() > 1)
       std::printf("data parallel: %d ranks, %d sequences each per step\n", world.size(), c.batch_size / world.size());
@@ -198,7 +198,7 @@ int main(int argc, char** argv) {
       ->check(cli::not_special_file());
   CLI11_PARSE(app, argc, argv);
   cli::finish_max_steps(app, options, "--steps", steps);
-  const cli::ProfileRun profiling(profile_path);  // --profile: until main returns
+  const cli::ProfileRun profiling(profile_path);                        // --profile: until main returns
   const std::unique_ptr<train::World> world = train::launched_world();  // MPI under mpirun -np N > 1
   return train::guarded(
       "train_toy_encoder", [&] { return train_model(c, options, out, settings, app, *world); }, *world);

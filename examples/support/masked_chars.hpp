@@ -28,7 +28,6 @@ namespace data = xgrad::data;
 
 constexpr std::int64_t kPad = 0, kMask = 1, kVocab = 28, kIgnore = -100;  // 'a'..'z' are 2..27
 
-
 // Lower-case ASCII letters only, 1 to max_len of them -> tokens (L); otherwise (0).
 inline IndexArray encode(const std::string& word, int max_len, bool blanks = false) {
   IndexArray t = IndexArray::from_shape({word.size() <= std::size_t(max_len) ? word.size() : 0});
@@ -60,8 +59,10 @@ inline Masked mask_batch(const data::PaddedBatch<std::int64_t>& b, double p, xgr
       if (!(g.uniform() < p) && t != forced) continue;
       m.targets(i, t) = b.padded(i, t);
       const double r = g.uniform();
-      if (eval || r < 0.8) m.inputs(i, t) = kMask;
-      else if (r < 0.9) m.inputs(i, t) = 2 + std::int64_t(g.next_u64() % 26);
+      if (eval || r < 0.8)
+        m.inputs(i, t) = kMask;
+      else if (r < 0.9)
+        m.inputs(i, t) = 2 + std::int64_t(g.next_u64() % 26);
     }
   }
   return m;
@@ -76,11 +77,15 @@ struct MaskedCharModel : nn::Module<float> {
   explicit MaskedCharModel(const ModelOptions& c) : Module("MaskedCharModel") {
     tok_emb = register_module("tok_emb", std::make_shared<nn::Embedding<float>>(kVocab, c.d_model));
     pos_emb = register_module("pos_emb", std::make_shared<nn::Embedding<float>>(c.max_len, c.d_model));
-    const auto layer = std::make_shared<nn::TransformerEncoderLayer<float>>(
-        nn::TransformerEncoderLayerOptions(c.d_model, c.heads).dim_feedforward(c.dim_feedforward).dropout(0.0)
-            .activation("gelu").batch_first(true).norm_first(true));
+    const auto layer =
+        std::make_shared<nn::TransformerEncoderLayer<float>>(nn::TransformerEncoderLayerOptions(c.d_model, c.heads)
+                                                                 .dim_feedforward(c.dim_feedforward)
+                                                                 .dropout(0.0)
+                                                                 .activation("gelu")
+                                                                 .batch_first(true)
+                                                                 .norm_first(true));
     encoder = register_module("encoder", std::make_shared<nn::TransformerEncoder<float>>(
-        layer, c.layers, std::make_shared<nn::LayerNorm<float>>(c.d_model)));
+                                             layer, c.layers, std::make_shared<nn::LayerNorm<float>>(c.d_model)));
     head = register_module("head", std::make_shared<nn::Linear<float>>(c.d_model, kVocab));
   }
   // tokens (B, L), padding (B, L) -> logits (B, L, 28)
@@ -143,8 +148,8 @@ inline void export_onnx(MaskedCharModel& model, const std::vector<Masked>& held_
       xgrad::onnx::ExportOptions()
           .input_names({"tokens", "key_padding_mask"})
           .output_names({"logits"})
-          .dynamic_axes({{"tokens", {{0, "batch"}, {1, "length"}}},
-                         {"key_padding_mask", {{0, "batch"}, {1, "length"}}}}));
+          .dynamic_axes(
+              {{"tokens", {{0, "batch"}, {1, "length"}}}, {"key_padding_mask", {{0, "batch"}, {1, "length"}}}}));
   xgrad::NoGradGuard no_grad;
   model.eval();
   std::vector<onnx_sample::Run> runs;
@@ -159,6 +164,5 @@ inline void export_onnx(MaskedCharModel& model, const std::vector<Masked>& held_
               path.c_str());
 }
 #endif
-
 
 }  // namespace masked_chars

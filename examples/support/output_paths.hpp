@@ -11,7 +11,9 @@ namespace output_paths {
 
 // A file to be written (atomically, by rename): its folder must exist and be writable, and it must
 // not be a folder. Empty: no file, nothing to check.
-inline void check_file(const std::string& flag, const std::string& path) { xgrad::train::check_output_file(flag, path); }
+inline void check_file(const std::string& flag, const std::string& path) {
+  xgrad::train::check_output_file(flag, path);
+}
 
 // A folder to be written into (created when missing, with its missing parents): not a file, and
 // the nearest existing folder above it writable.

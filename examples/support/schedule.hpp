@@ -16,8 +16,8 @@ namespace schedule {
 inline int warmup_steps(int warmup, int planned_steps) { return std::max(0, std::min(warmup, planned_steps - 1)); }
 
 inline std::unique_ptr<xgrad::optim::SequentialLR<float>> warmup_cosine(xgrad::optim::Optimizer<float>& optimizer,
-                                                                         int warmup, int max_steps,
-                                                                         double start_factor = 0.01) {
+                                                                        int warmup, int max_steps,
+                                                                        double start_factor = 0.01) {
   namespace optim = xgrad::optim;
   std::vector<std::shared_ptr<optim::LRScheduler<float>>> phases;
   std::vector<int> milestones;

@@ -53,7 +53,10 @@ inline Batch make_batch(const Task& t, xgrad::Generator& gen, std::size_t n,
     } while (exclude != nullptr && exclude->count(key_of(x, t.seq_len)) != 0);
     std::int64_t* y = b.targets.data() + i * L;
     std::copy(x, x + L, y);
-    if (t.sort) std::sort(y, y + L); else std::reverse(y, y + L);
+    if (t.sort)
+      std::sort(y, y + L);
+    else
+      std::reverse(y, y + L);
   }
   return b;
 }
@@ -124,8 +127,7 @@ inline IndexArray predict(ToyEncoder& model, const IndexArray& tokens, bool bf16
 
 // The fractions of digits and of whole sequences predicted right. In a distributed run each rank
 // predicts its share of the rows and the counts are summed over the ranks.
-inline std::pair<double, double> accuracy(ToyEncoder& model, const Batch& data, bool bf16,
-                                          xgrad::train::World& world) {
+inline std::pair<double, double> accuracy(ToyEncoder& model, const Batch& data, bool bf16, xgrad::train::World& world) {
   const std::size_t n = data.tokens.shape(0), L = data.tokens.shape(1);
   const auto [begin, end] = share(n, world);
   double counts[2] = {0, 0};  // digits right, sequences right
@@ -167,8 +169,10 @@ inline void export_onnx(ToyEncoder& model, const IndexArray& held_out, const std
       model,
       [&model](const xgrad::onnx::Inputs& in) { return std::vector<Tensor<float>>{model.forward(in.indices(0))}; },
       {rows(held_out, 0, 2)}, path,
-      xgrad::onnx::ExportOptions().input_names({"tokens"}).output_names({"logits"}).dynamic_axes(
-          {{"tokens", {{0, "batch"}}}}));
+      xgrad::onnx::ExportOptions()
+          .input_names({"tokens"})
+          .output_names({"logits"})
+          .dynamic_axes({{"tokens", {{0, "batch"}}}}));
   xgrad::NoGradGuard no_grad;
   const bool was_training = model.is_training();
   model.eval();

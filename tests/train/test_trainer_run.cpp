@@ -212,8 +212,8 @@ TEST_F(TrainerOwnsTheRun, OutputPathsAreCheckedBeforeTrainingNamingTheFlag) {
   };
   train::TrainerOptions o;
   o.checkpoint_path = (dir_ / "missing" / "a.ckpt").string();
-  EXPECT_EQ(refusal(o), "--checkpoint " + o.checkpoint_path + ": the folder " + (dir_ / "missing").string() +
-                            " does not exist");
+  EXPECT_EQ(refusal(o),
+            "--checkpoint " + o.checkpoint_path + ": the folder " + (dir_ / "missing").string() + " does not exist");
   o = {};
   o.csv_path = (dir_ / "x").string();
   EXPECT_EQ(refusal(o), "--csv " + o.csv_path + ": is a folder, expected a file name");
@@ -286,8 +286,12 @@ TEST(TrainerProgress, NoMetricIsShownBeforeTheFirstEvaluation) {
   nn::Linear<float> model(2, 1);
   optim::SGD<float> sgd(model.parameters(), optim::SGDOptions(0.1));
   testing::internal::CaptureStdout();
-  trainer.fit(model, sgd, nullptr, [&](int) { return xgrad::sum(model.forward(xgrad::ones<float>({1, 2}))); },
-              [] { return 0.75; });
+  trainer.fit(
+      model, sgd, nullptr,
+      [&](int) {
+        return xgrad::sum(model.forward(xgrad::ones<float>({1, 2})));
+      },
+      [] { return 0.75; });
   const std::string printed = testing::internal::GetCapturedStdout();
   const std::string first = printed.substr(0, printed.find('\n'));
   EXPECT_NE(first.find("step 1/4"), std::string::npos) << printed;

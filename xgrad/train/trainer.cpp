@@ -287,9 +287,7 @@ std::string ValidationMetric::describe(double value) const {
   return text;
 }
 
-std::string ValidationMetric::describe_pending() const {
-  return format ? column + " -" : "held-out accuracy       -";
-}
+std::string ValidationMetric::describe_pending() const { return format ? column + " -" : "held-out accuracy       -"; }
 
 ValidationMetric ValidationMetric::loss(std::string column, std::string unit) {
   ValidationMetric m;
@@ -561,7 +559,8 @@ void Trainer::save(const char* why) {
                            state_.step, std::move(metadata));
   world_.barrier();
   if (world_.is_main())
-    progress_.note("checkpoint " + options_.checkpoint_path + " (step " + std::to_string(state_.step) + ", " + why + ")");
+    progress_.note("checkpoint " + options_.checkpoint_path + " (step " + std::to_string(state_.step) + ", " + why +
+                   ")");
 }
 
 namespace {

@@ -160,11 +160,11 @@ class Progress {
 
 // The loop's numbers at an evaluation.
 struct Metrics {
-  int step;          // steps done
-  double loss;       // mean training loss since the previous evaluation (mean over ranks)
-  double val_metric; // the validation function's value (named TrainerOptions::metric.column)
-  double lr;         // the learning rate of this step's update
-  double elapsed;    // seconds of training over every run
+  int step;           // steps done
+  double loss;        // mean training loss since the previous evaluation (mean over ranks)
+  double val_metric;  // the validation function's value (named TrainerOptions::metric.column)
+  double lr;          // the learning rate of this step's update
+  double elapsed;     // seconds of training over every run
 };
 
 class Trainer;
@@ -224,7 +224,7 @@ struct TrainerOptions {
   // In all, counting the steps of the runs resumed. -1: when resuming, the count the checkpoint's
   // run planned; more than that extends the run (a run without ckpt_path needs a count).
   int max_steps = -1;
-  int val_check_interval = 50;   // steps between evaluations (and CSV rows); the last step is evaluated too
+  int val_check_interval = 50;  // steps between evaluations (and CSV rows); the last step is evaluated too
   // max gradient norm (clip_grad_norm_); 0: none; infinity: the norm measured, nothing clipped;
   // NaN or negative: refused (std::invalid_argument)
   double gradient_clip_val = 0;
@@ -233,20 +233,20 @@ struct TrainerOptions {
   // Folder of the files below given as relative paths (created when missing); empty: the
   // working folder. Lightning's default_root_dir.
   std::string default_root_dir = {};
-  std::string ckpt_path = {};             // resume the run saved in this checkpoint [--resume]
+  std::string ckpt_path = {};        // resume the run saved in this checkpoint [--resume]
   bool enable_checkpointing = true;  // false: no checkpoint written, whatever checkpoint_path says
-  std::string checkpoint_path = {};       // the run's checkpoint, written atomically [--checkpoint]
+  std::string checkpoint_path = {};  // the run's checkpoint, written atomically [--checkpoint]
   // Steps between checkpoints (Lightning's ModelCheckpoint every_n_train_steps); 0: only at the
   // end and when stopped [--checkpoint-interval].
   int checkpoint_every_n_steps = 250;
-  std::string csv_path = {};              // step,loss,<metric.column>,lr,elapsed; empty: none [--csv]
+  std::string csv_path = {};  // step,loss,<metric.column>,lr,elapsed; empty: none [--csv]
   // On a pipe or file, a progress line every this many steps besides the evaluations' (0: at the
   // evaluations only); a terminal's line is redrawn at each step anyway.
   int log_every_n_steps = 0;
-  bool enable_progress_bar = true;   // false: no progress line (the CSV is written all the same)
-  std::string weights_path = {};          // the final weights as safetensors, by finish() [--save-weights]
-  int stop_at = 0;                   // stop at this step with a checkpoint, as Ctrl-C does; 0: never [--stop-at]
-  int num_threads = 1;               // xgrad::set_num_threads, applied by the constructor [--threads]
+  bool enable_progress_bar = true;  // false: no progress line (the CSV is written all the same)
+  std::string weights_path = {};    // the final weights as safetensors, by finish() [--save-weights]
+  int stop_at = 0;                  // stop at this step with a checkpoint, as Ctrl-C does; 0: never [--stop-at]
+  int num_threads = 1;              // xgrad::set_num_threads, applied by the constructor [--threads]
 };
 
 class Trainer {
@@ -260,10 +260,9 @@ class Trainer {
   Trainer(std::string program, TrainerOptions options, Settings& settings, World& world = single_process_world(),
           const std::function<bool(const std::string& key)>& given_on_command_line = {});
 
-  // Deprecated (the form of before): restores model, optimizer, schedule and the default generator (this rank's) from `resumed`
-  // (Refused on a mismatch); built from the same settings, they continue the saved run bit for
-  // bit. In a distributed run, `model` is the module DistributedDataParallel wraps. Every reference
-  // must outlive the Trainer.
+  // Deprecated (the form of before): restores model, optimizer, schedule and the default generator (this rank's) from
+  // `resumed` (Refused on a mismatch); built from the same settings, they continue the saved run bit for bit. In a
+  // distributed run, `model` is the module DistributedDataParallel wraps. Every reference must outlive the Trainer.
   Trainer(std::string program, const RunOptions& run, const Settings& settings, Resumed resumed,
           xgrad::nn::Module<float>& model, xgrad::optim::Optimizer<float>& optimizer,
           xgrad::optim::LRScheduler<float>* schedule, TrainerOptions options, World& world = single_process_world());
@@ -286,8 +285,8 @@ class Trainer {
                          const std::function<xgrad::Tensor<float>(int step)>& training_step,
                          const std::function<double()>& validation_step);
 
-  // (Deprecated constructor's form.) Trains to options.max_steps, in training mode. training_step(step) is the loss of the batch of
-  // that step (0-based; in a distributed run, this rank's part of the batch; an undefined tensor is
+  // (Deprecated constructor's form.) Trains to options.max_steps, in training mode. training_step(step) is the loss of
+  // the batch of that step (0-based; in a distributed run, this rank's part of the batch; an undefined tensor is
   // refused naming the step); validation_step() evaluates (on every rank: it may use the World's
   // collectives), as in Lightning with the model in eval mode and under a NoGradGuard, every
   // module's training flag given back afterwards (also when it throws, or when it calls train() or
