@@ -294,7 +294,7 @@ MAML_KEYS = ["0.weight", "0.bias", "2.weight", "2.bias"]
 
 
 def maml_forward(params, x):
-    """Sequential(Linear(3, 8), GELU, Linear(8, 1)) in functional form; params in MAML_KEYS order."""
+    """Sequential(Linear(3, 8), GELU, Linear(8, 1)), functional; params in MAML_KEYS order."""
     w1, b1, w2, b2 = params
     return F.linear(F.gelu(F.linear(x, w1, b1)), w2, b2)
 
