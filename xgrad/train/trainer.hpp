@@ -33,24 +33,25 @@
 //     writes files, the checkpoint holds every rank's generator state and records the world size
 //     (resuming with another is refused), and Ctrl-C on any rank stops every rank at the same step.
 //
-//   xgrad::train::Settings settings;  settings.add("lr", lr);  ...
-//   xgrad::train::TrainerOptions options;  // max_steps, val_check_interval, ckpt_path, csv_path...
+// compile: snippet given: double lr = 1e-3; std::uint64_t seed = 0; auto x = randn<float>({8, 4}), y = randn<float>({8, 1});
+//   xgrad::train::Settings settings;
+//   settings.add("lr", lr);                  // saved in every checkpoint, the checkpoint's on resume
+//   xgrad::train::TrainerOptions options;    // Lightning's names: max_steps, val_check_interval...
 //   options.max_steps = 1000;
 //   options.checkpoint_path = "my.ckpt";
-//   return xgrad::train::guarded("my_program", [&] {
+//   const int status = xgrad::train::guarded("my_program", [&] {
 //     xgrad::train::Trainer trainer("my_program", options, settings);  // lr: the checkpoint's
 //     trainer.seed_everything(seed);
-//     MyModel model;  xgrad::optim::AdamW<float> optimizer(...);
-//     if (auto stopped = trainer.fit(model, optimizer, nullptr,
-//                                    [&](int step) { return loss_of_batch(step); },
-//                                    [&] { return held_out_accuracy(); }))
+//     nn::Linear<float> model(4, 1);
+//     optim::AdamW<float> optimizer(model.parameters(), optim::AdamWOptions(lr));
+//     optim::CosineAnnealingLR<float> schedule(optimizer, trainer.max_steps());
+//     const auto loss = [&](int /*step*/) { return mse_loss(model.forward(x), y); };  // the step's batch
+//     const auto accuracy = [&] { return 0.0; };                                     // a held-out metric
+//     if (auto stopped = trainer.fit(model, optimizer, &schedule, loss, accuracy))
 //       return *stopped;  // 130 after Ctrl-C, 0 at stop_at: the checkpoint is saved
 //     trainer.finish();   // wall time, TrainerOptions::weights_path
 //     return 0;
 //   });
-//
-// Deprecated (until examples/train_gpt.cpp moves on): prepare_run() + RunOptions + the Trainer
-// constructor of nine arguments + fit(training_step, validation_step), the form of before.
 #pragma once
 
 #include <chrono>
@@ -77,50 +78,14 @@ namespace xgrad::train {
 // (World::abort with that status) so that no rank waits for the failed one.
 int guarded(const std::string& program, const std::function<int()>& body, World& world = single_process_world());
 
-// Deprecated (the form of before, for prepare_run() and the nine-argument constructor): what
-// TrainerOptions now holds. Empty paths: no such file.
-struct RunOptions {
-  std::string checkpoint_path;   // written atomically
-  std::string csv_path;          // step,loss,accuracy,lr,elapsed
-  int checkpoint_interval = 250; // steps between checkpoints; 0: only at the end (and when stopped)
-  std::string resume_path;       // continue the run saved in this checkpoint
-  std::string weights_path;      // the final weights as safetensors, written by Trainer::finish()
-  int stop_at = 0;               // stop at this step with a checkpoint, as Ctrl-C does; 0: never
-  int threads = 1;               // xgrad::set_num_threads, applied by prepare_run()
-
-  RunOptions() = default;
-  RunOptions(std::string checkpoint, std::string csv)
-      : checkpoint_path(std::move(checkpoint)), csv_path(std::move(csv)) {}
-};
-
 // What the loop carries from step to step besides the model, optimizer, schedule and generator.
 struct LoopState {
-  int step = 0;         // steps done
-  double loss_sum = 0;  // training loss summed since the last evaluation
+  int step = 0;           // steps done
+  double loss_sum = 0;    // training loss summed since the last evaluation
   int loss_count = 0;
-  // The validation metric's value at the last evaluation, whatever it measures (its name is
-  // TrainerOptions::metric.column). Deprecated name: read val_metric().
-  double accuracy = 0;
-  double elapsed = 0;   // seconds of training over every run
-
-  double val_metric() const { return accuracy; }
+  double val_metric = 0;  // the validation value at the last evaluation (TrainerOptions::metric)
+  double elapsed = 0;     // seconds of training over every run
 };
-
-struct Resumed {
-  std::optional<xgrad::Checkpoint<float>> checkpoint;  // empty when not resuming
-  LoopState state;
-};
-
-// Deprecated (the Trainer's constructor of TrainerOptions does it). Applies RunOptions::threads
-// and, with RunOptions::resume_path, reads the checkpoint and sets
-// `settings` to its values. given_on_command_line(key), when set, tells whether the user gave a
-// setting explicitly: such a value must agree with the checkpoint's (otherwise Refused, naming
-// both). The checkpoint's world size must be world.size() (otherwise Refused), and so must the
-// number of processes mpirun started (a program started by mpirun -np N > 1 in a world of 1 would
-// have N copies writing the same files).
-Resumed prepare_run(const std::string& program, const RunOptions& run, Settings& settings,
-                    World& world = single_process_world(),
-                    const std::function<bool(const std::string& key)>& given_on_command_line = {});
 
 // What `path` is when it exists and is not a regular file (after symbolic links): "a FIFO (named
 // pipe)", "a character device", "a folder", ...; empty for a regular file or nothing there. A
@@ -260,13 +225,6 @@ class Trainer {
   Trainer(std::string program, TrainerOptions options, Settings& settings, World& world = single_process_world(),
           const std::function<bool(const std::string& key)>& given_on_command_line = {});
 
-  // Deprecated (the form of before): restores model, optimizer, schedule and the default generator (this rank's) from
-  // `resumed` (Refused on a mismatch); built from the same settings, they continue the saved run bit for bit. In a
-  // distributed run, `model` is the module DistributedDataParallel wraps. Every reference must outlive the Trainer.
-  Trainer(std::string program, const RunOptions& run, const Settings& settings, Resumed resumed,
-          xgrad::nn::Module<float>& model, xgrad::optim::Optimizer<float>& optimizer,
-          xgrad::optim::LRScheduler<float>* schedule, TrainerOptions options, World& world = single_process_world());
-
   void add_callback(std::shared_ptr<Callback> callback);
 
   // xgrad::manual_seed(seed), before the program builds its model; fit() then gives rank r > 0 of
@@ -274,26 +232,23 @@ class Trainer {
   // rank 0's weights were drawn (and broadcast by DistributedDataParallel).
   void seed_everything(std::uint64_t seed);
 
-  // fit() of the Trainer that owns the run: restores model, optimizer, schedule and generator
-  // from the checkpoint being resumed (Refused on a mismatch; built from the same settings, they
-  // continue the saved run bit for bit; an extended run's schedule is stepped afresh to the
-  // checkpoint's step, so that its lr is that of a run planned for max_steps() from the start),
-  // then trains as the fit() below. In a distributed run, `model` is the module
-  // DistributedDataParallel wraps. Every reference must outlive the Trainer. Called once.
+  // Restores model, optimizer, schedule and generator from the checkpoint being resumed (Refused
+  // on a mismatch; built from the same settings, they continue the saved run bit for bit; an
+  // extended run's schedule is stepped afresh to the checkpoint's step, so that its lr is that of
+  // a run planned for max_steps() from the start), then trains to max_steps(), in training mode.
+  // In a distributed run, `model` is the module DistributedDataParallel wraps. Every reference
+  // must outlive the Trainer. Called once.
+  //
+  // training_step(step) is the loss of the batch of that step (0-based; in a distributed run,
+  // this rank's part of the batch; an undefined tensor is refused naming the step);
+  // validation_step() evaluates (on every rank: it may use the World's collectives), as in
+  // Lightning with the model in eval mode and under a NoGradGuard, every module's training flag
+  // given back afterwards (also when it throws, or when it calls train() or eval() itself).
+  // Returns the exit status when the run stops early, after saving a checkpoint: 130 on Ctrl-C, 0
+  // at TrainerOptions::stop_at; nothing when every step is done (the final checkpoint saved).
   std::optional<int> fit(xgrad::nn::Module<float>& model, xgrad::optim::Optimizer<float>& optimizer,
                          xgrad::optim::LRScheduler<float>* schedule,
                          const std::function<xgrad::Tensor<float>(int step)>& training_step,
-                         const std::function<double()>& validation_step);
-
-  // (Deprecated constructor's form.) Trains to options.max_steps, in training mode. training_step(step) is the loss of
-  // the batch of that step (0-based; in a distributed run, this rank's part of the batch; an undefined tensor is
-  // refused naming the step); validation_step() evaluates (on every rank: it may use the World's
-  // collectives), as in Lightning with the model in eval mode and under a NoGradGuard, every
-  // module's training flag given back afterwards (also when it throws, or when it calls train() or
-  // eval() itself). Returns the exit status when the
-  // run stops early, after saving a checkpoint: 130 on Ctrl-C, 0 at RunOptions::stop_at; nothing
-  // when every step is done (the final checkpoint saved).
-  std::optional<int> fit(const std::function<xgrad::Tensor<float>(int step)>& training_step,
                          const std::function<double()>& validation_step);
 
   // Prints the wall time and writes weights_path (rank 0).
@@ -318,7 +273,7 @@ class Trainer {
 
  private:
   void save(const char* why);
-  void restore(Resumed& resumed, const std::string& path);
+  void restore();
   std::optional<int> loop(const std::function<xgrad::Tensor<float>(int step)>& training_step,
                           const std::function<double()>& validation_step);
   void check_callback_metadata(const std::map<std::string, std::string>& own,
@@ -338,8 +293,8 @@ class Trainer {
   bool evaluated_ = false;  // the metric holds an evaluation's value
   std::vector<std::shared_ptr<Callback>> callbacks_;
   LoopState state_;
-  int first_step_;
-  double elapsed_before_;
+  int first_step_ = 0;
+  double elapsed_before_ = 0;
   std::chrono::steady_clock::time_point start_;
   Progress progress_;
 };
