@@ -332,8 +332,12 @@ TEST(TrainerCli, PathFlagsRefuseSpecialFiles) {
   nn::Linear<float> model(2, 1);
   optim::SGD<float> sgd(model.parameters(), optim::SGDOptions(0.1));
   try {
-    trainer.fit(model, sgd, nullptr, [&](int) { return xgrad::sum(model.forward(xgrad::ones<float>({1, 2}))); },
-                [] { return 0.0; });
+    trainer.fit(
+        model, sgd, nullptr,
+        [&](int) {
+          return xgrad::sum(model.forward(xgrad::ones<float>({1, 2})));
+        },
+        [] { return 0.0; });
     ADD_FAILURE() << "not refused";
   } catch (const std::runtime_error& e) {
     EXPECT_STREQ(e.what(), ("cannot write the CSV log " + fifo +
@@ -558,7 +562,8 @@ TEST(TrainerOptions, GradientClipValMustBeANumberAtLeastZero) {
     Small s;
     train::Trainer trainer("p", Small::options(2, 1, bad), s.settings);
     try {
-      s.fit(trainer, [&](int step) { return s.loss(step); }, [] { return 0.0; });
+      s.fit(
+          trainer, [&](int step) { return s.loss(step); }, [] { return 0.0; });
       ADD_FAILURE() << "gradient_clip_val " << bad << " not refused";
     } catch (const std::invalid_argument& e) {
       EXPECT_NE(std::string(e.what()).find("Trainer: expected gradient_clip_val >= 0 (0: no clipping, infinity: the "
@@ -572,7 +577,8 @@ TEST(TrainerOptions, GradientClipValMustBeANumberAtLeastZero) {
   for (double clip : {0.0, std::numeric_limits<double>::infinity(), 1e-3}) {
     Small s;
     train::Trainer trainer("p", Small::options(3, 3, clip), s.settings);
-    ASSERT_FALSE(s.fit(trainer, [&](int step) { return s.loss(step); }, [] { return 0.0; }));
+    ASSERT_FALSE(s.fit(
+        trainer, [&](int step) { return s.loss(step); }, [] { return 0.0; }));
     weights.push_back(s.model.state_dict());
   }
   expect_same_weights(weights[0], weights[1]);
@@ -583,7 +589,8 @@ TEST(TrainerFit, AnUndefinedLossIsRefusedNamingTheStep) {
   Small s;
   train::Trainer trainer("p", Small::options(4, 2), s.settings);
   try {
-    s.fit(trainer, [&](int step) { return step == 2 ? xgrad::Tensor<float>() : s.loss(step); }, [] { return 0.0; });
+    s.fit(
+        trainer, [&](int step) { return step == 2 ? xgrad::Tensor<float>() : s.loss(step); }, [] { return 0.0; });
     ADD_FAILURE() << "not refused";
   } catch (const std::invalid_argument& e) {
     EXPECT_STREQ(e.what(),
@@ -620,8 +627,9 @@ TEST(TrainerFit, ValidationRunsInEvalModeWithoutGradAndGivesTheModesBack) {
   // A validation that throws: the modes and grad mode are given back all the same.
   Small t;
   train::Trainer again("p", Small::options(4, 2), t.settings);
-  EXPECT_THROW(t.fit(again, [&](int step) { return t.loss(step); },
-                     []() -> double { throw std::runtime_error("validation failed"); }),
+  EXPECT_THROW(t.fit(
+                   again, [&](int step) { return t.loss(step); },
+                   []() -> double { throw std::runtime_error("validation failed"); }),
                std::runtime_error);
   EXPECT_TRUE(t.every_module_training(true));
   EXPECT_TRUE(xgrad::is_grad_enabled());

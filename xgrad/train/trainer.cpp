@@ -1,17 +1,10 @@
 #include "trainer.hpp"
 
 #include <signal.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include <algorithm>
-#include <cctype>
-#include <cmath>
 #include <csignal>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 
 #include <xgrad/backend/bf16.hpp>
 #include <xgrad/backend/gemm.hpp>
@@ -51,48 +44,6 @@ int guarded(const std::string& program, const std::function<int()>& body, World&
   }
 }
 
-std::string special_file_kind(const std::string& path) {
-  struct stat st {};
-  if (path.empty() || ::stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode)) return "";
-  if (S_ISDIR(st.st_mode)) return "a folder";
-  if (S_ISCHR(st.st_mode)) return "a character device";
-  if (S_ISBLK(st.st_mode)) return "a block device";
-  if (S_ISFIFO(st.st_mode)) return "a FIFO (named pipe)";
-  if (S_ISSOCK(st.st_mode)) return "a socket";
-  return "not a regular file";
-}
-
-void check_output_file(const std::string& flag, const std::string& path) {
-  if (path.empty()) return;
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::path p(path);
-  if (fs::is_directory(p, ec)) throw Refused(flag + " " + path + ": is a folder, expected a file name");
-  const std::string kind = special_file_kind(path);
-  if (!kind.empty()) throw Refused(flag + " " + path + ": it is " + kind + ", expected a regular file");
-  const fs::path parent = p.parent_path().empty() ? fs::path(".") : p.parent_path();
-  if (!fs::is_directory(parent, ec))
-    throw Refused(flag + " " + path + ": the folder " + parent.string() + " does not exist");
-  if (::access(parent.c_str(), W_OK) != 0)
-    throw Refused(flag + " " + path + ": the folder " + parent.string() + " is not writable");
-  if (fs::exists(p, ec) && ::access(p.c_str(), W_OK) != 0)
-    throw Refused(flag + " " + path + ": the file is not writable");
-}
-
-void check_output_folder(const std::string& flag, const std::string& path) {
-  if (path.empty()) return;
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  fs::path p(path);
-  if (fs::exists(p, ec) && !fs::is_directory(p, ec))
-    throw Refused(flag + " " + path + ": is a file, expected a folder");
-  while (!fs::exists(p, ec) && p.has_parent_path() && p.parent_path() != p) p = p.parent_path();
-  if (p.empty() || !fs::exists(p, ec)) p = ".";
-  if (!fs::is_directory(p, ec)) throw Refused(flag + " " + path + ": " + p.string() + " is not a folder");
-  if (::access(p.c_str(), W_OK) != 0)
-    throw Refused(flag + " " + path + ": the folder " + p.string() + " is not writable");
-}
-
 std::string precision_description(bool bf16) {
   return bf16 ? std::string("bfloat16 autocast, gemm: ") + xgrad::autocast_gemm_path() : "float32";
 }
@@ -126,10 +77,6 @@ int saved_max_steps(const std::map<std::string, std::string>& m) {
     if (const auto it = m.find(key); it != m.end()) return std::stoi(it->second);
   return 0;
 }
-
-}  // namespace
-
-namespace {
 
 // A program started by mpirun with N > 1 processes in a world of another size would have N copies
 // writing the same files.
@@ -188,7 +135,7 @@ LoopState resume_settings(const std::string& program, const std::string& path, c
 
 }  // namespace
 
-// ---- progress, CSV ---------------------------------------------------------------------------
+// ---- signals, modes --------------------------------------------------------------------------
 
 namespace {
 
@@ -241,130 +188,7 @@ class EvalScope {
   std::vector<std::pair<std::shared_ptr<xgrad::nn::Module<float>>, bool>> modes_;
 };
 
-std::string format_duration(double seconds) {
-  const long s = std::lround(std::max(0.0, seconds));
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%ld:%02ld", s / 60, s % 60);
-  return buf;
-}
-
-// step,loss,<ValidationMetric::column>,lr,elapsed: one row per evaluation. A resumed run keeps the
-// rows up to its step (a run stopped after its last checkpoint may have written more) and appends.
-class CsvLog {
- public:
-  CsvLog(const std::string& path, int resumed_step, const std::string& metric_column) {
-    if (path.empty()) return;
-    // A FIFO would block the open, a device such as /dev/zero would be read without end.
-    const std::string kind = special_file_kind(path);
-    if (!kind.empty())
-      throw std::runtime_error("cannot write the CSV log " + path + ": it is " + kind +
-                               ", not a regular file; expected a regular file path");
-    std::vector<std::string> kept;
-    if (resumed_step > 0) {
-      std::ifstream in(path);
-      std::string line;
-      while (std::getline(in, line))
-        if (!line.empty() && std::isdigit(static_cast<unsigned char>(line[0])) && std::stoi(line) <= resumed_step)
-          kept.push_back(line);
-    }
-    out_.open(path, std::ios::trunc);
-    if (!out_) throw std::runtime_error("cannot write the CSV log " + path + ": expected a writable path");
-    out_ << "step,loss," << metric_column << ",lr,elapsed\n";
-    for (const auto& line : kept) out_ << line << '\n';
-    out_.flush();
-  }
-  void row(const Metrics& m) {
-    if (!out_.is_open()) return;
-    char buf[160];
-    std::snprintf(buf, sizeof buf, "%d,%.9g,%.9g,%.9g,%.3f\n", m.step, m.loss, m.val_metric, m.lr, m.elapsed);
-    out_ << buf;
-    out_.flush();
-  }
-
- private:
-  std::ofstream out_;
-};
-
-}  // namespace
-
-// Under mpirun, a rank's stdout is a pseudo-terminal of Open MPI's even when mpirun's own output
-// goes to a file: plain lines there.
-Progress::Progress() : tty_(isatty(STDOUT_FILENO) != 0 && std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr) {}
-
-std::string ValidationMetric::describe(double value) const {
-  if (format) return format(value);
-  char text[40];
-  std::snprintf(text, sizeof text, "held-out accuracy %6.2f%%", 100 * value);
-  return text;
-}
-
-std::string ValidationMetric::describe_pending() const { return format ? column + " -" : "held-out accuracy       -"; }
-
-ValidationMetric ValidationMetric::loss(std::string column, std::string unit) {
-  ValidationMetric m;
-  m.column = std::move(column);
-  m.format = [unit = std::move(unit)](double value) {
-    char text[64];
-    std::snprintf(text, sizeof text, "held-out %.4f%s%s", value, unit.empty() ? "" : " ", unit.c_str());
-    return std::string(text);
-  };
-  return m;
-}
-
-void Progress::update(int step, int steps, double loss, const std::string& metric, int steps_run, double seconds,
-                      bool row) {
-  const double rate = seconds > 0 ? steps_run / seconds : 0;
-  const double left = rate > 0 ? (steps - step) / rate : 0;
-  char line[300];
-  std::snprintf(line, sizeof line, "step %*d/%d | loss %.4f | %s | %5.1f steps/s | %s left",
-                int(std::to_string(steps).size()), step, steps, loss, metric.c_str(), rate,
-                format_duration(left).c_str());
-  if (tty_) {
-    const auto now = std::chrono::steady_clock::now();
-    if (!row && step != steps && now - last_draw_ < std::chrono::milliseconds(100)) return;
-    last_draw_ = now;
-    std::printf("\r%s\033[K", line);
-  } else if (row) {
-    std::printf("%s\n", line);
-  }
-  std::fflush(stdout);
-  drawn_ = tty_;
-}
-
-void Progress::note(const std::string& message) {
-  finish();
-  std::printf("%s\n", message.c_str());
-  std::fflush(stdout);
-}
-
-void Progress::finish() {
-  if (drawn_) std::printf("\n");
-  drawn_ = false;
-}
-
-// ---- callbacks -------------------------------------------------------------------------------
-
-void Callback::on_train_batch_end(Trainer&, int, double) {}
-void Callback::on_validation_end(Trainer&, const Metrics&) {}
-void Callback::on_save_checkpoint(Trainer&, std::map<std::string, std::string>&) {}
-void Callback::on_fit_end(Trainer&) {}
-
-void LambdaCallback::on_train_batch_end(Trainer& trainer, int step, double loss) {
-  if (train_batch_end) train_batch_end(trainer, step, loss);
-}
-void LambdaCallback::on_validation_end(Trainer& trainer, const Metrics& metrics) {
-  if (validation_end) validation_end(trainer, metrics);
-}
-void LambdaCallback::on_save_checkpoint(Trainer& trainer, std::map<std::string, std::string>& metadata) {
-  if (save_checkpoint) save_checkpoint(trainer, metadata);
-}
-void LambdaCallback::on_fit_end(Trainer& trainer) {
-  if (fit_end) fit_end(trainer);
-}
-
 // ---- the loop --------------------------------------------------------------------------------
-
-namespace {
 
 // A path of the options resolved in default_root_dir (a relative one), as Lightning's.
 std::string in_root(const std::string& root, const std::string& path) {
@@ -451,8 +275,7 @@ void Trainer::restore() {
   if (world_.size() > 1) {
     // This rank's generator, from the states of every rank.
     try {
-      const auto states =
-          xgrad::rank_generators_from_string(checkpoint_->metadata.at(xgrad::kRankGeneratorsKey));
+      const auto states = xgrad::rank_generators_from_string(checkpoint_->metadata.at(xgrad::kRankGeneratorsKey));
       xgrad::default_generator().set_state(states.at(static_cast<std::size_t>(world_.rank())));
     } catch (const std::exception& e) {
       throw Refused("cannot resume from " + path + ": its generator states: " + e.what());
@@ -578,7 +401,7 @@ std::optional<int> Trainer::loop(const std::function<xgrad::Tensor<float>(int st
     for (const auto& callback : callbacks_) callback->on_fit_end(*this);
     return std::nullopt;
   }
-  CsvLog csv(main ? options_.csv_path : std::string(), state_.step, options_.metric.column);
+  detail::CsvLog csv(main ? options_.csv_path : std::string(), state_.step, options_.metric.column);
   const std::string how_to_continue = options_.checkpoint_path.empty()
                                           ? "no checkpoint written (--checkpoint is empty)"
                                           : "continue with --resume " + options_.checkpoint_path;

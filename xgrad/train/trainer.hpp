@@ -1,7 +1,7 @@
 // xgrad::train::Trainer: the training loop of a program, in the spirit of PyTorch Lightning's
 // Trainer.fit and Keras' Model.fit, but minimal. The program gives the Trainer its options (ONE
 // struct, TrainerOptions, with Lightning's names where they exist) and its settings; the Trainer
-// then owns the run:
+// then owns the run (this header includes its parts: callback.hpp, progress.hpp, files.hpp):
 //   - resuming (TrainerOptions::ckpt_path): the constructor reads the checkpoint and sets the
 //     Settings to its values, so that the program builds the same model; fit() restores model,
 //     optimizer, schedule and generator, and the resumed run continues bit for bit (its batches
@@ -33,7 +33,7 @@
 //     writes files, the checkpoint holds every rank's generator state and records the world size
 //     (resuming with another is refused), and Ctrl-C on any rank stops every rank at the same step.
 //
-// compile: snippet given: double lr = 1e-3; std::uint64_t seed = 0; auto x = randn<float>({8, 4}), y = randn<float>({8, 1});
+// compile: snippet given: double lr = 1e-3; std::uint64_t seed = 0; Tensor<float> x, y;
 //   xgrad::train::Settings settings;
 //   settings.add("lr", lr);                  // saved in every checkpoint, the checkpoint's on resume
 //   xgrad::train::TrainerOptions options;    // Lightning's names: max_steps, val_check_interval...
@@ -68,6 +68,9 @@
 #include <xgrad/optim/lr_scheduler.hpp>
 #include <xgrad/optim/optimizer.hpp>
 #include <xgrad/serialize/checkpoint.hpp>
+#include <xgrad/train/callback.hpp>
+#include <xgrad/train/files.hpp>
+#include <xgrad/train/progress.hpp>
 #include <xgrad/train/settings.hpp>
 #include <xgrad/train/world.hpp>
 
@@ -80,107 +83,15 @@ int guarded(const std::string& program, const std::function<int()>& body, World&
 
 // What the loop carries from step to step besides the model, optimizer, schedule and generator.
 struct LoopState {
-  int step = 0;           // steps done
-  double loss_sum = 0;    // training loss summed since the last evaluation
+  int step = 0;         // steps done
+  double loss_sum = 0;  // training loss summed since the last evaluation
   int loss_count = 0;
   double val_metric = 0;  // the validation value at the last evaluation (TrainerOptions::metric)
   double elapsed = 0;     // seconds of training over every run
 };
 
-// What `path` is when it exists and is not a regular file (after symbolic links): "a FIFO (named
-// pipe)", "a character device", "a folder", ...; empty for a regular file or nothing there. A
-// program's path flags refuse those: reading a FIFO blocks, /dev/zero never ends. Uses stat(),
-// which opens nothing.
-std::string special_file_kind(const std::string& path);
-
-// A file to be written (atomically, by rename) at `path`, given to `flag`: refused (Refused,
-// naming the flag and the path) when it is a folder or another special file, or when its folder
-// does not exist or is not writable. Empty: no file, nothing to check.
-//   "--checkpoint out/x.ckpt: the folder out does not exist"
-void check_output_file(const std::string& flag, const std::string& path);
-// A folder to be written into (created when missing, with its missing parents): not a file, and
-// the nearest existing folder above it writable.
-void check_output_folder(const std::string& flag, const std::string& path);
-
 // "float32", or "bfloat16 autocast, gemm: <the bf16 gemm path>", for a run's header.
 std::string precision_description(bool bf16);
-
-// One line redrawn in place with '\r' on a terminal (at most 10 times a second); on a pipe or
-// file, one plain line per evaluation:
-//   step  50/300 | loss 1.2345 | held-out accuracy  71.20% | 120.3 steps/s | 0:02 left
-class Progress {
- public:
-  Progress();
-  // steps_run and seconds: this run's, for the speed and the time left; metric: the validation
-  // value as ValidationMetric::describe shows it.
-  void update(int step, int steps, double loss, const std::string& metric, int steps_run, double seconds, bool row);
-  void note(const std::string& message);  // a line of its own, above the progress line
-  void finish();                          // ends the redrawn line
-
- private:
-  bool tty_;
-  bool drawn_ = false;
-  std::chrono::steady_clock::time_point last_draw_{};
-};
-
-// The loop's numbers at an evaluation.
-struct Metrics {
-  int step;           // steps done
-  double loss;        // mean training loss since the previous evaluation (mean over ranks)
-  double val_metric;  // the validation function's value (named TrainerOptions::metric.column)
-  double lr;          // the learning rate of this step's update
-  double elapsed;     // seconds of training over every run
-};
-
-class Trainer;
-
-// User code called by the loop (Lightning's Callback, Keras' callbacks). Every hook runs on every
-// rank; the default ones do nothing.
-class Callback {
- public:
-  virtual ~Callback() = default;
-  // After each optimizer step; `loss` is the step's loss, the mean over ranks.
-  virtual void on_train_batch_end(Trainer& trainer, int step, double loss);
-  // After each evaluation, once its CSV row and progress line are written.
-  virtual void on_validation_end(Trainer& trainer, const Metrics& metrics);
-  // Before each checkpoint is written: add the program's own state (a DataLoader's position) to
-  // `metadata`. The Trainer's keys are read-only: changing, removing or adding a "config." key or
-  // one of the loop's own (loss_sum, loss_count, accuracy, elapsed, max_steps, world_size,
-  // rank_generators)
-  // throws std::invalid_argument naming the key, and nothing is written.
-  virtual void on_save_checkpoint(Trainer& trainer, std::map<std::string, std::string>& metadata);
-  // When every step is done (not when the run stops early).
-  virtual void on_fit_end(Trainer& trainer);
-};
-
-// A Callback made of functions (Keras' LambdaCallback); an empty one is not called.
-struct LambdaCallback : Callback {
-  std::function<void(Trainer&, int, double)> train_batch_end;
-  std::function<void(Trainer&, const Metrics&)> validation_end;
-  std::function<void(Trainer&, std::map<std::string, std::string>&)> save_checkpoint;
-  std::function<void(Trainer&)> fit_end;
-
-  void on_train_batch_end(Trainer& trainer, int step, double loss) override;
-  void on_validation_end(Trainer& trainer, const Metrics& metrics) override;
-  void on_save_checkpoint(Trainer& trainer, std::map<std::string, std::string>& metadata) override;
-  void on_fit_end(Trainer& trainer) override;
-};
-
-// How the validation value is shown: its CSV column and its text on the progress line.
-struct ValidationMetric {
-  // The CSV column (Lightning's logged name): "val_accuracy", "val_loss"...
-  std::string column = "val_accuracy";
-  // The value -> the progress line's text; null: "held-out accuracy  71.20%" (a fraction).
-  std::function<std::string(double)> format;
-
-  std::string describe(double value) const;
-  // The progress line's text before the first evaluation: "held-out accuracy       -" (format
-  // null), else "<column> -".
-  std::string describe_pending() const;
-  // A metric named `column` shown as "held-out <value> <unit>" with 4 decimals ("val_loss",
-  // "nats/token"): a loss.
-  static ValidationMetric loss(std::string column = "val_loss", std::string unit = "");
-};
 
 // The Trainer's options, with PyTorch Lightning's names where Lightning has the option. The
 // first four are the loop's; the rest (added with the Trainer that owns the run) say where its
