@@ -165,7 +165,7 @@ int train_model(Config& c, const Sampling& sampling, train::TrainerOptions& opti
   const auto evaluate = [&] { return gpt_text::held_out_loss(model, held, B, c.eval_iters, c.bf16, world); };
   if (const auto stopped = trainer.fit(model, optimizer, &schedule, step, evaluate)) return *stopped;
   if (!world.is_main()) return 0;
-  gpt_text::report(t, trainer.state().val_metric());
+  gpt_text::report(t, trainer.state().val_metric);
   gpt_text::print_samples(model, *t.tokenizer, sampling.options, sampling.window, sampling.seed);
   trainer.finish();
   plot::render(trainer.options().csv_path, plot_path);

@@ -55,35 +55,40 @@ std::string read(const fs::path& path) {
 }
 
 // A whole training program on the library, run with the command line `args` in `dir`;
-// `callback`, when given, is added to its Trainer, and `world` is its World.
+// `callback`, when given, is added to its Trainer, and `world` is its World. Its evaluation
+// interval and gradient clipping are settings (saved in the checkpoint, restored on resume) that
+// it gives the Trainer's options after the constructor.
 Result run_program(const fs::path& dir, const std::string& args, std::shared_ptr<train::Callback> callback = nullptr,
                    train::World& world = train::single_process_world()) {
   Config c;
   train::Settings settings;
-  train::RunOptions run((dir / "mlp.ckpt").string(), (dir / "mlp.csv").string());
+  train::TrainerOptions options;
+  options.checkpoint_path = (dir / "mlp.ckpt").string();
+  options.csv_path = (dir / "mlp.csv").string();
   CLI::App app;
-  cli::add_setting(app, settings, "--steps", c.steps, "steps");
+  cli::add_max_steps_flag(app, c.steps, "--steps", "steps");
   cli::add_setting(app, settings, "--hidden", c.hidden, "width");
   cli::add_setting(app, settings, "--eval-interval", c.eval_interval, "steps between evaluations");
   cli::add_setting(app, settings, "--lr", c.lr, "lr");
   cli::add_setting(app, settings, "--clip", c.clip, "max gradient norm");
   cli::add_setting(app, settings, "--seed", c.seed, "seed");
   cli::add_setting(app, settings, "--name", c.name, "a string setting");
-  cli::add_run_flags(app, run);
+  cli::add_trainer_flags(app, options);
   app.parse(args, false);
+  cli::finish_max_steps(app, options, "--steps", c.steps);
 
   Result result;
   result.status = train::guarded("test", [&] {
-    train::Resumed resumed = train::prepare_run("test", run, settings, world, cli::given(app));
-    xgrad::manual_seed(c.seed);
+    train::Trainer trainer("test", options, settings, world, cli::given(app));
+    trainer.options().val_check_interval = c.eval_interval;  // the checkpoint's when resuming
+    trainer.options().gradient_clip_val = c.clip;
+    trainer.seed_everything(c.seed);
     nn::Sequential<float> model;
     model.push_back(std::make_shared<nn::Linear<float>>(3, c.hidden));
     model.push_back(std::make_shared<nn::Dropout<float>>(0.3));  // draws from the default generator
     model.push_back(std::make_shared<nn::Linear<float>>(c.hidden, 1));
     optim::AdamW<float> optimizer(model.parameters(), optim::AdamWOptions(c.lr));
-    optim::CosineAnnealingLR<float> schedule(optimizer, c.steps);
-    train::Trainer trainer("test", run, settings, std::move(resumed), model, optimizer, &schedule,
-                           {c.steps, c.eval_interval, c.clip}, world);
+    optim::CosineAnnealingLR<float> schedule(optimizer, trainer.max_steps());
     if (callback) trainer.add_callback(callback);
     const auto loss = [&](int step) {  // the batch of a step depends on (seed, step) alone
       xgrad::Generator gen(c.seed * 1000 + std::uint64_t(step));
@@ -91,7 +96,7 @@ Result run_program(const fs::path& dir, const std::string& args, std::shared_ptr
       return xgrad::mse_loss(model.forward(x), y);
     };
     const auto accuracy = [&] { return double(xgrad::sum(model.parameters()[0]).item()); };  // any metric
-    const std::optional<int> stopped = trainer.fit(loss, accuracy);
+    const std::optional<int> stopped = trainer.fit(model, optimizer, &schedule, loss, accuracy);
     result.weights = model.state_dict();
     if (stopped) return *stopped;
     trainer.finish();
@@ -233,7 +238,9 @@ TEST(TrainerGuarded, ExitStatus) {
 // The flag checks (xgrad/train/cli.hpp): one short line naming the flag, what was expected
 // and what came, where CLI::PositiveNumber printed the whole double range (some 300 digits).
 std::string flag_error(const std::string& args) {
-  train::RunOptions run("a.ckpt", "a.csv");
+  train::TrainerOptions options;
+  options.checkpoint_path = "a.ckpt";
+  options.csv_path = "a.csv";
   double lr = 1, decay = 0, dropout = 0;
   int heads = 1;
   std::uint64_t seed = 0;
@@ -244,7 +251,7 @@ std::string flag_error(const std::string& args) {
   app.add_option("--weight-decay", decay)->check(cli::non_negative());
   app.add_option("--dropout", dropout)->check(cli::number_in(0.0, 0.9));
   app.add_option("--heads", heads)->check(cli::integer_in(1, 256));
-  cli::add_run_flags(app, run);
+  cli::add_trainer_flags(app, options);
   try {
     app.parse(args, false);
   } catch (const CLI::ValidationError& e) {
@@ -305,15 +312,32 @@ TEST(TrainerCli, PathFlagsRefuseSpecialFiles) {
   EXPECT_EQ(flag_error("--csv " + (dir / "new.csv").string()), "");  // nothing there yet
   EXPECT_EQ(train::special_file_kind(fifo), "a FIFO (named pipe)");
   EXPECT_EQ(train::special_file_kind((dir / "none").string()), "");
-  // The Trainer's CSV log refuses one too (a program without these flags).
+  // The Trainer refuses one too (a program without these flags): its constructor, naming the flag,
+  train::Settings settings;
+  train::TrainerOptions options;
+  options.max_steps = 1;
+  options.val_check_interval = 1;
+  options.csv_path = fifo;
+  try {
+    train::Trainer refused("p", options, settings);
+    ADD_FAILURE() << "not refused";
+  } catch (const train::Refused& e) {
+    EXPECT_EQ(std::string(e.what()), "--csv " + fifo + ": it is a FIFO (named pipe), expected a regular file");
+  }
+  // and its CSV log, for a path set after the constructor.
+  options.csv_path.clear();
+  train::Trainer trainer("p", options, settings);
+  trainer.options().csv_path = fifo;
   xgrad::manual_seed(0);
   nn::Linear<float> model(2, 1);
   optim::SGD<float> sgd(model.parameters(), optim::SGDOptions(0.1));
-  train::Settings settings;
-  train::RunOptions run("", fifo);
-  train::Trainer trainer("p", run, settings, {}, model, sgd, nullptr, {1, 1});
   try {
-    trainer.fit([&](int) { return xgrad::sum(model.forward(xgrad::ones<float>({1, 2}))); }, [] { return 0.0; });
+    trainer.fit(
+        model, sgd, nullptr,
+        [&](int) {
+          return xgrad::sum(model.forward(xgrad::ones<float>({1, 2})));
+        },
+        [] { return 0.0; });
     ADD_FAILURE() << "not refused";
   } catch (const std::runtime_error& e) {
     EXPECT_STREQ(e.what(), ("cannot write the CSV log " + fifo +
@@ -429,9 +453,10 @@ TEST(TrainerWorld, MpirunWithoutAWorldOfThatSizeIsRefused) {
   ::setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
   EXPECT_EQ(train::launched_world_size(), 2);
   train::Settings settings;
-  train::RunOptions run;
+  train::TrainerOptions options;
+  options.max_steps = 1;
   try {
-    train::prepare_run("prog", run, settings);
+    train::Trainer trainer("prog", options, settings);
     ADD_FAILURE() << "not refused";
   } catch (const train::Refused& e) {
     EXPECT_NE(std::string(e.what()).find("prog was started by mpirun with 2 processes but trains in a world of 1"),
@@ -442,19 +467,8 @@ TEST(TrainerWorld, MpirunWithoutAWorldOfThatSizeIsRefused) {
   EXPECT_EQ(train::launched_world_size(), 1);
 }
 
-TEST(TrainerOptions, AreChecked) {
-  xgrad::manual_seed(0);
-  nn::Linear<float> model(2, 2);
-  optim::SGD<float> sgd(model.parameters(), optim::SGDOptions(0.1));
-  train::Settings settings;
-  train::RunOptions run;
-  try {
-    train::Trainer trainer("p", run, settings, {}, model, sgd, nullptr, {10, 0});
-    ADD_FAILURE() << "not refused";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_STREQ(e.what(), "Trainer: expected val_check_interval >= 1, got 0");
-  }
-}
+// (val_check_interval 0 is refused by fit(): TrainerOptionsStruct.LightningNamesDefaultsAndChecks in
+// test_trainer_run.cpp.)
 
 // ---- issue 29: the loop's SIGINT handler, gradient_clip_val, callbacks, validation ------------
 
@@ -513,7 +527,6 @@ struct Small {
   nn::Sequential<float> model;
   optim::SGD<float> sgd;
   train::Settings settings;
-  train::RunOptions run;  // no checkpoint, no CSV
   static std::vector<xgrad::Tensor<float>> build(nn::Sequential<float>& m) {
     xgrad::manual_seed(5);
     m.push_back(std::make_shared<nn::Linear<float>>(3, 4));
@@ -521,6 +534,18 @@ struct Small {
     return m.parameters();
   }
   Small() : sgd(build(model), optim::SGDOptions(0.1)) {}
+  // No checkpoint, no CSV.
+  static train::TrainerOptions options(int max_steps, int val_check_interval, double gradient_clip_val = 0) {
+    train::TrainerOptions o;
+    o.max_steps = max_steps;
+    o.val_check_interval = val_check_interval;
+    o.gradient_clip_val = gradient_clip_val;
+    return o;
+  }
+  std::optional<int> fit(train::Trainer& trainer, const std::function<xgrad::Tensor<float>(int)>& training_step,
+                         const std::function<double()>& validation_step) {
+    return trainer.fit(model, sgd, nullptr, training_step, validation_step);
+  }
   xgrad::Tensor<float> loss(int step) {
     xgrad::Generator gen(std::uint64_t(step) + 1);
     return xgrad::sum(model.forward(xgrad::randn<float>({2, 3}, gen)));
@@ -535,8 +560,10 @@ struct Small {
 TEST(TrainerOptions, GradientClipValMustBeANumberAtLeastZero) {
   for (double bad : {std::nan(""), -1.0, -1e-9}) {
     Small s;
+    train::Trainer trainer("p", Small::options(2, 1, bad), s.settings);
     try {
-      train::Trainer trainer("p", s.run, s.settings, {}, s.model, s.sgd, nullptr, {2, 1, bad});
+      s.fit(
+          trainer, [&](int step) { return s.loss(step); }, [] { return 0.0; });
       ADD_FAILURE() << "gradient_clip_val " << bad << " not refused";
     } catch (const std::invalid_argument& e) {
       EXPECT_NE(std::string(e.what()).find("Trainer: expected gradient_clip_val >= 0 (0: no clipping, infinity: the "
@@ -549,8 +576,9 @@ TEST(TrainerOptions, GradientClipValMustBeANumberAtLeastZero) {
   std::vector<xgrad::nn::StateDict<float>> weights;
   for (double clip : {0.0, std::numeric_limits<double>::infinity(), 1e-3}) {
     Small s;
-    train::Trainer trainer("p", s.run, s.settings, {}, s.model, s.sgd, nullptr, {3, 3, clip});
-    ASSERT_FALSE(trainer.fit([&](int step) { return s.loss(step); }, [] { return 0.0; }));
+    train::Trainer trainer("p", Small::options(3, 3, clip), s.settings);
+    ASSERT_FALSE(s.fit(
+        trainer, [&](int step) { return s.loss(step); }, [] { return 0.0; }));
     weights.push_back(s.model.state_dict());
   }
   expect_same_weights(weights[0], weights[1]);
@@ -559,9 +587,10 @@ TEST(TrainerOptions, GradientClipValMustBeANumberAtLeastZero) {
 
 TEST(TrainerFit, AnUndefinedLossIsRefusedNamingTheStep) {
   Small s;
-  train::Trainer trainer("p", s.run, s.settings, {}, s.model, s.sgd, nullptr, {4, 2});
+  train::Trainer trainer("p", Small::options(4, 2), s.settings);
   try {
-    trainer.fit([&](int step) { return step == 2 ? xgrad::Tensor<float>() : s.loss(step); }, [] { return 0.0; });
+    s.fit(
+        trainer, [&](int step) { return step == 2 ? xgrad::Tensor<float>() : s.loss(step); }, [] { return 0.0; });
     ADD_FAILURE() << "not refused";
   } catch (const std::invalid_argument& e) {
     EXPECT_STREQ(e.what(),
@@ -574,10 +603,11 @@ TEST(TrainerFit, AnUndefinedLossIsRefusedNamingTheStep) {
 // training mode for the next step even when validation_step calls eval() itself or throws.
 TEST(TrainerFit, ValidationRunsInEvalModeWithoutGradAndGivesTheModesBack) {
   Small s;
-  train::Trainer trainer("p", s.run, s.settings, {}, s.model, s.sgd, nullptr, {6, 2});
+  train::Trainer trainer("p", Small::options(6, 2), s.settings);
   std::vector<int> training_steps_in_train_mode;
   int validations = 0;
-  ASSERT_FALSE(trainer.fit(
+  ASSERT_FALSE(s.fit(
+      trainer,
       [&](int step) {
         if (s.every_module_training(true) && xgrad::is_grad_enabled()) training_steps_in_train_mode.push_back(step);
         return s.loss(step);
@@ -596,9 +626,10 @@ TEST(TrainerFit, ValidationRunsInEvalModeWithoutGradAndGivesTheModesBack) {
 
   // A validation that throws: the modes and grad mode are given back all the same.
   Small t;
-  train::Trainer again("p", t.run, t.settings, {}, t.model, t.sgd, nullptr, {4, 2});
-  EXPECT_THROW(again.fit([&](int step) { return t.loss(step); },
-                         []() -> double { throw std::runtime_error("validation failed"); }),
+  train::Trainer again("p", Small::options(4, 2), t.settings);
+  EXPECT_THROW(t.fit(
+                   again, [&](int step) { return t.loss(step); },
+                   []() -> double { throw std::runtime_error("validation failed"); }),
                std::runtime_error);
   EXPECT_TRUE(t.every_module_training(true));
   EXPECT_TRUE(xgrad::is_grad_enabled());
@@ -612,6 +643,7 @@ TEST_F(TrainerRun, CallbacksCannotOverwriteTheRunsSettings) {
       {"removed the metadata key 'loss_sum'", [](auto& m) { m.erase("loss_sum"); }},
       {"added the metadata key 'config.extra'", [](auto& m) { m["config.extra"] = "1"; }},
       {"added the metadata key 'world_size'", [](auto& m) { m["world_size"] = "2"; }},
+      {"changed the metadata key 'max_steps' from '12' to '20'", [](auto& m) { m["max_steps"] = "20"; }},
   };
   for (const auto& [expected, change] : cases) {
     const auto callback = std::make_shared<train::LambdaCallback>();

@@ -1,7 +1,7 @@
 // xgrad::distributed::launched_world_size(): how many processes the launcher started, read from the
 // environment Open MPI's mpirun gives each process (OMPI_COMM_WORLD_SIZE). Header-only and without
 // MPI, so that a program built without MPI (XGRAD_WITH_MPI off) can still tell that mpirun started
-// several copies of it (xgrad::train::prepare_run refuses such a run).
+// several copies of it (the xgrad::train::Trainer's constructor refuses such a run).
 #pragma once
 
 #include <algorithm>

@@ -17,7 +17,7 @@
 //   --lr: expected a positive number, got 'abc'
 //   --heads: expected an integer in [1, 256], got '0'
 // A std::uint64_t setting is checked to be in [0, 2^64 - 1] (no "-1"), and every path flag of
-// add_run_flags to be a regular file or nothing yet (no FIFO, device or folder).
+// add_trainer_flags to be a regular file or nothing yet (no FIFO, device or folder).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -162,7 +162,7 @@ inline CLI::Validator number_in(double lo, double hi) {
       range);
 }
 
-// ---- settings and run options as flags --------------------------------------------------------
+// ---- settings and the Trainer's options as flags ---------------------------------------------
 
 // The setting `flag` ("--d-model", saved under "d-model") bound to `value`, its default shown in
 // --help; returns the option for ->check().
@@ -188,32 +188,6 @@ inline CLI::Option* add_bf16_flag(CLI::App& app, Settings& settings, bool& bf16)
   return add_setting_flag(app, settings, "--bf16", bf16,
                           "bfloat16 autocast (torch.autocast on CPU): bf16 gemms with fp32 accumulation in linear, "
                           "matmul and attention; everything else, the gradients and the optimizer in fp32");
-}
-
-// Deprecated (add_trainer_flags binds the same flags to TrainerOptions): --checkpoint,
-// --checkpoint-interval, --resume, --csv, --save-weights, --stop-at, --threads.
-inline void add_run_flags(CLI::App& app, RunOptions& run) {
-  app.add_option("--checkpoint", run.checkpoint_path, "checkpoint file (written atomically); empty: none")
-      ->check(not_special_file())
-      ->capture_default_str();
-  app.add_option("--checkpoint-interval", run.checkpoint_interval, "steps between checkpoints; 0: only at the end")
-      ->check(integer_from(0))
-      ->capture_default_str();
-  app.add_option("--resume", run.resume_path, "continue the run saved in this checkpoint")
-      ->check(CLI::ExistingFile)
-      ->check(not_special_file());
-  app.add_option("--csv", run.csv_path, "metrics file (step,loss,<metric>,lr,elapsed); empty: none")
-      ->check(not_special_file())
-      ->capture_default_str();
-  app.add_option("--save-weights", run.weights_path, "write the final weights as safetensors (loads in PyTorch)")
-      ->check(not_special_file());
-  app.add_option("--stop-at", run.stop_at, "stop at this step with a checkpoint, as Ctrl-C does")
-      ->check(integer_from(0));
-  app.add_option("--threads", run.threads,
-                 "xgrad::set_num_threads (>= 1, as torch.set_num_threads: no 0 for 'every core', pass "
-                 "$(nproc)); a resumed run should use the same count to continue bit for bit")
-      ->check(integer_in(1, 256))
-      ->capture_default_str();
 }
 
 // The flags of TrainerOptions: --checkpoint, --checkpoint-interval, --resume (ckpt_path), --csv,
@@ -294,7 +268,8 @@ class ProfileRun {
   std::unique_ptr<profiler::Profile> profile_;
 };
 
-// For prepare_run(): whether the setting `key` was given on the command line (as "--" + key).
+// For the Trainer's constructor: whether the setting `key` was given on the command line (as
+// "--" + key), so that a value that contradicts the checkpoint being resumed is refused.
 inline std::function<bool(const std::string&)> given(const CLI::App& app) {
   return [&app](const std::string& key) { return app.count("--" + key) != 0; };
 }

@@ -1,6 +1,6 @@
 // The values that define a training run's results ("settings": the model's sizes, the learning
 // rate, the seed...), bound to the program's own variables. The Trainer saves them in every
-// checkpoint (metadata "config.<key>") and prepare_run() gives them back on resume, so that a
+// checkpoint (metadata "config.<key>") and its constructor gives them back on resume, so that a
 // resumed run is rebuilt as the saved one was. No command-line parser is needed here: programs
 // that use CLI11 bind flags and settings in one line with xgrad/train/cli.hpp.
 //

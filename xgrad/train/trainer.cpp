@@ -1,17 +1,10 @@
 #include "trainer.hpp"
 
 #include <signal.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include <algorithm>
-#include <cctype>
-#include <cmath>
 #include <csignal>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 
 #include <xgrad/backend/bf16.hpp>
 #include <xgrad/backend/gemm.hpp>
@@ -51,48 +44,6 @@ int guarded(const std::string& program, const std::function<int()>& body, World&
   }
 }
 
-std::string special_file_kind(const std::string& path) {
-  struct stat st {};
-  if (path.empty() || ::stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode)) return "";
-  if (S_ISDIR(st.st_mode)) return "a folder";
-  if (S_ISCHR(st.st_mode)) return "a character device";
-  if (S_ISBLK(st.st_mode)) return "a block device";
-  if (S_ISFIFO(st.st_mode)) return "a FIFO (named pipe)";
-  if (S_ISSOCK(st.st_mode)) return "a socket";
-  return "not a regular file";
-}
-
-void check_output_file(const std::string& flag, const std::string& path) {
-  if (path.empty()) return;
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::path p(path);
-  if (fs::is_directory(p, ec)) throw Refused(flag + " " + path + ": is a folder, expected a file name");
-  const std::string kind = special_file_kind(path);
-  if (!kind.empty()) throw Refused(flag + " " + path + ": it is " + kind + ", expected a regular file");
-  const fs::path parent = p.parent_path().empty() ? fs::path(".") : p.parent_path();
-  if (!fs::is_directory(parent, ec))
-    throw Refused(flag + " " + path + ": the folder " + parent.string() + " does not exist");
-  if (::access(parent.c_str(), W_OK) != 0)
-    throw Refused(flag + " " + path + ": the folder " + parent.string() + " is not writable");
-  if (fs::exists(p, ec) && ::access(p.c_str(), W_OK) != 0)
-    throw Refused(flag + " " + path + ": the file is not writable");
-}
-
-void check_output_folder(const std::string& flag, const std::string& path) {
-  if (path.empty()) return;
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  fs::path p(path);
-  if (fs::exists(p, ec) && !fs::is_directory(p, ec))
-    throw Refused(flag + " " + path + ": is a file, expected a folder");
-  while (!fs::exists(p, ec) && p.has_parent_path() && p.parent_path() != p) p = p.parent_path();
-  if (p.empty() || !fs::exists(p, ec)) p = ".";
-  if (!fs::is_directory(p, ec)) throw Refused(flag + " " + path + ": " + p.string() + " is not a folder");
-  if (::access(p.c_str(), W_OK) != 0)
-    throw Refused(flag + " " + path + ": the folder " + p.string() + " is not writable");
-}
-
 std::string precision_description(bool bf16) {
   return bf16 ? std::string("bfloat16 autocast, gemm: ") + xgrad::autocast_gemm_path() : "float32";
 }
@@ -101,8 +52,9 @@ std::string precision_description(bool bf16) {
 
 namespace {
 
-// Checkpoint metadata: the settings ("config.<key>") and the LoopState. Doubles are written in
-// hexadecimal (%a) so that they read back to the same bits.
+// Checkpoint metadata: the settings ("config.<key>") and the LoopState (its val_metric under
+// "accuracy", the key of the first checkpoints). Doubles are written in hexadecimal (%a) so that
+// they read back to the same bits.
 std::map<std::string, std::string> metadata_of(const Settings& settings, const LoopState& state) {
   std::map<std::string, std::string> m;
   for (const auto& [key, value] : settings.values()) m["config." + key] = value;
@@ -113,7 +65,7 @@ std::map<std::string, std::string> metadata_of(const Settings& settings, const L
   };
   m["loss_sum"] = hex(state.loss_sum);
   m["loss_count"] = std::to_string(state.loss_count);
-  m["accuracy"] = hex(state.accuracy);
+  m["accuracy"] = hex(state.val_metric);
   m["elapsed"] = hex(state.elapsed);
   return m;
 }
@@ -126,57 +78,64 @@ int saved_max_steps(const std::map<std::string, std::string>& m) {
   return 0;
 }
 
-}  // namespace
-
-Resumed prepare_run(const std::string& program, const RunOptions& run, Settings& settings, World& world,
-                    const std::function<bool(const std::string& key)>& given_on_command_line) {
+// A program started by mpirun with N > 1 processes in a world of another size would have N copies
+// writing the same files.
+void check_launched_world(const std::string& program, const World& world) {
   if (launched_world_size() != world.size())
     throw Refused(program + " was started by mpirun with " + std::to_string(launched_world_size()) +
                   " processes but trains in a world of " + std::to_string(world.size()) +
                   " (data parallelism needs a build with MPI, -DXGRAD_WITH_MPI=ON with Open MPI installed, and a "
                   "program that trains data-parallel): start it without mpirun, or with mpirun -np 1");
-  xgrad::set_num_threads(run.threads);
-  Resumed r;
-  if (run.resume_path.empty()) return r;
+}
+
+xgrad::Checkpoint<float> read_checkpoint(const std::string& path) {
   try {
-    r.checkpoint = xgrad::load_checkpoint<float>(run.resume_path);
+    return xgrad::load_checkpoint<float>(path);
   } catch (const std::exception& e) {
     throw Refused(std::string("cannot resume: ") + e.what());
   }
-  const std::map<std::string, std::string>& m = r.checkpoint->metadata;
+}
+
+// Sets `settings` to the checkpoint's (a setting given on the command line must agree) and
+// returns the loop's state saved in it; refuses a checkpoint of another program or world size.
+LoopState resume_settings(const std::string& program, const std::string& path, const xgrad::Checkpoint<float>& ckpt,
+                          Settings& settings, const World& world,
+                          const std::function<bool(const std::string& key)>& given_on_command_line) {
+  const std::map<std::string, std::string>& m = ckpt.metadata;
   std::map<std::string, std::string> saved;
   for (const auto& [key, value] : m)
     if (key.rfind("config.", 0) == 0) saved[key.substr(7)] = value;
   settings.complete(saved);
   const auto given = settings.values();
+  LoopState state;
   try {
     settings.assign(saved);  // checks that every setting is there before comparing
-    r.state.step = static_cast<int>(r.checkpoint->step);
-    r.state.loss_sum = std::stod(m.at("loss_sum"));
-    r.state.loss_count = std::stoi(m.at("loss_count"));
-    r.state.accuracy = std::stod(m.at("accuracy"));
-    r.state.elapsed = std::stod(m.at("elapsed"));
+    state.step = static_cast<int>(ckpt.step);
+    state.loss_sum = std::stod(m.at("loss_sum"));
+    state.loss_count = std::stoi(m.at("loss_count"));
+    state.val_metric = std::stod(m.at("accuracy"));
+    state.elapsed = std::stod(m.at("elapsed"));
   } catch (const std::logic_error&) {  // std::out_of_range, std::invalid_argument
-    throw Refused("cannot resume: " + run.resume_path + " is not a checkpoint of " + program +
+    throw Refused("cannot resume: " + path + " is not a checkpoint of " + program +
                   " (its metadata lacks the run's settings)");
   }
   const auto world_size = m.find(kWorldSizeKey);
   const std::string saved_world = world_size == m.end() ? "1" : world_size->second;
   if (saved_world != std::to_string(world.size()))
-    throw Refused("cannot resume: " + run.resume_path + " was written by a run of " + saved_world +
-                  " process(es), this one has " + std::to_string(world.size()) + " (start it with mpirun -np " +
-                  saved_world + ")");
+    throw Refused("cannot resume: " + path + " was written by a run of " + saved_world + " process(es), this one has " +
+                  std::to_string(world.size()) + " (start it with mpirun -np " + saved_world + ")");
   if (given_on_command_line)
     for (const auto& [key, value] : given) {
       const std::string& theirs = saved.at(key);
       if (given_on_command_line(key) && value != theirs)
-        throw Refused("--" + key + " " + value + " differs from the checkpoint's " + theirs + " (" +
-                      run.resume_path + ")");
+        throw Refused("--" + key + " " + value + " differs from the checkpoint's " + theirs + " (" + path + ")");
     }
-  return r;
+  return state;
 }
 
-// ---- progress, CSV ---------------------------------------------------------------------------
+}  // namespace
+
+// ---- signals, modes --------------------------------------------------------------------------
 
 namespace {
 
@@ -229,131 +188,7 @@ class EvalScope {
   std::vector<std::pair<std::shared_ptr<xgrad::nn::Module<float>>, bool>> modes_;
 };
 
-std::string format_duration(double seconds) {
-  const long s = std::lround(std::max(0.0, seconds));
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%ld:%02ld", s / 60, s % 60);
-  return buf;
-}
-
-// step,loss,accuracy,lr,elapsed (ValidationMetric::column in place of accuracy): one row per
-// evaluation. A resumed run keeps the rows up to its step (a run stopped after its last checkpoint
-// may have written more) and appends.
-class CsvLog {
- public:
-  CsvLog(const std::string& path, int resumed_step, const std::string& metric_column) {
-    if (path.empty()) return;
-    // A FIFO would block the open, a device such as /dev/zero would be read without end.
-    const std::string kind = special_file_kind(path);
-    if (!kind.empty())
-      throw std::runtime_error("cannot write the CSV log " + path + ": it is " + kind +
-                               ", not a regular file; expected a regular file path");
-    std::vector<std::string> kept;
-    if (resumed_step > 0) {
-      std::ifstream in(path);
-      std::string line;
-      while (std::getline(in, line))
-        if (!line.empty() && std::isdigit(static_cast<unsigned char>(line[0])) && std::stoi(line) <= resumed_step)
-          kept.push_back(line);
-    }
-    out_.open(path, std::ios::trunc);
-    if (!out_) throw std::runtime_error("cannot write the CSV log " + path + ": expected a writable path");
-    out_ << "step,loss," << metric_column << ",lr,elapsed\n";
-    for (const auto& line : kept) out_ << line << '\n';
-    out_.flush();
-  }
-  void row(const Metrics& m) {
-    if (!out_.is_open()) return;
-    char buf[160];
-    std::snprintf(buf, sizeof buf, "%d,%.9g,%.9g,%.9g,%.3f\n", m.step, m.loss, m.val_metric, m.lr, m.elapsed);
-    out_ << buf;
-    out_.flush();
-  }
-
- private:
-  std::ofstream out_;
-};
-
-}  // namespace
-
-// Under mpirun, a rank's stdout is a pseudo-terminal of Open MPI's even when mpirun's own output
-// goes to a file: plain lines there.
-Progress::Progress() : tty_(isatty(STDOUT_FILENO) != 0 && std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr) {}
-
-std::string ValidationMetric::describe(double value) const {
-  if (format) return format(value);
-  char text[40];
-  std::snprintf(text, sizeof text, "held-out accuracy %6.2f%%", 100 * value);
-  return text;
-}
-
-std::string ValidationMetric::describe_pending() const { return format ? column + " -" : "held-out accuracy       -"; }
-
-ValidationMetric ValidationMetric::loss(std::string column, std::string unit) {
-  ValidationMetric m;
-  m.column = std::move(column);
-  m.format = [unit = std::move(unit)](double value) {
-    char text[64];
-    std::snprintf(text, sizeof text, "held-out %.4f%s%s", value, unit.empty() ? "" : " ", unit.c_str());
-    return std::string(text);
-  };
-  return m;
-}
-
-void Progress::update(int step, int steps, double loss, const std::string& metric, int steps_run, double seconds,
-                      bool row) {
-  const double rate = seconds > 0 ? steps_run / seconds : 0;
-  const double left = rate > 0 ? (steps - step) / rate : 0;
-  char line[300];
-  std::snprintf(line, sizeof line, "step %*d/%d | loss %.4f | %s | %5.1f steps/s | %s left",
-                int(std::to_string(steps).size()), step, steps, loss, metric.c_str(), rate,
-                format_duration(left).c_str());
-  if (tty_) {
-    const auto now = std::chrono::steady_clock::now();
-    if (!row && step != steps && now - last_draw_ < std::chrono::milliseconds(100)) return;
-    last_draw_ = now;
-    std::printf("\r%s\033[K", line);
-  } else if (row) {
-    std::printf("%s\n", line);
-  }
-  std::fflush(stdout);
-  drawn_ = tty_;
-}
-
-void Progress::note(const std::string& message) {
-  finish();
-  std::printf("%s\n", message.c_str());
-  std::fflush(stdout);
-}
-
-void Progress::finish() {
-  if (drawn_) std::printf("\n");
-  drawn_ = false;
-}
-
-// ---- callbacks -------------------------------------------------------------------------------
-
-void Callback::on_train_batch_end(Trainer&, int, double) {}
-void Callback::on_validation_end(Trainer&, const Metrics&) {}
-void Callback::on_save_checkpoint(Trainer&, std::map<std::string, std::string>&) {}
-void Callback::on_fit_end(Trainer&) {}
-
-void LambdaCallback::on_train_batch_end(Trainer& trainer, int step, double loss) {
-  if (train_batch_end) train_batch_end(trainer, step, loss);
-}
-void LambdaCallback::on_validation_end(Trainer& trainer, const Metrics& metrics) {
-  if (validation_end) validation_end(trainer, metrics);
-}
-void LambdaCallback::on_save_checkpoint(Trainer& trainer, std::map<std::string, std::string>& metadata) {
-  if (save_checkpoint) save_checkpoint(trainer, metadata);
-}
-void LambdaCallback::on_fit_end(Trainer& trainer) {
-  if (fit_end) fit_end(trainer);
-}
-
 // ---- the loop --------------------------------------------------------------------------------
-
-namespace {
 
 // A path of the options resolved in default_root_dir (a relative one), as Lightning's.
 std::string in_root(const std::string& root, const std::string& path) {
@@ -401,15 +236,12 @@ Trainer::Trainer(std::string program, TrainerOptions options, Settings& settings
   check_output_file("--checkpoint", o.checkpoint_path);
   check_output_file("--csv", o.csv_path);
   check_output_file("--save-weights", o.weights_path);
-  RunOptions run;
-  run.resume_path = o.ckpt_path;
-  run.threads = o.num_threads;
-  Resumed resumed = prepare_run(program_, run, settings, world_, given_on_command_line);
-  state_ = resumed.state;
-  first_step_ = state_.step;
-  elapsed_before_ = state_.elapsed;
-  if (resumed.checkpoint) {
-    const auto& m = resumed.checkpoint->metadata;
+  check_launched_world(program_, world_);
+  xgrad::set_num_threads(o.num_threads);
+  if (!o.ckpt_path.empty()) {
+    checkpoint_ = read_checkpoint(o.ckpt_path);
+    state_ = resume_settings(program_, o.ckpt_path, *checkpoint_, settings, world_, given_on_command_line);
+    const auto& m = checkpoint_->metadata;
     const int saved = saved_max_steps(m);
     if (o.max_steps < 0) {
       if (saved <= 0)
@@ -421,60 +253,29 @@ Trainer::Trainer(std::string program, TrainerOptions options, Settings& settings
                     std::to_string(state_.step) + " (" + o.ckpt_path + ")");
     const auto planned = m.find(kPlannedStepsKey);
     planned_steps_ = planned != m.end() ? std::stoi(planned->second) : (saved > 0 ? saved : o.max_steps);
-    checkpoint_ = std::move(resumed.checkpoint);
   } else {
     if (o.max_steps < 0)
       throw std::invalid_argument("Trainer: expected max_steps >= 0 (-1 only when resuming, ckpt_path), got " +
                                   std::to_string(o.max_steps));
     planned_steps_ = o.max_steps;
   }
+  first_step_ = state_.step;
+  elapsed_before_ = state_.elapsed;
   start_ = std::chrono::steady_clock::now();
 }
 
-Trainer::Trainer(std::string program, const RunOptions& run, const Settings& settings, Resumed resumed,
-                 xgrad::nn::Module<float>& model, optim::Optimizer<float>& optimizer,
-                 optim::LRScheduler<float>* schedule, TrainerOptions options, World& world)
-    : program_(std::move(program)),
-      settings_(&settings),
-      model_(&model),
-      optimizer_(&optimizer),
-      schedule_(schedule),
-      options_(std::move(options)),
-      world_(world),
-      state_(resumed.state),
-      first_step_(resumed.state.step),
-      elapsed_before_(resumed.state.elapsed),
-      start_(std::chrono::steady_clock::now()) {
-  options_.ckpt_path = run.resume_path;
-  options_.checkpoint_path = run.checkpoint_path;
-  options_.checkpoint_every_n_steps = run.checkpoint_interval;
-  options_.csv_path = run.csv_path;
-  options_.weights_path = run.weights_path;
-  options_.stop_at = run.stop_at;
-  options_.num_threads = run.threads;
-  check_options(options_);
-  evaluated_ = state_.step >= options_.val_check_interval;
-  planned_steps_ = options_.max_steps;
-  if (resumed.checkpoint) {
-    const auto& m = resumed.checkpoint->metadata;
-    if (const auto it = m.find(kPlannedStepsKey); it != m.end()) planned_steps_ = std::stoi(it->second);
-  }
-  restore(resumed, run.resume_path);
-  fitted_ = true;  // the model is given: fit(training_step, validation_step)
-}
-
-void Trainer::restore(Resumed& resumed, const std::string& path) {
-  if (!resumed.checkpoint) return;
+// Model, optimizer, schedule and this rank's generator from checkpoint_.
+void Trainer::restore() {
+  const std::string& path = options_.ckpt_path;
   try {
-    resumed.checkpoint->restore(*model_, *optimizer_, schedule_, xgrad::default_generator());
+    checkpoint_->restore(*model_, *optimizer_, schedule_, xgrad::default_generator());
   } catch (const std::exception& e) {
     throw Refused("cannot resume from " + path + ": " + e.what());
   }
   if (world_.size() > 1) {
     // This rank's generator, from the states of every rank.
     try {
-      const auto states =
-          xgrad::rank_generators_from_string(resumed.checkpoint->metadata.at(xgrad::kRankGeneratorsKey));
+      const auto states = xgrad::rank_generators_from_string(checkpoint_->metadata.at(xgrad::kRankGeneratorsKey));
       xgrad::default_generator().set_state(states.at(static_cast<std::size_t>(world_.rank())));
     } catch (const std::exception& e) {
       throw Refused("cannot resume from " + path + ": its generator states: " + e.what());
@@ -511,10 +312,7 @@ std::optional<int> Trainer::fit(xgrad::nn::Module<float>& model, optim::Optimize
     std::vector<double> fresh_lrs;
     for (auto& group : optimizer.param_groups()) fresh_lrs.push_back(group.options().get_lr());
     const optim::LRSchedulerState fresh = schedule ? schedule->state() : optim::LRSchedulerState{};
-    Resumed resumed;
-    resumed.checkpoint = std::move(checkpoint_);
-    checkpoint_.reset();
-    restore(resumed, options_.ckpt_path);
+    restore();
     if (extended) {
       // A schedule built for the new max_steps, at the checkpoint's step: the lr of a run planned
       // that long from the start (the optimizer's moments stay the checkpoint's).
@@ -522,7 +320,6 @@ std::optional<int> Trainer::fit(xgrad::nn::Module<float>& model, optim::Optimize
       for (std::size_t i = 0; i < fresh_lrs.size(); ++i) optimizer.param_groups()[i].options().set_lr(fresh_lrs[i]);
       for (int i = 0; i < state_.step; ++i) schedule->step();
     }
-    checkpoint_ = std::move(resumed.checkpoint);
   }
   return loop(training_step, validation_step);
 }
@@ -594,15 +391,6 @@ void Trainer::check_callback_metadata(const std::map<std::string, std::string>& 
       throw std::invalid_argument(who + "added the metadata key '" + key + "'" + why);
 }
 
-std::optional<int> Trainer::fit(const std::function<xgrad::Tensor<float>(int step)>& training_step,
-                                const std::function<double()>& validation_step) {
-  if (model_ == nullptr)
-    throw std::logic_error(
-        "Trainer::fit: this Trainer was built without a model: expected fit(model, optimizer, schedule, "
-        "training_step, validation_step)");
-  return loop(training_step, validation_step);
-}
-
 std::optional<int> Trainer::loop(const std::function<xgrad::Tensor<float>(int step)>& training_step,
                                  const std::function<double()>& validation_step) {
   const bool main = world_.is_main();
@@ -613,7 +401,7 @@ std::optional<int> Trainer::loop(const std::function<xgrad::Tensor<float>(int st
     for (const auto& callback : callbacks_) callback->on_fit_end(*this);
     return std::nullopt;
   }
-  CsvLog csv(main ? options_.csv_path : std::string(), state_.step, options_.metric.column);
+  detail::CsvLog csv(main ? options_.csv_path : std::string(), state_.step, options_.metric.column);
   const std::string how_to_continue = options_.checkpoint_path.empty()
                                           ? "no checkpoint written (--checkpoint is empty)"
                                           : "continue with --resume " + options_.checkpoint_path;
@@ -622,7 +410,7 @@ std::optional<int> Trainer::loop(const std::function<xgrad::Tensor<float>(int st
   start_ = std::chrono::steady_clock::now();
   const bool show = main && options_.enable_progress_bar;
   const auto metric_text = [&] {
-    return evaluated_ ? options_.metric.describe(state_.accuracy) : options_.metric.describe_pending();
+    return evaluated_ ? options_.metric.describe(state_.val_metric) : options_.metric.describe_pending();
   };
   model_->train();
   while (state_.step < steps) {
@@ -653,10 +441,10 @@ std::optional<int> Trainer::loop(const std::function<xgrad::Tensor<float>(int st
         // Lightning's validation loop: eval mode and no graph, each module's mode given back after.
         const EvalScope eval(*model_);
         const xgrad::NoGradGuard no_grad;
-        state_.accuracy = validation_step();
+        state_.val_metric = validation_step();
       }
       evaluated_ = true;
-      const Metrics metrics{state_.step, state_.loss_sum / state_.loss_count, state_.accuracy, lr, elapsed()};
+      const Metrics metrics{state_.step, state_.loss_sum / state_.loss_count, state_.val_metric, lr, elapsed()};
       csv.row(metrics);
       if (show)
         progress_.update(state_.step, steps, metrics.loss, metric_text(), run_steps, elapsed() - elapsed_before_,

@@ -1,7 +1,7 @@
 // xgrad::train::Trainer: the training loop of a program, in the spirit of PyTorch Lightning's
 // Trainer.fit and Keras' Model.fit, but minimal. The program gives the Trainer its options (ONE
 // struct, TrainerOptions, with Lightning's names where they exist) and its settings; the Trainer
-// then owns the run:
+// then owns the run (this header includes its parts: callback.hpp, progress.hpp, files.hpp):
 //   - resuming (TrainerOptions::ckpt_path): the constructor reads the checkpoint and sets the
 //     Settings to its values, so that the program builds the same model; fit() restores model,
 //     optimizer, schedule and generator, and the resumed run continues bit for bit (its batches
@@ -33,24 +33,25 @@
 //     writes files, the checkpoint holds every rank's generator state and records the world size
 //     (resuming with another is refused), and Ctrl-C on any rank stops every rank at the same step.
 //
-//   xgrad::train::Settings settings;  settings.add("lr", lr);  ...
-//   xgrad::train::TrainerOptions options;  // max_steps, val_check_interval, ckpt_path, csv_path...
+// compile: snippet given: double lr = 1e-3; std::uint64_t seed = 0; Tensor<float> x, y;
+//   xgrad::train::Settings settings;
+//   settings.add("lr", lr);                  // saved in every checkpoint, the checkpoint's on resume
+//   xgrad::train::TrainerOptions options;    // Lightning's names: max_steps, val_check_interval...
 //   options.max_steps = 1000;
 //   options.checkpoint_path = "my.ckpt";
-//   return xgrad::train::guarded("my_program", [&] {
+//   const int status = xgrad::train::guarded("my_program", [&] {
 //     xgrad::train::Trainer trainer("my_program", options, settings);  // lr: the checkpoint's
 //     trainer.seed_everything(seed);
-//     MyModel model;  xgrad::optim::AdamW<float> optimizer(...);
-//     if (auto stopped = trainer.fit(model, optimizer, nullptr,
-//                                    [&](int step) { return loss_of_batch(step); },
-//                                    [&] { return held_out_accuracy(); }))
+//     nn::Linear<float> model(4, 1);
+//     optim::AdamW<float> optimizer(model.parameters(), optim::AdamWOptions(lr));
+//     optim::CosineAnnealingLR<float> schedule(optimizer, trainer.max_steps());
+//     const auto loss = [&](int /*step*/) { return mse_loss(model.forward(x), y); };  // the step's batch
+//     const auto accuracy = [&] { return 0.0; };                                     // a held-out metric
+//     if (auto stopped = trainer.fit(model, optimizer, &schedule, loss, accuracy))
 //       return *stopped;  // 130 after Ctrl-C, 0 at stop_at: the checkpoint is saved
 //     trainer.finish();   // wall time, TrainerOptions::weights_path
 //     return 0;
 //   });
-//
-// Deprecated (until examples/train_gpt.cpp moves on): prepare_run() + RunOptions + the Trainer
-// constructor of nine arguments + fit(training_step, validation_step), the form of before.
 #pragma once
 
 #include <chrono>
@@ -67,6 +68,9 @@
 #include <xgrad/optim/lr_scheduler.hpp>
 #include <xgrad/optim/optimizer.hpp>
 #include <xgrad/serialize/checkpoint.hpp>
+#include <xgrad/train/callback.hpp>
+#include <xgrad/train/files.hpp>
+#include <xgrad/train/progress.hpp>
 #include <xgrad/train/settings.hpp>
 #include <xgrad/train/world.hpp>
 
@@ -77,145 +81,17 @@ namespace xgrad::train {
 // (World::abort with that status) so that no rank waits for the failed one.
 int guarded(const std::string& program, const std::function<int()>& body, World& world = single_process_world());
 
-// Deprecated (the form of before, for prepare_run() and the nine-argument constructor): what
-// TrainerOptions now holds. Empty paths: no such file.
-struct RunOptions {
-  std::string checkpoint_path;   // written atomically
-  std::string csv_path;          // step,loss,accuracy,lr,elapsed
-  int checkpoint_interval = 250; // steps between checkpoints; 0: only at the end (and when stopped)
-  std::string resume_path;       // continue the run saved in this checkpoint
-  std::string weights_path;      // the final weights as safetensors, written by Trainer::finish()
-  int stop_at = 0;               // stop at this step with a checkpoint, as Ctrl-C does; 0: never
-  int threads = 1;               // xgrad::set_num_threads, applied by prepare_run()
-
-  RunOptions() = default;
-  RunOptions(std::string checkpoint, std::string csv)
-      : checkpoint_path(std::move(checkpoint)), csv_path(std::move(csv)) {}
-};
-
 // What the loop carries from step to step besides the model, optimizer, schedule and generator.
 struct LoopState {
   int step = 0;         // steps done
   double loss_sum = 0;  // training loss summed since the last evaluation
   int loss_count = 0;
-  // The validation metric's value at the last evaluation, whatever it measures (its name is
-  // TrainerOptions::metric.column). Deprecated name: read val_metric().
-  double accuracy = 0;
-  double elapsed = 0;   // seconds of training over every run
-
-  double val_metric() const { return accuracy; }
+  double val_metric = 0;  // the validation value at the last evaluation (TrainerOptions::metric)
+  double elapsed = 0;     // seconds of training over every run
 };
-
-struct Resumed {
-  std::optional<xgrad::Checkpoint<float>> checkpoint;  // empty when not resuming
-  LoopState state;
-};
-
-// Deprecated (the Trainer's constructor of TrainerOptions does it). Applies RunOptions::threads
-// and, with RunOptions::resume_path, reads the checkpoint and sets
-// `settings` to its values. given_on_command_line(key), when set, tells whether the user gave a
-// setting explicitly: such a value must agree with the checkpoint's (otherwise Refused, naming
-// both). The checkpoint's world size must be world.size() (otherwise Refused), and so must the
-// number of processes mpirun started (a program started by mpirun -np N > 1 in a world of 1 would
-// have N copies writing the same files).
-Resumed prepare_run(const std::string& program, const RunOptions& run, Settings& settings,
-                    World& world = single_process_world(),
-                    const std::function<bool(const std::string& key)>& given_on_command_line = {});
-
-// What `path` is when it exists and is not a regular file (after symbolic links): "a FIFO (named
-// pipe)", "a character device", "a folder", ...; empty for a regular file or nothing there. A
-// program's path flags refuse those: reading a FIFO blocks, /dev/zero never ends. Uses stat(),
-// which opens nothing.
-std::string special_file_kind(const std::string& path);
-
-// A file to be written (atomically, by rename) at `path`, given to `flag`: refused (Refused,
-// naming the flag and the path) when it is a folder or another special file, or when its folder
-// does not exist or is not writable. Empty: no file, nothing to check.
-//   "--checkpoint out/x.ckpt: the folder out does not exist"
-void check_output_file(const std::string& flag, const std::string& path);
-// A folder to be written into (created when missing, with its missing parents): not a file, and
-// the nearest existing folder above it writable.
-void check_output_folder(const std::string& flag, const std::string& path);
 
 // "float32", or "bfloat16 autocast, gemm: <the bf16 gemm path>", for a run's header.
 std::string precision_description(bool bf16);
-
-// One line redrawn in place with '\r' on a terminal (at most 10 times a second); on a pipe or
-// file, one plain line per evaluation:
-//   step  50/300 | loss 1.2345 | held-out accuracy  71.20% | 120.3 steps/s | 0:02 left
-class Progress {
- public:
-  Progress();
-  // steps_run and seconds: this run's, for the speed and the time left; metric: the validation
-  // value as ValidationMetric::describe shows it.
-  void update(int step, int steps, double loss, const std::string& metric, int steps_run, double seconds, bool row);
-  void note(const std::string& message);  // a line of its own, above the progress line
-  void finish();                          // ends the redrawn line
-
- private:
-  bool tty_;
-  bool drawn_ = false;
-  std::chrono::steady_clock::time_point last_draw_{};
-};
-
-// The loop's numbers at an evaluation.
-struct Metrics {
-  int step;           // steps done
-  double loss;        // mean training loss since the previous evaluation (mean over ranks)
-  double val_metric;  // the validation function's value (named TrainerOptions::metric.column)
-  double lr;          // the learning rate of this step's update
-  double elapsed;     // seconds of training over every run
-};
-
-class Trainer;
-
-// User code called by the loop (Lightning's Callback, Keras' callbacks). Every hook runs on every
-// rank; the default ones do nothing.
-class Callback {
- public:
-  virtual ~Callback() = default;
-  // After each optimizer step; `loss` is the step's loss, the mean over ranks.
-  virtual void on_train_batch_end(Trainer& trainer, int step, double loss);
-  // After each evaluation, once its CSV row and progress line are written.
-  virtual void on_validation_end(Trainer& trainer, const Metrics& metrics);
-  // Before each checkpoint is written: add the program's own state (a DataLoader's position) to
-  // `metadata`. The Trainer's keys are read-only: changing, removing or adding a "config." key or
-  // one of the loop's own (loss_sum, loss_count, accuracy, elapsed, max_steps, world_size,
-  // rank_generators)
-  // throws std::invalid_argument naming the key, and nothing is written.
-  virtual void on_save_checkpoint(Trainer& trainer, std::map<std::string, std::string>& metadata);
-  // When every step is done (not when the run stops early).
-  virtual void on_fit_end(Trainer& trainer);
-};
-
-// A Callback made of functions (Keras' LambdaCallback); an empty one is not called.
-struct LambdaCallback : Callback {
-  std::function<void(Trainer&, int, double)> train_batch_end;
-  std::function<void(Trainer&, const Metrics&)> validation_end;
-  std::function<void(Trainer&, std::map<std::string, std::string>&)> save_checkpoint;
-  std::function<void(Trainer&)> fit_end;
-
-  void on_train_batch_end(Trainer& trainer, int step, double loss) override;
-  void on_validation_end(Trainer& trainer, const Metrics& metrics) override;
-  void on_save_checkpoint(Trainer& trainer, std::map<std::string, std::string>& metadata) override;
-  void on_fit_end(Trainer& trainer) override;
-};
-
-// How the validation value is shown: its CSV column and its text on the progress line.
-struct ValidationMetric {
-  // The CSV column (Lightning's logged name): "val_accuracy", "val_loss"...
-  std::string column = "val_accuracy";
-  // The value -> the progress line's text; null: "held-out accuracy  71.20%" (a fraction).
-  std::function<std::string(double)> format;
-
-  std::string describe(double value) const;
-  // The progress line's text before the first evaluation: "held-out accuracy       -" (format
-  // null), else "<column> -".
-  std::string describe_pending() const;
-  // A metric named `column` shown as "held-out <value> <unit>" with 4 decimals ("val_loss",
-  // "nats/token"): a loss.
-  static ValidationMetric loss(std::string column = "val_loss", std::string unit = "");
-};
 
 // The Trainer's options, with PyTorch Lightning's names where Lightning has the option. The
 // first four are the loop's; the rest (added with the Trainer that owns the run) say where its
@@ -260,13 +136,6 @@ class Trainer {
   Trainer(std::string program, TrainerOptions options, Settings& settings, World& world = single_process_world(),
           const std::function<bool(const std::string& key)>& given_on_command_line = {});
 
-  // Deprecated (the form of before): restores model, optimizer, schedule and the default generator (this rank's) from
-  // `resumed` (Refused on a mismatch); built from the same settings, they continue the saved run bit for bit. In a
-  // distributed run, `model` is the module DistributedDataParallel wraps. Every reference must outlive the Trainer.
-  Trainer(std::string program, const RunOptions& run, const Settings& settings, Resumed resumed,
-          xgrad::nn::Module<float>& model, xgrad::optim::Optimizer<float>& optimizer,
-          xgrad::optim::LRScheduler<float>* schedule, TrainerOptions options, World& world = single_process_world());
-
   void add_callback(std::shared_ptr<Callback> callback);
 
   // xgrad::manual_seed(seed), before the program builds its model; fit() then gives rank r > 0 of
@@ -274,26 +143,23 @@ class Trainer {
   // rank 0's weights were drawn (and broadcast by DistributedDataParallel).
   void seed_everything(std::uint64_t seed);
 
-  // fit() of the Trainer that owns the run: restores model, optimizer, schedule and generator
-  // from the checkpoint being resumed (Refused on a mismatch; built from the same settings, they
-  // continue the saved run bit for bit; an extended run's schedule is stepped afresh to the
-  // checkpoint's step, so that its lr is that of a run planned for max_steps() from the start),
-  // then trains as the fit() below. In a distributed run, `model` is the module
-  // DistributedDataParallel wraps. Every reference must outlive the Trainer. Called once.
+  // Restores model, optimizer, schedule and generator from the checkpoint being resumed (Refused
+  // on a mismatch; built from the same settings, they continue the saved run bit for bit; an
+  // extended run's schedule is stepped afresh to the checkpoint's step, so that its lr is that of
+  // a run planned for max_steps() from the start), then trains to max_steps(), in training mode.
+  // In a distributed run, `model` is the module DistributedDataParallel wraps. Every reference
+  // must outlive the Trainer. Called once.
+  //
+  // training_step(step) is the loss of the batch of that step (0-based; in a distributed run,
+  // this rank's part of the batch; an undefined tensor is refused naming the step);
+  // validation_step() evaluates (on every rank: it may use the World's collectives), as in
+  // Lightning with the model in eval mode and under a NoGradGuard, every module's training flag
+  // given back afterwards (also when it throws, or when it calls train() or eval() itself).
+  // Returns the exit status when the run stops early, after saving a checkpoint: 130 on Ctrl-C, 0
+  // at TrainerOptions::stop_at; nothing when every step is done (the final checkpoint saved).
   std::optional<int> fit(xgrad::nn::Module<float>& model, xgrad::optim::Optimizer<float>& optimizer,
                          xgrad::optim::LRScheduler<float>* schedule,
                          const std::function<xgrad::Tensor<float>(int step)>& training_step,
-                         const std::function<double()>& validation_step);
-
-  // (Deprecated constructor's form.) Trains to options.max_steps, in training mode. training_step(step) is the loss of
-  // the batch of that step (0-based; in a distributed run, this rank's part of the batch; an undefined tensor is
-  // refused naming the step); validation_step() evaluates (on every rank: it may use the World's
-  // collectives), as in Lightning with the model in eval mode and under a NoGradGuard, every
-  // module's training flag given back afterwards (also when it throws, or when it calls train() or
-  // eval() itself). Returns the exit status when the
-  // run stops early, after saving a checkpoint: 130 on Ctrl-C, 0 at RunOptions::stop_at; nothing
-  // when every step is done (the final checkpoint saved).
-  std::optional<int> fit(const std::function<xgrad::Tensor<float>(int step)>& training_step,
                          const std::function<double()>& validation_step);
 
   // Prints the wall time and writes weights_path (rank 0).
@@ -318,7 +184,7 @@ class Trainer {
 
  private:
   void save(const char* why);
-  void restore(Resumed& resumed, const std::string& path);
+  void restore();
   std::optional<int> loop(const std::function<xgrad::Tensor<float>(int step)>& training_step,
                           const std::function<double()>& validation_step);
   void check_callback_metadata(const std::map<std::string, std::string>& own,
@@ -338,8 +204,8 @@ class Trainer {
   bool evaluated_ = false;  // the metric holds an evaluation's value
   std::vector<std::shared_ptr<Callback>> callbacks_;
   LoopState state_;
-  int first_step_;
-  double elapsed_before_;
+  int first_step_ = 0;
+  double elapsed_before_ = 0;
   std::chrono::steady_clock::time_point start_;
   Progress progress_;
 };

@@ -1,0 +1,117 @@
+#include "progress.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+#include <vector>
+
+#include <xgrad/train/files.hpp>
+
+namespace xgrad::train {
+
+namespace {
+
+std::string format_duration(double seconds) {
+  const long s = std::lround(std::max(0.0, seconds));
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%ld:%02ld", s / 60, s % 60);
+  return buf;
+}
+
+}  // namespace
+
+// Under mpirun, a rank's stdout is a pseudo-terminal of Open MPI's even when mpirun's own output
+// goes to a file: plain lines there.
+Progress::Progress() : tty_(isatty(STDOUT_FILENO) != 0 && std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr) {}
+
+std::string ValidationMetric::describe(double value) const {
+  if (format) return format(value);
+  char text[40];
+  std::snprintf(text, sizeof text, "held-out accuracy %6.2f%%", 100 * value);
+  return text;
+}
+
+std::string ValidationMetric::describe_pending() const { return format ? column + " -" : "held-out accuracy       -"; }
+
+ValidationMetric ValidationMetric::loss(std::string column, std::string unit) {
+  ValidationMetric m;
+  m.column = std::move(column);
+  m.format = [unit = std::move(unit)](double value) {
+    char text[64];
+    std::snprintf(text, sizeof text, "held-out %.4f%s%s", value, unit.empty() ? "" : " ", unit.c_str());
+    return std::string(text);
+  };
+  return m;
+}
+
+void Progress::update(int step, int steps, double loss, const std::string& metric, int steps_run, double seconds,
+                      bool row) {
+  const double rate = seconds > 0 ? steps_run / seconds : 0;
+  const double left = rate > 0 ? (steps - step) / rate : 0;
+  char line[300];
+  std::snprintf(line, sizeof line, "step %*d/%d | loss %.4f | %s | %5.1f steps/s | %s left",
+                int(std::to_string(steps).size()), step, steps, loss, metric.c_str(), rate,
+                format_duration(left).c_str());
+  if (tty_) {
+    const auto now = std::chrono::steady_clock::now();
+    if (!row && step != steps && now - last_draw_ < std::chrono::milliseconds(100)) return;
+    last_draw_ = now;
+    std::printf("\r%s\033[K", line);
+  } else if (row) {
+    std::printf("%s\n", line);
+  }
+  std::fflush(stdout);
+  drawn_ = tty_;
+}
+
+void Progress::note(const std::string& message) {
+  finish();
+  std::printf("%s\n", message.c_str());
+  std::fflush(stdout);
+}
+
+void Progress::finish() {
+  if (drawn_) std::printf("\n");
+  drawn_ = false;
+}
+
+namespace detail {
+
+CsvLog::CsvLog(const std::string& path, int resumed_step, const std::string& metric_column) {
+  if (path.empty()) return;
+  // A FIFO would block the open, a device such as /dev/zero would be read without end.
+  const std::string kind = special_file_kind(path);
+  if (!kind.empty())
+    throw std::runtime_error("cannot write the CSV log " + path + ": it is " + kind +
+                             ", not a regular file; expected a regular file path");
+  std::vector<std::string> kept;
+  if (resumed_step > 0) {
+    std::ifstream in(path);
+    std::string line;
+    while (std::getline(in, line))
+      if (!line.empty() && std::isdigit(static_cast<unsigned char>(line[0])) && std::stoi(line) <= resumed_step)
+        kept.push_back(line);
+  }
+  out_.open(path, std::ios::trunc);
+  if (!out_) throw std::runtime_error("cannot write the CSV log " + path + ": expected a writable path");
+  out_ << "step,loss," << metric_column << ",lr,elapsed\n";
+  for (const auto& line : kept) out_ << line << '\n';
+  out_.flush();
+}
+
+void CsvLog::row(const Metrics& m) {
+  if (!out_.is_open()) return;
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "%d,%.9g,%.9g,%.9g,%.3f\n", m.step, m.loss, m.val_metric, m.lr, m.elapsed);
+  out_ << buf;
+  out_.flush();
+}
+
+}  // namespace detail
+
+}  // namespace xgrad::train
