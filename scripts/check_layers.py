@@ -63,8 +63,6 @@ ALLOWED = {
     # moves to a testing target beside the tests.
     ("xgrad/core/gradcheck_registry.cpp", "ops"),
     ("xgrad/core/gradcheck_registry.cpp", "nn"),
-    # issue 33: the Trainer includes the umbrella header instead of what it uses.
-    ("xgrad/train/trainer.cpp", "umbrella"),
 }
 
 

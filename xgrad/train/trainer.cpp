@@ -6,10 +6,15 @@
 #include <cstdio>
 #include <filesystem>
 
+#include <xgrad/backend/autocast.hpp>
 #include <xgrad/backend/bf16.hpp>
 #include <xgrad/backend/gemm.hpp>
+#include <xgrad/backend/parallel.hpp>
+#include <xgrad/base/random.hpp>
+#include <xgrad/core/grad_mode.hpp>
+#include <xgrad/optim/clip_grad.hpp>
+#include <xgrad/serialize/checkpoint.hpp>
 #include <xgrad/serialize/safetensors.hpp>
-#include <xgrad/xgrad.hpp>
 
 namespace xgrad::train {
 
