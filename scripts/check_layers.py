@@ -59,10 +59,6 @@ NAMESPACE_FLOORS = ["nn", "optim", "data", "models", "text", "distributed", "onn
 
 # Known violations, (file, floor it may use although above its own). Each names its issue.
 ALLOWED = {
-    # issue 33: the gradcheck registry names every op's and module's registration function; it
-    # moves to a testing target beside the tests.
-    ("xgrad/core/gradcheck_registry.cpp", "ops"),
-    ("xgrad/core/gradcheck_registry.cpp", "nn"),
     # issue 33: the Trainer includes the umbrella header instead of what it uses.
     ("xgrad/train/trainer.cpp", "umbrella"),
 }
