@@ -7,9 +7,10 @@
 //   gradcheck --list                   # the names
 //   gradcheck matmul 'nn.*' --batch 3 --seq 5 --dim 8 --verbose
 //
-// The checks themselves are the library's registry (xgrad/core/gradcheck_registry.hpp: each op's
-// and module's entries sit in its own .cpp), which the test suite runs too
-// (tests/core/test_gradcheck_checks.cpp, one gtest per check). `gradcheck --list` shows them all.
+// The checks themselves are the registry of the testing library xgrad_testing
+// (tests/gradcheck/registry.hpp: each op's and module's entries sit in a file named after its
+// .cpp), which the test suite runs too (tests/gradcheck/test_gradcheck_checks.cpp, one gtest per
+// check). `gradcheck --list` shows them all.
 
 #include <algorithm>
 #include <cstdio>
@@ -17,7 +18,7 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
-#include <xgrad/core/gradcheck_registry.hpp>
+#include <gradcheck/registry.hpp>
 
 #include <xgrad/train/cli.hpp>
 

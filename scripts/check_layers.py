@@ -57,13 +57,9 @@ FILE_FLOORS = {
 # lower floor's code is a use of that floor even without an include.
 NAMESPACE_FLOORS = ["nn", "optim", "data", "models", "text", "distributed", "onnx", "train"]
 
-# Known violations, (file, floor it may use although above its own). Each names its issue.
-ALLOWED = {
-    # issue 33: the gradcheck registry names every op's and module's registration function; it
-    # moves to a testing target beside the tests.
-    ("xgrad/core/gradcheck_registry.cpp", "ops"),
-    ("xgrad/core/gradcheck_registry.cpp", "nn"),
-}
+# Known violations, (file, floor it may use although above its own), each naming the issue that
+# removes it. None today.
+ALLOWED = set()
 
 
 def below(floor):

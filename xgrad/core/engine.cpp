@@ -24,7 +24,7 @@ thread_local const char* running_backward_op = nullptr;  // for anomaly messages
 // The callbacks queued (queue_backward_callback) during the backward running on this thread;
 // null outside a backward. A backward started from a hook gets its own list.
 thread_local std::vector<std::function<void()>>* backward_callbacks = nullptr;
-// Numbers run_backward's traversals: a node is visited in pass p once its visit_mark == p.
+// Numbers the traversals: a node is visited in pass p once its visit mark == p.
 std::atomic<std::uint64_t> backward_pass{0};
 
 template <class T>
@@ -40,6 +40,29 @@ bool is_grad_enabled() { return grad_enabled; }
 void set_grad_enabled(bool enabled) { grad_enabled = enabled; }
 bool is_anomaly_enabled() { return anomaly_enabled; }
 void set_detect_anomaly(bool enabled) { anomaly_enabled = enabled; }
+
+namespace detail {
+// The engine's access to the fields of Node it alone uses (private to Node).
+template <class T>
+struct Engine {
+  static bool& released(Node<T>& n) { return n.released_; }
+  static std::uint64_t& visit_mark(Node<T>& n) { return n.visit_mark_; }
+  static std::function<void(Node<T>&)>& backward_fn(Node<T>& n) { return n.backward_fn_; }
+  static xt::svector<std::uint64_t, 4>& input_versions(Node<T>& n) { return n.input_versions_; }
+  static auto& grad_hooks(Node<T>& n) { return n.grad_hooks_; }
+  static auto& post_accumulate_grad_hooks(Node<T>& n) { return n.post_accumulate_grad_hooks_; }
+  // The node the i-th input's gradient goes to (Node::input; null for an undefined input).
+  static Node<T>* edge(const Node<T>& n, std::size_t i) { return n.inputs[i] ? n.edge(i) : nullptr; }
+  static const std::shared_ptr<Node<T>>& edge_handle(const Node<T>& n, std::size_t i) {
+    const std::shared_ptr<Node<T>>* p = &n.inputs[i];
+    if (!*p || (*p)->version == n.input_versions_[i]) return *p;
+    while (*p && (*p)->rebased_from_ && n.input_versions_[i] < (*p)->rebased_at_) p = &(*p)->rebased_from_;
+    return *p;
+  }
+  static std::shared_ptr<Node<T>>& rebased_from(Node<T>& n) { return n.rebased_from_; }
+  static std::uint64_t& rebased_at(Node<T>& n) { return n.rebased_at_; }
+};
+}  // namespace detail
 
 template <class T>
 Node<T>::~Node() {
@@ -65,7 +88,7 @@ void Node<T>::throw_modified(std::size_t i) const {
       "one of the variables needed for gradient computation has been modified by an inplace operation: ", op,
       "'s ", (output ? "output" : "input "), (output ? std::string() : std::to_string(i)), " of shape ",
       n.value.shape(), " is at version ", n.version, "; expected version ",
-      (output ? std::uint64_t{0} : input_versions[i]), " (it was changed through mutable_value() after ", op,
+      (output ? std::uint64_t{0} : input_versions_[i]), " (it was changed through mutable_value() after ", op,
       " used it; change a copy, or call backward first)"));
 }
 
@@ -109,9 +132,9 @@ Tensor<T> make_result_from(const char* op, Array<T>&& value, It first, It last,
     node->inputs.reserve(static_cast<std::size_t>(last - first));
     for (It t = first; t != last; ++t) {
       node->inputs.push_back(t->node());
-      node->input_versions.push_back(t->defined() ? t->node()->version : 0);
+      detail::Engine<T>::input_versions(*node).push_back(t->defined() ? t->node()->version : 0);
     }
-    node->backward_fn = std::move(backward_fn);
+    detail::Engine<T>::backward_fn(*node) = std::move(backward_fn);
   }
   Tensor<T> result(std::move(node));
   if (trace::active()) trace::record_result<T>(op, first, last, result);
@@ -145,20 +168,24 @@ void queue_backward_callback(std::function<void()> callback) {
   backward_callbacks->push_back(std::move(callback));
 }
 
+
 namespace {
 template <class T>
-void run_post_accumulate_grad_hooks(const std::shared_ptr<Node<T>>& leaf) {
-  if (!leaf->has_grad || leaf->post_accumulate_grad_hooks.empty()) return;
-  Tensor<T> tensor(leaf);
+using E = detail::Engine<T>;
+
+template <class T>
+void run_post_accumulate_grad_hooks(Node<T>& leaf, const std::shared_ptr<Node<T>>& handle) {
+  if (!leaf.has_grad || E<T>::post_accumulate_grad_hooks(leaf).empty()) return;
+  Tensor<T> tensor(handle);
   // A copy: a hook may remove itself (or others) while they run.
-  auto hooks = leaf->post_accumulate_grad_hooks;
+  auto hooks = E<T>::post_accumulate_grad_hooks(leaf);
   for (auto& hook : hooks) hook.second(tensor);
 }
 
 // Passes `grad` through node's register_hook hooks, in registration order.
 template <class T>
-void run_grad_hooks(const Node<T>& node, Array<T>& grad) {
-  auto hooks = node.grad_hooks;  // a copy: a hook may remove itself (or others) while they run
+void run_grad_hooks(Node<T>& node, Array<T>& grad) {
+  auto hooks = E<T>::grad_hooks(node);  // a copy: a hook may remove itself (or others) while they run
   for (auto& hook : hooks) {
     std::optional<Array<T>> replaced = hook.second(grad);
     if (!replaced) continue;
@@ -214,26 +241,6 @@ class SetAsideGrads {
   std::unordered_map<Node<T>*, Entry> entries_;
 };
 
-// autograd::grad's inputs: the gradient each one receives, instead of its grad().
-template <class T>
-struct Capture {
-  std::unordered_map<const Node<T>*, std::size_t> slot;  // input node -> index in grads
-  std::vector<Array<T>> grads;
-  std::vector<bool> has;
-  void add(std::size_t s, Array<T>&& g) {
-    if (!has[s]) {
-      grads[s] = std::move(g);
-      has[s] = true;
-    } else {
-      grads[s] += g;
-    }
-  }
-};
-
-template <class T>
-void run_backward_pass(const std::vector<std::shared_ptr<Node<T>>>& roots, std::vector<Array<T>> seeds,
-                       bool retain_graph, Capture<T>* capture);
-
 // Installs a callback list for the backward `pass` runs, runs it, then the callbacks (which may
 // queue more). The outer list comes back even when something throws.
 template <class F>
@@ -253,6 +260,240 @@ void with_backward_callbacks(F&& pass) {
   }
   backward_callbacks = outer;
 }
+
+// Runs one node's backward closure, naming its op in what it throws.
+template <class T>
+void run_node_backward(Node<T>& node) {
+  running_backward_op = node.op;
+  try {
+    const profiler::detail::Range profiled(node.op, profiler::Event::Kind::Backward);
+    E<T>::backward_fn(node)(node);
+  } catch (const OutOfMemoryError&) {  // from empty_array: names the op, the shape, the bytes
+    running_backward_op = nullptr;
+    throw;
+  } catch (const std::bad_alloc&) {  // from elsewhere (a temporary, a custom Function): name the op
+    running_backward_op = nullptr;
+    throw OutOfMemoryError(detail::concat("the backward of '", node.op, "'"),
+                           detail::concat("(an allocation failed while computing the gradients for its "
+                                          "output of shape ",
+                                          node.value.shape(), ")"));
+  } catch (...) {
+    running_backward_op = nullptr;
+    throw;
+  }
+  running_backward_op = nullptr;
+}
+
+// The non-leaf nodes below `roots` that need a gradient, in post-order of a depth-first walk
+// (iterative): reversed, a topological order (every node before its inputs). Leaves are not
+// listed: their gradients arrive through accumulate_grad. Raw pointers suffice: the caller's roots
+// keep the graph alive, and the inputs are released only after the last backward.
+template <class T>
+std::vector<Node<T>*> post_order(const std::vector<std::shared_ptr<Node<T>>>& roots) {
+  const std::uint64_t pass = ++backward_pass;
+  std::vector<Node<T>*> order;
+  std::vector<std::pair<Node<T>*, std::size_t>> stack;
+  for (const auto& root : roots) {
+    if (root->is_leaf || E<T>::visit_mark(*root) == pass) continue;
+    E<T>::visit_mark(*root) = pass;
+    stack.emplace_back(root.get(), 0);
+    while (!stack.empty()) {
+      auto& [node, next] = stack.back();
+      if (next < node->inputs.size()) {
+        Node<T>* in = E<T>::edge(*node, next++);
+        if (in && in->requires_grad && !in->is_leaf && E<T>::visit_mark(*in) != pass) {
+          XGRAD_CHECK(!E<T>::released(*in), released_message<T>(in->op));
+          E<T>::visit_mark(*in) = pass;
+          stack.emplace_back(in, 0);
+        }
+      } else {
+        order.push_back(node);
+        stack.pop_back();
+      }
+    }
+  }
+  return order;
+}
+
+// The one traversal of both modes: reverse-mode differentiation from `roots` (each requires grad)
+// seeded with `seeds`, each node's backward run once all its consumers have given it their
+// gradient. What becomes of the gradient that reaches a leaf or a requested input, and which
+// nodes run, is the mode's (Accumulate for backward(), Capture for autograd::grad):
+//   mode.at_root_leaf(leaf, handle, g)  a root that is a leaf gets its seed g
+//   mode.plan(order)         the nodes below the roots, in post-order, before any backward runs
+//   mode.runs(k)             whether the k-th node to run (reverse post-order) runs its backward
+//   mode.requested(node)     whether a non-leaf node's own gradient is wanted (its hooks then run
+//                            even when its backward does not)
+//   mode.at_node(node, run)  a non-leaf's total gradient, after its hooks, before its backward
+//   mode.after(k)            after the k-th node (leaves it was the last to feed are complete)
+//   mode.finish()            after the last node
+// (create_graph, issue 32, changes what a backward computes with, not this walk or the modes.)
+template <class T, class Mode>
+void traverse(const std::vector<std::shared_ptr<Node<T>>>& roots, std::vector<Array<T>> seeds, bool retain_graph,
+              Mode& mode) {
+  const profiler::detail::Range profiled("backward", profiler::Event::Kind::Range);
+  for (std::size_t i = 0; i < roots.size(); ++i) {
+    Node<T>& r = *roots[i];
+    if (r.is_leaf)
+      mode.at_root_leaf(r, roots[i], std::move(seeds[i]));
+    else
+      XGRAD_CHECK(!E<T>::released(r), released_message<T>(r.op));
+  }
+  const std::vector<Node<T>*> order = post_order(roots);
+  if (order.empty()) return;
+  mode.plan(order);
+  for (std::size_t i = 0; i < roots.size(); ++i)
+    if (!roots[i]->is_leaf) roots[i]->accumulate_grad(std::move(seeds[i]));
+  // The backward's oneDNN calls on this thread block the asynchronous signals once, at the first
+  // of them, until the pass ends (signals.hpp): a signal that arrives meanwhile is delivered then.
+  const detail::AsyncSignalScope one_signal_block;
+  std::size_t k = 0;
+  for (auto it = order.rbegin(); it != order.rend(); ++it, ++k) {
+    Node<T>& node = **it;
+    const bool run = mode.runs(k);
+    if (node.has_grad) {
+      if (!E<T>::grad_hooks(node).empty() && (run || mode.requested(node))) run_grad_hooks(node, node.grad);
+      mode.at_node(node, run);
+      if (run) run_node_backward(node);
+      // Non-leaf gradients are not kept (as in PyTorch without retain_grad()).
+      detail::recycle(node.grad);
+      node.has_grad = false;
+    }
+    if (!retain_graph && run) {
+      E<T>::backward_fn(node) = nullptr;  // frees what the closure saved
+      E<T>::released(node) = true;
+    }
+    mode.after(k);
+  }
+  mode.finish();
+  if (!retain_graph)
+    for (Node<T>* node : order)
+      if (E<T>::released(*node)) node->inputs.clear();
+}
+
+// backward(): every node runs; gradients accumulate into the leaves' grad(). A leaf with hooks is
+// complete once the last node that feeds it has run: its register_hook hooks then see this
+// backward's sum (its grad() is set aside until then), and its post-accumulate-grad hooks run.
+template <class T>
+class Accumulate {
+ public:
+  void at_root_leaf(Node<T>& leaf, const std::shared_ptr<Node<T>>& handle, Array<T>&& g) {
+    if (!E<T>::grad_hooks(leaf).empty()) run_grad_hooks(leaf, g);
+    leaf.accumulate_grad(std::move(g));
+    run_post_accumulate_grad_hooks(leaf, handle);
+  }
+  void plan(const std::vector<Node<T>*>& order) {
+    std::unordered_map<const Node<T>*, std::size_t> last;  // hooked leaf -> index of its last consumer
+    std::size_t k = 0;
+    for (auto it = order.rbegin(); it != order.rend(); ++it, ++k)
+      for (std::size_t i = 0; i < (*it)->inputs.size(); ++i)
+        if (Node<T>* in = E<T>::edge(**it, i); in && in->is_leaf && in->requires_grad && hooked(*in))
+          last[in] = k;
+    if (last.empty()) return;
+    hooks_after_.resize(order.size());
+    k = 0;
+    for (auto it = order.rbegin(); it != order.rend(); ++it, ++k)
+      for (std::size_t i = 0; i < (*it)->inputs.size(); ++i) {
+        const std::shared_ptr<Node<T>>& in = E<T>::edge_handle(**it, i);
+        auto found = in ? last.find(in.get()) : last.end();
+        if (found != last.end() && found->second == k) {
+          hooks_after_[k].push_back(in);
+          if (!E<T>::grad_hooks(*in).empty()) set_aside_.add(in.get());
+          last.erase(found);  // listed once even if the node uses it twice
+        }
+      }
+  }
+  bool runs(std::size_t) const { return true; }
+  bool requested(const Node<T>&) const { return false; }
+  void at_node(Node<T>&, bool) {}
+  void after(std::size_t k) {
+    if (hooks_after_.empty()) return;
+    for (const auto& leaf : hooks_after_[k]) {
+      Array<T> g = detail::no_array<T>();
+      if (set_aside_.contains(leaf.get()) && set_aside_.take(leaf.get(), g)) {
+        run_grad_hooks(*leaf, g);
+        leaf->accumulate_grad(std::move(g));
+      }
+      run_post_accumulate_grad_hooks(*leaf, leaf);
+    }
+  }
+  void finish() {}
+
+ private:
+  static bool hooked(Node<T>& leaf) {
+    return !E<T>::post_accumulate_grad_hooks(leaf).empty() || !E<T>::grad_hooks(leaf).empty();
+  }
+
+  std::vector<std::vector<std::shared_ptr<Node<T>>>> hooks_after_;  // [k]: the hooked leaves the k-th node completes
+  SetAsideGrads<T> set_aside_;
+};
+
+// autograd::grad: only the nodes on a path to a requested input run their backward; the requested
+// inputs' gradients go to grads (one slot per distinct input), no grad() changes and no
+// post-accumulate-grad hook runs.
+template <class T>
+class Capture {
+ public:
+  std::unordered_map<const Node<T>*, std::size_t> slot;  // requested input -> index in grads
+  std::vector<Array<T>> grads;
+  std::vector<bool> has;
+
+  void at_root_leaf(Node<T>& leaf, const std::shared_ptr<Node<T>>&, Array<T>&& g) {
+    auto found = slot.find(&leaf);
+    if (found == slot.end()) return;
+    if (!E<T>::grad_hooks(leaf).empty()) run_grad_hooks(leaf, g);
+    add(found->second, std::move(g));
+  }
+  void plan(const std::vector<Node<T>*>& order) {
+    std::unordered_map<const Node<T>*, bool> needed;  // non-leaf -> on a path to a requested input
+    std::vector<char> runs_post(order.size(), 0);
+    for (std::size_t i = 0; i < order.size(); ++i) {  // post-order: inputs first
+      bool any = false;
+      for (std::size_t j = 0; j < order[i]->inputs.size(); ++j) {
+        const Node<T>* in = E<T>::edge(*order[i], j);
+        if (!in || !in->requires_grad) continue;
+        any = any || (in->is_leaf ? slot.count(in) != 0 : needed[in]);
+      }
+      runs_post[i] = any;
+      needed[order[i]] = any || slot.count(order[i]) != 0;
+    }
+    runs_.assign(runs_post.rbegin(), runs_post.rend());
+    // Every leaf a running backward can write to gets its grad() set aside.
+    for (std::size_t i = 0; i < order.size(); ++i)
+      if (runs_post[i])
+        for (std::size_t j = 0; j < order[i]->inputs.size(); ++j)
+          if (Node<T>* in = E<T>::edge(*order[i], j); in && in->is_leaf && in->requires_grad) set_aside_.add(in);
+  }
+  bool runs(std::size_t k) const { return runs_[k] != 0; }
+  bool requested(const Node<T>& node) const { return slot.count(&node) != 0; }
+  void at_node(Node<T>& node, bool run) {
+    if (auto found = slot.find(&node); found != slot.end())
+      add(found->second, run ? copy_array(node.grad, "autograd::grad") : std::move(node.grad));
+  }
+  void after(std::size_t) {}
+  void finish() {
+    for (const auto& [leaf, s] : slot) {
+      Node<T>* l = const_cast<Node<T>*>(leaf);
+      Array<T> g = detail::no_array<T>();
+      if (l->is_leaf && set_aside_.contains(l) && set_aside_.take(l, g)) {
+        if (!E<T>::grad_hooks(*l).empty()) run_grad_hooks(*l, g);
+        add(s, std::move(g));
+      }
+    }
+  }
+
+ private:
+  void add(std::size_t s, Array<T>&& g) {
+    if (!has[s]) {
+      grads[s] = std::move(g);
+      has[s] = true;
+    } else {
+      grads[s] += g;
+    }
+  }
+  std::vector<char> runs_;  // [k]: whether the k-th node to run has an input on a path to a requested one
+  SetAsideGrads<T> set_aside_;
+};
 }  // namespace
 
 template <class T>
@@ -263,186 +504,13 @@ void run_backward(const Tensor<T>& root, Array<T> gradient, bool retain_graph) {
               "and no graph)");
   XGRAD_CHECK(r->requires_grad, "backward: the tensor does not require grad and has no graph "
               "(did it come from inputs without requires_grad, or under a NoGradGuard?)");
+  Accumulate<T> accumulate;
   with_backward_callbacks([&] {
     std::vector<Array<T>> seeds;
     seeds.push_back(std::move(gradient));
-    run_backward_pass<T>({r}, std::move(seeds), retain_graph, nullptr);
+    traverse<T>({r}, std::move(seeds), retain_graph, accumulate);
   });
 }
-
-namespace {
-// One pass of reverse-mode differentiation from `roots` (each requires grad) seeded with `seeds`.
-// Without `capture` (backward()): gradients accumulate into the leaves' grad(). With it
-// (autograd::grad): only the nodes on a path to one of the captured inputs run their backward,
-// the captured inputs' gradients go to `capture`, no grad() changes and no post-accumulate-grad
-// hook runs.
-template <class T>
-void run_backward_pass(const std::vector<std::shared_ptr<Node<T>>>& roots, std::vector<Array<T>> seeds,
-                       bool retain_graph, Capture<T>* capture) {
-  const profiler::detail::Range profiled("backward", profiler::Event::Kind::Range);
-  // Leaf roots take their seed right away.
-  for (std::size_t i = 0; i < roots.size(); ++i) {
-    Node<T>& r = *roots[i];
-    if (!r.is_leaf) {
-      XGRAD_CHECK(!r.released, released_message<T>(r.op));
-      continue;
-    }
-    Array<T> g = std::move(seeds[i]);
-    if (capture == nullptr) {
-      if (!r.grad_hooks.empty()) run_grad_hooks(r, g);
-      r.accumulate_grad(std::move(g));
-      run_post_accumulate_grad_hooks(roots[i]);
-    } else if (auto found = capture->slot.find(&r); found != capture->slot.end()) {
-      if (!r.grad_hooks.empty()) run_grad_hooks(r, g);
-      capture->add(found->second, std::move(g));
-    }
-  }
-
-  // Iterative depth-first post-order over the nodes that need a gradient; reversed, it is a
-  // topological order (every node before its inputs). Leaves are not listed: their gradients
-  // arrive through accumulate_grad.
-  // Raw pointers suffice: the caller's roots keep the graph alive, and the inputs are released
-  // only after the last backward, in post-order (each node before the consumers that own it).
-  const std::uint64_t pass = ++backward_pass;
-  std::vector<Node<T>*> order;
-  std::vector<std::pair<Node<T>*, std::size_t>> stack;
-  for (const auto& root : roots) {
-    if (root->is_leaf || root->visit_mark == pass) continue;
-    root->visit_mark = pass;
-    stack.emplace_back(root.get(), 0);
-    while (!stack.empty()) {
-      auto& [node, next] = stack.back();
-      if (next < node->inputs.size()) {
-        Node<T>* in = node->inputs[next++].get();
-        if (in && in->requires_grad && !in->is_leaf && in->visit_mark != pass) {
-          XGRAD_CHECK(!in->released, released_message<T>(in->op));
-          in->visit_mark = pass;
-          stack.emplace_back(in, 0);
-        }
-      } else {
-        order.push_back(node);
-        stack.pop_back();
-      }
-    }
-  }
-  if (order.empty()) return;
-
-  SetAsideGrads<T> set_aside;
-  // autograd::grad: runs[k], whether the k-th node run (in reverse post-order) has an input on a
-  // path to a captured input, i.e. whether its backward is needed.
-  std::vector<char> runs;
-  // backward(): the leaves with post-accumulate-grad hooks or register_hook hooks are complete
-  // once the last node (in the order below) that feeds them has run its backward. hooks_after[k]:
-  // the leaves whose last consumer is the k-th node run.
-  std::vector<std::vector<std::shared_ptr<Node<T>>>> hooks_after;
-  if (capture != nullptr) {
-    std::unordered_map<const Node<T>*, bool> needed;  // non-leaf -> on a path to a captured input
-    std::vector<char> runs_post(order.size(), 0);
-    for (std::size_t i = 0; i < order.size(); ++i) {  // post-order: inputs first
-      bool any = false;
-      for (const auto& in : order[i]->inputs) {
-        if (!in || !in->requires_grad) continue;
-        any = any || (in->is_leaf ? capture->slot.count(in.get()) != 0 : needed[in.get()]);
-      }
-      runs_post[i] = any;
-      needed[order[i]] = any || capture->slot.count(order[i]) != 0;
-    }
-    runs.assign(runs_post.rbegin(), runs_post.rend());
-    // Every leaf a running backward can write to gets its grad() set aside.
-    for (std::size_t i = 0; i < order.size(); ++i)
-      if (runs_post[i])
-        for (const auto& in : order[i]->inputs)
-          if (in && in->is_leaf && in->requires_grad) set_aside.add(in.get());
-  } else {
-    std::unordered_map<const Node<T>*, std::size_t> last;  // hooked leaf -> index of its last consumer
-    std::size_t k = 0;
-    for (auto it = order.rbegin(); it != order.rend(); ++it, ++k)
-      for (const auto& in : (*it)->inputs)
-        if (in && in->is_leaf && in->requires_grad &&
-            (!in->post_accumulate_grad_hooks.empty() || !in->grad_hooks.empty()))
-          last[in.get()] = k;
-    if (!last.empty()) {
-      hooks_after.resize(order.size());
-      k = 0;
-      for (auto it = order.rbegin(); it != order.rend(); ++it, ++k)
-        for (const auto& in : (*it)->inputs) {
-          auto found = in ? last.find(in.get()) : last.end();
-          if (found != last.end() && found->second == k) {
-            hooks_after[k].push_back(in);
-            if (!in->grad_hooks.empty()) set_aside.add(in.get());
-            last.erase(found);  // listed once even if the node uses it twice
-          }
-        }
-    }
-  }
-
-  for (std::size_t i = 0; i < roots.size(); ++i)
-    if (!roots[i]->is_leaf) roots[i]->accumulate_grad(std::move(seeds[i]));
-  // The backward's oneDNN calls on this thread block the asynchronous signals once, at the first
-  // of them, until the pass ends (signals.hpp): a signal that arrives meanwhile is delivered then.
-  const detail::AsyncSignalScope one_signal_block;
-  std::size_t k = 0;
-  for (auto it = order.rbegin(); it != order.rend(); ++it, ++k) {
-    Node<T>& node = **it;
-    const bool run = capture == nullptr || runs[k];
-    if (node.has_grad) {
-      if (!node.grad_hooks.empty() && (run || capture->slot.count(&node))) run_grad_hooks(node, node.grad);
-      if (capture != nullptr)
-        if (auto found = capture->slot.find(&node); found != capture->slot.end())
-          capture->add(found->second, run ? copy_array(node.grad, "autograd::grad") : std::move(node.grad));
-      if (run) {
-        running_backward_op = node.op;
-        try {
-          const profiler::detail::Range profiled(node.op, profiler::Event::Kind::Backward);
-          node.backward_fn(node);
-        } catch (const OutOfMemoryError&) {  // from empty_array: names the op, the shape, the bytes
-          running_backward_op = nullptr;
-          throw;
-        } catch (const std::bad_alloc&) {  // from elsewhere (a temporary, a custom Function): name the op
-          running_backward_op = nullptr;
-          throw OutOfMemoryError(detail::concat("the backward of '", node.op, "'"),
-                                 detail::concat("(an allocation failed while computing the gradients for its "
-                                                "output of shape ",
-                                                node.value.shape(), ")"));
-        } catch (...) {
-          running_backward_op = nullptr;
-          throw;
-        }
-        running_backward_op = nullptr;
-      }
-      // Non-leaf gradients are not kept (as in PyTorch without retain_grad()).
-      detail::recycle(node.grad);
-      node.has_grad = false;
-    }
-    if (!retain_graph && run) {
-      node.backward_fn = nullptr;  // frees what the closure saved
-      node.released = true;
-    }
-    if (!hooks_after.empty())
-      for (const auto& leaf : hooks_after[k]) {
-        Array<T> g = detail::no_array<T>();
-        if (set_aside.contains(leaf.get()) && set_aside.take(leaf.get(), g)) {
-          run_grad_hooks(*leaf, g);
-          leaf->accumulate_grad(std::move(g));
-        }
-        run_post_accumulate_grad_hooks(leaf);
-      }
-  }
-  if (capture != nullptr) {
-    for (const auto& [leaf, s] : capture->slot) {
-      Node<T>* l = const_cast<Node<T>*>(leaf);
-      Array<T> g = detail::no_array<T>();
-      if (l->is_leaf && set_aside.contains(l) && set_aside.take(l, g)) {
-        if (!l->grad_hooks.empty()) run_grad_hooks(*l, g);
-        capture->add(s, std::move(g));
-      }
-    }
-  }
-  if (!retain_graph)
-    for (Node<T>* node : order)
-      if (node->released) node->inputs.clear();
-}
-}  // namespace
 
 namespace {
 template <class T>
@@ -485,7 +553,7 @@ std::vector<Tensor<T>> grad_of(const std::vector<Tensor<T>>& outputs, const std:
     }
     slot_of[j] = it->second;
   }
-  with_backward_callbacks([&] { run_backward_pass<T>(roots, std::move(seeds), retain_graph, &capture); });
+  with_backward_callbacks([&] { traverse<T>(roots, std::move(seeds), retain_graph, capture); });
   std::vector<Tensor<T>> result(inputs.size());
   for (std::size_t j = 0; j < inputs.size(); ++j) {
     const std::size_t s = slot_of[j];
@@ -500,6 +568,45 @@ std::vector<Tensor<T>> grad_of(const std::vector<Tensor<T>>& outputs, const std:
   return result;
 }
 }  // namespace
+
+namespace detail {
+template <class T>
+std::shared_ptr<Node<T>> split_history(Node<T>& x, const char* who) {
+  XGRAD_CHECK(!(x.is_leaf && x.requires_grad), who,
+              ": a leaf Variable that requires grad is being used in an in-place operation "
+              "(ctx->mark_dirty on a leaf that requires grad; modify a copy, or work under a NoGradGuard)");
+  XGRAD_CHECK(!E<T>::released(x), released_message<T>(x.op));
+  auto prev = std::allocate_shared<Node<T>>(NodeAllocator<Node<T>>(),
+                                            copy_array(x.value, "mark_dirty (the history's shape)"));
+  prev->requires_grad = x.requires_grad;
+  prev->is_leaf = x.is_leaf;
+  prev->op = x.op;
+  prev->inputs = std::move(x.inputs);
+  x.inputs.clear();
+  // Its value was changed in place: its backward's output_value() refuses it.
+  prev->version = x.version;
+  E<T>::input_versions(*prev) = std::move(E<T>::input_versions(x));
+  E<T>::input_versions(x).clear();
+  E<T>::backward_fn(*prev) = std::move(E<T>::backward_fn(x));
+  E<T>::backward_fn(x) = nullptr;
+  E<T>::rebased_from(*prev) = std::move(E<T>::rebased_from(x));
+  E<T>::rebased_at(*prev) = E<T>::rebased_at(x);
+  return prev;
+}
+
+template <class T>
+void adopt_history(Node<T>& x, Node<T>& result, std::shared_ptr<Node<T>> prev) {
+  x.requires_grad = result.requires_grad;
+  x.is_leaf = result.is_leaf;
+  x.op = result.op;
+  x.inputs = std::move(result.inputs);
+  result.inputs.clear();
+  E<T>::input_versions(x) = std::move(E<T>::input_versions(result));
+  E<T>::backward_fn(x) = std::move(E<T>::backward_fn(result));
+  E<T>::rebased_from(x) = std::move(prev);
+  E<T>::rebased_at(x) = x.version;
+}
+}  // namespace detail
 
 namespace autograd {
 std::vector<Tensor<float>> grad(const std::vector<Tensor<float>>& outputs, const std::vector<Tensor<float>>& inputs,
@@ -569,6 +676,8 @@ Array<T> sum_to(const Array<T>& grad, const Shape& shape) {
   template Tensor<T> make_result<T>(const char*, Array<T>&&, std::initializer_list<Tensor<T>>, \
                                     std::function<void(Node<T>&)>);                         \
   template void run_backward<T>(const Tensor<T>&, Array<T>, bool);                          \
+  template std::shared_ptr<Node<T>> detail::split_history<T>(Node<T>&, const char*);       \
+  template void detail::adopt_history<T>(Node<T>&, Node<T>&, std::shared_ptr<Node<T>>);    \
   template Array<T> sum_to<T>(const Array<T>&, const Shape&);                               \
   template Array<T> sum_to<T>(Array<T>&&, const Shape&);
 XGRAD_INSTANTIATE(float)

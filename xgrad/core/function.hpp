@@ -22,7 +22,9 @@
 // count is refused, naming X. Non-Tensor arguments are passed through to forward. No create_graph: backward's result is
 // not differentiated again. forward must return defined tensors (an undefined one is refused, naming X and the output);
 // the results' nodes are named as PyTorch names a custom Function's grad_fn, X demangled plus "Backward"
-// ("my::SiLUBackward"), in every message and in to_dot.
+// ("my::SiLUBackward"), in every message and in to_dot. An in-place Function changes an input
+// through mutable_value(), calls ctx->mark_dirty({x}) and returns x (LibTorch's form; see
+// AutogradContext::mark_dirty).
 #pragma once
 
 #include <xgrad/base/check.hpp>
@@ -34,6 +36,7 @@
 
 #include <cxxabi.h>
 
+#include <algorithm>
 #include <any>
 #include <cstddef>
 #include <cstdlib>
@@ -49,16 +52,19 @@
 
 namespace xgrad::autograd {
 
+template <class X>
+struct Function;
+
 // What forward and backward share (torch::autograd::AutogradContext).
 template <class T>
 class AutogradContext {
  public:
-  // Tensors backward needs. Each one's version is recorded: get_saved_variables throws if one
-  // was changed in place since, as a built-in op's backward does.
+  // Tensors backward needs. Each one's version is recorded when apply returns (after mark_dirty's
+  // bump, as PyTorch's SavedVariable): get_saved_variables throws if one was changed in place
+  // since, as a built-in op's backward does.
   void save_for_backward(std::vector<Tensor<T>> tensors) {
     saved_ = std::move(tensors);
-    saved_versions_.clear();
-    for (const auto& t : saved_) saved_versions_.push_back(t.defined() ? t.version() : 0);
+    record_saved_versions();
   }
   std::vector<Tensor<T>> get_saved_variables() const {
     for (std::size_t i = 0; i < saved_.size(); ++i)
@@ -72,6 +78,14 @@ class AutogradContext {
   void mark_non_differentiable(std::vector<Tensor<T>> outputs) {
     for (const auto& t : outputs) non_differentiable_.insert(t.node().get());
   }
+  // Inputs forward changed in place (torch's ctx->mark_dirty), which forward must return: apply
+  // bumps each one's version, and the output is that input itself (the same tensor, sharing its
+  // value), its history moved below this Function's node. Whatever saved the input before (an
+  // op, another Function) then refuses to use it, as in PyTorch; a leaf that requires grad is
+  // refused (with grad mode on).
+  void mark_dirty(std::vector<Tensor<T>> inputs) {
+    for (auto& t : inputs) dirty_.push_back(std::move(t));
+  }
   // needs_input_grad(i): whether the i-th Tensor argument of forward requires grad.
   bool needs_input_grad(std::size_t i) const {
     XGRAD_CHECK(i < needs_input_grad_.size(), "autograd::Function: needs_input_grad(", i,
@@ -81,11 +95,24 @@ class AutogradContext {
   // Anything else forward wants to hand to backward (torch's ctx->saved_data).
   std::map<std::string, std::any> saved_data;
 
-  // Internal to Function::apply.
+ private:
+  template <class X>
+  friend struct Function;
+
+  void record_saved_versions() {
+    saved_versions_.clear();
+    for (const auto& t : saved_) saved_versions_.push_back(t.defined() ? t.version() : 0);
+  }
+  bool non_differentiable(const Tensor<T>& t) const { return non_differentiable_.count(t.node().get()) != 0; }
+  bool dirty(const Tensor<T>& t) const {
+    for (const auto& d : dirty_)
+      if (d.node() == t.node()) return true;
+    return false;
+  }
+
   std::vector<bool> needs_input_grad_;
   std::unordered_set<const Node<T>*> non_differentiable_;
-
- private:
+  std::vector<Tensor<T>> dirty_;
   std::vector<Tensor<T>> saved_;
   std::vector<std::uint64_t> saved_versions_;
 };
@@ -153,21 +180,71 @@ struct Function {
       XGRAD_CHECK(out.defined(), detail::function_name<X>(),
                   ": forward returned an undefined tensor; expected "
                   "a defined one (an output that gets no gradient: ctx->mark_non_differentiable)");
-      if (!any_grad || ctx->non_differentiable_.count(out.node().get())) return out;
-      return make_result<T>(detail::node_name<X>(), take_value(out), inputs, [ctx](Node<T>& node) {
+      check_dirty<T>(*ctx, inputs, {out});
+      ctx->record_saved_versions();
+      if (!any_grad || ctx->non_differentiable(out)) return out;
+      auto backward = [ctx](Node<T>& node) {
         run_user_backward<T>(*ctx, node, {Tensor<T>(std::move(node.grad))}, slots);
-      });
+      };
+      if (!ctx->dirty(out)) return make_result<T>(detail::node_name<X>(), take_value(out), inputs, std::move(backward));
+      const Split split = split_dirty<T>(*ctx, inputs);
+      adopt<T>(out, make_result<T>(detail::node_name<X>(), Array<T>(T(0)), inputs, std::move(backward)), split);
+      return out;
     } else {
       for (std::size_t k = 0; k < out.size(); ++k)
         XGRAD_CHECK(out[k].defined(), detail::function_name<X>(), ": forward returned an undefined tensor as output ",
                     k, " of ", out.size(),
                     "; expected a defined one (an output that gets no gradient: "
                     "ctx->mark_non_differentiable)");
+      check_dirty<T>(*ctx, inputs, out);
+      ctx->record_saved_versions();
       return wrap_outputs<T>(ctx, inputs, std::move(out), any_grad, slots);
     }
   }
 
  private:
+  // mark_dirty: every dirty tensor is an input that forward returns; each one's version is bumped
+  // (torch's get_and_bump_dirty).
+  template <class T>
+  static void check_dirty(AutogradContext<T>& ctx, const std::vector<Tensor<T>>& inputs,
+                          const std::vector<Tensor<T>>& outs) {
+    for (auto& d : ctx.dirty_) {
+      const auto same = [&](const Tensor<T>& t) { return t.node() == d.node(); };
+      XGRAD_CHECK(d.defined() && std::any_of(inputs.begin(), inputs.end(), same), detail::function_name<X>(),
+                  ": ctx->mark_dirty was given a tensor that is not a Tensor argument of forward; expected "
+                  "only inputs changed in place");
+      XGRAD_CHECK(std::any_of(outs.begin(), outs.end(), same), detail::function_name<X>(),
+                  ": an input marked dirty (ctx->mark_dirty) is not returned by forward; the inputs "
+                  "changed in place must all be outputs of the Function");
+      ++d.node()->version;
+    }
+  }
+  // Splits the dirty inputs' histories (detail::split_history), putting each one's old history in
+  // its place in `inputs`; returns the pairs (dirty node, its old history).
+  using Split = std::vector<std::pair<const void*, std::shared_ptr<void>>>;
+  template <class T>
+  static Split split_dirty(AutogradContext<T>& ctx, std::vector<Tensor<T>>& inputs) {
+    static const std::string who = detail::function_name<X>();
+    Split split;
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      if (!ctx.dirty(inputs[i])) continue;
+      const std::shared_ptr<Node<T>> x = inputs[i].node();
+      std::shared_ptr<Node<T>> prev = ::xgrad::detail::split_history<T>(*x, who.c_str());
+      for (std::size_t j = i; j < inputs.size(); ++j)  // an input passed twice is split once
+        if (inputs[j].node() == x) inputs[j] = Tensor<T>(prev);
+      split.emplace_back(x.get(), std::move(prev));
+    }
+    return split;
+  }
+  // Gives the dirty output `out` the history of `result`, over its old history.
+  template <class T>
+  static void adopt(Tensor<T>& out, Tensor<T> result, const Split& split) {
+    std::shared_ptr<Node<T>> old;
+    for (const auto& [x, prev] : split)
+      if (x == out.node().get()) old = std::static_pointer_cast<Node<T>>(prev);
+    ::xgrad::detail::adopt_history<T>(*out.node(), *result.node(), std::move(old));
+  }
+
   // Calls X::backward and accumulates its results into the inputs' gradients.
   // `slots`: whether each argument of forward is a Tensor.
   template <class T>
@@ -213,10 +290,11 @@ struct Function {
   // Several outputs: one hidden node (a scalar placeholder value) runs X::backward once; each
   // differentiable output is a node over it that parks its gradient in a shared slot.
   template <class T>
-  static std::vector<Tensor<T>> wrap_outputs(std::shared_ptr<AutogradContext<T>> ctx,
-                                             const std::vector<Tensor<T>>& inputs, std::vector<Tensor<T>> outs,
-                                             bool any_grad, const std::vector<bool>& arg_slots) {
+  static std::vector<Tensor<T>> wrap_outputs(std::shared_ptr<AutogradContext<T>> ctx, std::vector<Tensor<T>> inputs,
+                                             std::vector<Tensor<T>> outs, bool any_grad,
+                                             const std::vector<bool>& arg_slots) {
     if (!any_grad) return outs;
+    const Split split = split_dirty<T>(*ctx, inputs);
     struct Slots { std::vector<Array<T>> grads; std::vector<bool> has; std::vector<Shape> shapes; };
     auto slots = std::make_shared<Slots>();
     slots->grads.resize(outs.size());
@@ -235,15 +313,21 @@ struct Function {
         });
     std::vector<Tensor<T>> result;
     for (std::size_t k = 0; k < outs.size(); ++k) {
-      if (ctx->non_differentiable_.count(outs[k].node().get())) {
+      if (ctx->non_differentiable(outs[k])) {
         result.push_back(outs[k]);
         continue;
       }
-      result.push_back(make_result<T>(detail::node_name<X>(), take_value(outs[k]), {fn}, [slots, k](Node<T>& node) {
+      auto park = [slots, k](Node<T>& node) {
         slots->grads[k] = std::move(node.grad);
         slots->has[k] = true;
         node.input(0).accumulate_grad(Array<T>(T(0)));
-      }));
+      };
+      if (ctx->dirty(outs[k])) {
+        adopt<T>(outs[k], make_result<T>(detail::node_name<X>(), Array<T>(T(0)), {fn}, std::move(park)), split);
+        result.push_back(outs[k]);
+      } else {
+        result.push_back(make_result<T>(detail::node_name<X>(), take_value(outs[k]), {fn}, std::move(park)));
+      }
     }
     return result;
   }

@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <initializer_list>
+#include <memory>
 #include <vector>
 
 #include <xgrad/core/grad_mode.hpp>
@@ -24,6 +25,20 @@ Tensor<T> make_result(const char* op, Array<T>&& value, std::initializer_list<Te
 // Runs reverse-mode differentiation from root with the given seed gradient.
 template <class T>
 void run_backward(const Tensor<T>& root, Array<T> gradient, bool retain_graph);
+
+namespace detail {
+// An in-place result (autograd::Function's mark_dirty, torch's rebase_history), in two steps:
+// split_history moves x's history (its op, inputs and backward) into a new node and returns it
+// (x is then a leaf; the new node's value is a copy of x's, for its shape, and its version is
+// x's, so its backward's output_value() refuses the changed value); the in-place op then makes
+// its result over that node in x's place, and adopt_history gives x the result's history. Nodes
+// made from x before the split keep sending their gradient to the old history (Node::input).
+// split_history refuses a leaf that requires grad, naming `who`.
+template <class T>
+std::shared_ptr<Node<T>> split_history(Node<T>& x, const char* who);
+template <class T>
+void adopt_history(Node<T>& x, Node<T>& result, std::shared_ptr<Node<T>> prev);
+}  // namespace detail
 
 // torch's Variable._execution_engine.queue_callback: called from a hook during a backward, queues
 // `callback` to run when that backward has finished (after every gradient and hook), in queue

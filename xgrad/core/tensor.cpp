@@ -100,11 +100,11 @@ RemovableHandle Tensor<T>::register_post_accumulate_grad_hook(std::function<void
   XGRAD_CHECK(static_cast<bool>(hook), "register_post_accumulate_grad_hook: the hook is empty");
   static std::atomic<std::uint64_t> next_id{0};
   const std::uint64_t id = ++next_id;
-  n.post_accumulate_grad_hooks.emplace_back(id, std::move(hook));
+  n.post_accumulate_grad_hooks_.emplace_back(id, std::move(hook));
   std::weak_ptr<Node<T>> weak = node_;
   return RemovableHandle([weak, id] {
     if (auto node = weak.lock()) {
-      auto& hooks = node->post_accumulate_grad_hooks;
+      auto& hooks = node->post_accumulate_grad_hooks_;
       hooks.erase(std::remove_if(hooks.begin(), hooks.end(), [id](const auto& h) { return h.first == id; }),
                   hooks.end());
     }
@@ -120,11 +120,11 @@ RemovableHandle Tensor<T>::add_grad_hook(GradHook hook) {
   XGRAD_CHECK(static_cast<bool>(hook), "register_hook: the hook is empty");
   static std::atomic<std::uint64_t> next_id{0};
   const std::uint64_t id = ++next_id;
-  n.grad_hooks.emplace_back(id, std::move(hook));
+  n.grad_hooks_.emplace_back(id, std::move(hook));
   std::weak_ptr<Node<T>> weak = node_;
   return RemovableHandle([weak, id] {
     if (auto node = weak.lock()) {
-      auto& hooks = node->grad_hooks;
+      auto& hooks = node->grad_hooks_;
       hooks.erase(std::remove_if(hooks.begin(), hooks.end(), [id](const auto& h) { return h.first == id; }),
                   hooks.end());
     }

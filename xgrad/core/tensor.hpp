@@ -50,8 +50,16 @@ class RemovableHandle {
   std::function<void()> remover_;
 };
 
+namespace detail {
+// The engine's access to a Node's private fields (engine.cpp).
+template <class T>
+struct Engine;
+}  // namespace detail
+
 // One vertex of the graph: the value an op produced, the gradient flowing into it, and how to
-// pass that gradient on to the op's inputs.
+// pass that gradient on to the op's inputs. Ops read and write the public part from their backward
+// closures; the fields only the engine uses (its traversal marks, the closure, the recorded input
+// versions, the hooks) are private to it (detail::Engine) and to Tensor (which registers hooks).
 template <class T>
 struct Node {
   Node() = default;
@@ -67,34 +75,22 @@ struct Node {
   bool has_grad = false;
   bool requires_grad = false;
   bool is_leaf = true;       // made by the user, not by an op
-  bool released = false;     // its graph was freed by a backward without retain_graph
-  std::uint64_t visit_mark = 0;  // run_backward's traversal: equal to its pass number once visited
   // Counts in-place changes of `value` (torch's tensor._version): every Tensor::mutable_value()
   // bumps it, so optimizer steps, initializers and load_state_dict do too.
   std::uint64_t version = 0;
   const char* op = "leaf";   // the op that produced it, for error messages and to_dot
   std::vector<std::shared_ptr<Node<T>>> inputs;
-  // inputs[i]->version when this node was made: a backward that reads an input's value checks
-  // it is unchanged (torch's SavedVariable), see input_value.
-  xt::svector<std::uint64_t, 4> input_versions;
-  // Reads this node's grad (and value, inputs) and accumulates into the inputs' grads. It may
-  // move from `grad` (the engine drops a non-leaf's gradient right after its backward).
-  std::function<void(Node<T>&)> backward_fn;
-  // Leaves only: called by run_backward once this leaf's gradient holds every contribution of the
-  // current backward (Tensor::register_post_accumulate_grad_hook), in registration order.
-  std::vector<std::pair<std::uint64_t, std::function<void(Tensor<T>&)>>> post_accumulate_grad_hooks;
-  // Tensor::register_hook's hooks, in registration order: each gets the gradient flowing into
-  // this node (its total for the current backward) and may return a replacement. Empty for almost
-  // every node: the engine only checks emptiness on its fast path.
-  std::vector<std::pair<std::uint64_t, std::function<std::optional<Array<T>>(const Array<T>&)>>> grad_hooks;
 
-  Node<T>& input(std::size_t i) { return *inputs[i]; }
+  // The node the i-th input's gradient goes to: inputs[i], or, when an in-place
+  // autograd::Function (ctx->mark_dirty) rebased that input's history after this node used it,
+  // the history it had then (as PyTorch's edges point at the old grad_fn).
+  Node<T>& input(std::size_t i) { return *edge(i); }
   // For backward closures. input_value and output_value read a value saved for the backward:
   // they throw, as PyTorch does, if it was changed in place since this node was made. An op
   // whose backward needs only shapes (add, sub, reshape, ...) reads input_shape, which never
   // throws. Code that fills a fresh result before anyone uses it may write `value` directly.
   const Array<T>& input_value(std::size_t i) const {
-    if (inputs[i]->version != input_versions[i]) throw_modified(i);
+    if (inputs[i]->version != input_versions_[i]) throw_modified(i);
     return inputs[i]->value;
   }
   Shape input_shape(std::size_t i) const { return Shape(inputs[i]->value.shape().begin(), inputs[i]->value.shape().end()); }
@@ -102,7 +98,7 @@ struct Node {
     if (version != 0) throw_modified(inputs.size());
     return value;
   }
-  bool input_needs_grad(std::size_t i) const { return inputs[i]->requires_grad; }
+  bool input_needs_grad(std::size_t i) const { return edge(i)->requires_grad; }
 
   // The one place where gradients meet: checks the shape, then adds (or moves in the first
   // contribution). In anomaly mode, also checks that g is finite.
@@ -110,9 +106,39 @@ struct Node {
   void accumulate_grad(const Array<T>& g) { accumulate_grad(Array<T>(g)); }
 
  private:
+  friend struct detail::Engine<T>;
+  friend class Tensor<T>;
+
+  Node<T>* edge(std::size_t i) const {
+    Node<T>* n = inputs[i].get();
+    if (n->version == input_versions_[i]) return n;  // unchanged since: not rebased either
+    while (n->rebased_from_ && input_versions_[i] < n->rebased_at_) n = n->rebased_from_.get();
+    return n;
+  }
   // "one of the variables needed for gradient computation has been modified by an inplace
   // operation: ..." naming this op, the input (i < inputs.size()) or the output, and both versions.
   [[noreturn]] void throw_modified(std::size_t i) const;
+
+  bool released_ = false;          // its graph was freed by a backward without retain_graph
+  std::uint64_t visit_mark_ = 0;   // the traversal's: equal to its pass number once visited
+  // inputs[i]->version when this node was made: a backward that reads an input's value checks
+  // it is unchanged (torch's SavedVariable), see input_value.
+  xt::svector<std::uint64_t, 4> input_versions_;
+  // Reads this node's grad (and value, inputs) and accumulates into the inputs' grads. It may
+  // move from `grad` (the engine drops a non-leaf's gradient right after its backward).
+  std::function<void(Node<T>&)> backward_fn_;
+  // Leaves only: called by the engine once this leaf's gradient holds every contribution of the
+  // current backward (Tensor::register_post_accumulate_grad_hook), in registration order.
+  std::vector<std::pair<std::uint64_t, std::function<void(Tensor<T>&)>>> post_accumulate_grad_hooks_;
+  // Tensor::register_hook's hooks, in registration order: each gets the gradient flowing into
+  // this node (its total for the current backward) and may return a replacement. Empty for almost
+  // every node: the engine only checks emptiness on its fast path.
+  std::vector<std::pair<std::uint64_t, std::function<std::optional<Array<T>>(const Array<T>&)>>> grad_hooks_;
+  // Set by an in-place autograd::Function (mark_dirty): the history this node had before, and its
+  // version from then on; nodes made from it earlier (input_versions_ below rebased_at_) send
+  // their gradient there.
+  std::shared_ptr<Node<T>> rebased_from_;
+  std::uint64_t rebased_at_ = 0;
 };
 
 template <class T = float>

@@ -1,5 +1,4 @@
 #include <xgrad/nn/dropout.hpp>
-#include <xgrad/core/gradcheck_registry.hpp>
 
 namespace xgrad::nn {
 
@@ -18,16 +17,3 @@ template class Dropout<float>;
 template class Dropout<double>;
 
 }  // namespace xgrad::nn
-
-// Finite-difference checks of its modules (see xgrad/core/gradcheck_registry.hpp).
-XGRAD_GRADCHECKS(nn_dropout) {
-  using namespace xgrad::gradcheck_support;
-  using O = xgrad::GradcheckOptions;
-  using Sizes = xgrad::GradcheckSizes;
-  namespace nn = xgrad::nn;
-  checks.add({"nn.Dropout", "Dropout(0.3) in training, default generator re-seeded", [](const Sizes& s, const O& o) {
-                 auto m = std::make_shared<nn::Dropout<double>>(0.3);
-                 const T64 x = Maker(s.seed)({s.B, s.L, s.D});
-                 return module_check(*m, x, reseeded(s.seed, [=] { return m->forward(x); }), o);
-               }});
-}

@@ -1,5 +1,4 @@
 #include <xgrad/nn/embedding.hpp>
-#include <xgrad/core/gradcheck_registry.hpp>
 
 #include <algorithm>
 
@@ -41,19 +40,3 @@ template class Embedding<float>;
 template class Embedding<double>;
 
 }  // namespace xgrad::nn
-
-// Finite-difference checks of its modules (see xgrad/core/gradcheck_registry.hpp).
-XGRAD_GRADCHECKS(nn_embedding) {
-  using namespace xgrad::gradcheck_support;
-  using xgrad::IndexArray;
-  using O = xgrad::GradcheckOptions;
-  using Sizes = xgrad::GradcheckSizes;
-  namespace nn = xgrad::nn;
-  checks.add({"nn.Embedding", "Embedding(C, D) on indices (B, L), then tanh", [](const Sizes& s, const O& o) {
-                 xgrad::manual_seed(s.seed);
-                 auto m = std::make_shared<nn::Embedding<double>>(s.C, s.D);
-                 const IndexArray idx = Maker(s.seed).indices({s.B, s.L}, s.C);
-                 // The input is indices: only the weight is checked.
-                 return module_check(*m, T64(), [=] { return xgrad::tanh(m->forward(idx)); }, o, "indices (B, L)");
-               }});
-}

@@ -1,5 +1,4 @@
 #include <xgrad/nn/layer_norm.hpp>
-#include <xgrad/core/gradcheck_registry.hpp>
 
 #include <xgrad/nn/init.hpp>
 
@@ -35,19 +34,3 @@ template class LayerNorm<float>;
 template class LayerNorm<double>;
 
 }  // namespace xgrad::nn
-
-// Finite-difference checks of its modules (see xgrad/core/gradcheck_registry.hpp).
-XGRAD_GRADCHECKS(nn_layer_norm) {
-  using namespace xgrad::gradcheck_support;
-  using O = xgrad::GradcheckOptions;
-  using Sizes = xgrad::GradcheckSizes;
-  namespace nn = xgrad::nn;
-  checks.add({"nn.LayerNorm", "LayerNorm(D) on (B, L, D)", [](const Sizes& s, const O& o) {
-                 auto m = std::make_shared<nn::LayerNorm<double>>(s.D);
-                 Maker make(s.seed);
-                 m->weight.mutable_value() = make({s.D}).value();  // not the ones and zeros of the init
-                 m->bias.mutable_value() = make({s.D}).value();
-                 const T64 x = make({s.B, s.L, s.D});
-                 return module_check(*m, x, [=] { return m->forward(x); }, o);
-               }});
-}

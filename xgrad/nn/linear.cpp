@@ -1,5 +1,4 @@
 #include <xgrad/nn/linear.hpp>
-#include <xgrad/core/gradcheck_registry.hpp>
 
 #include <cmath>
 
@@ -40,17 +39,3 @@ template class Linear<float>;
 template class Linear<double>;
 
 }  // namespace xgrad::nn
-
-// Finite-difference checks of its modules (see xgrad/core/gradcheck_registry.hpp).
-XGRAD_GRADCHECKS(nn_linear) {
-  using namespace xgrad::gradcheck_support;
-  using O = xgrad::GradcheckOptions;
-  using Sizes = xgrad::GradcheckSizes;
-  namespace nn = xgrad::nn;
-  checks.add({"nn.Linear", "Linear(D, F) on (B, L, D)", [](const Sizes& s, const O& o) {
-                 xgrad::manual_seed(s.seed);
-                 auto m = std::make_shared<nn::Linear<double>>(s.D, s.F);
-                 const T64 x = Maker(s.seed)({s.B, s.L, s.D});
-                 return module_check(*m, x, [=] { return m->forward(x); }, o);
-               }});
-}

@@ -1,5 +1,4 @@
 #include <xgrad/nn/sequential.hpp>
-#include <xgrad/core/gradcheck_registry.hpp>
 #include <xgrad/nn/activation.hpp>  // the checks: Sequential(Linear, GELU, Linear)
 #include <xgrad/nn/linear.hpp>
 
@@ -35,20 +34,3 @@ template class ModuleList<double>;
 
 }  // namespace nn
 }  // namespace xgrad
-
-// Finite-difference checks of its modules (see xgrad/core/gradcheck_registry.hpp).
-XGRAD_GRADCHECKS(nn_sequential) {
-  using namespace xgrad::gradcheck_support;
-  using O = xgrad::GradcheckOptions;
-  using Sizes = xgrad::GradcheckSizes;
-  namespace nn = xgrad::nn;
-  checks.add({"nn.Sequential", "Sequential(Linear(D, F), GELU, Linear(F, D))", [](const Sizes& s, const O& o) {
-                 xgrad::manual_seed(s.seed);
-                 auto m = std::make_shared<nn::Sequential<double>>();
-                 m->push_back(std::make_shared<nn::Linear<double>>(s.D, s.F));
-                 m->push_back(std::make_shared<nn::GELU<double>>());
-                 m->push_back(std::make_shared<nn::Linear<double>>(s.F, s.D));
-                 const T64 x = Maker(s.seed)({s.B, s.L, s.D});
-                 return module_check(*m, x, [=] { return m->forward(x); }, o);
-               }});
-}

@@ -29,7 +29,6 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 #include <xgrad/ops/attention_kernels.hpp>
-#include <xgrad/core/gradcheck_registry.hpp>
 #include <xgrad/core/profiler.hpp>
 #include <xgrad/core/trace.hpp>
 
@@ -589,31 +588,3 @@ XGRAD_INSTANTIATE(double)
 #undef XGRAD_INSTANTIATE
 
 }  // namespace xgrad
-
-// Finite-difference checks of its ops (see xgrad/core/gradcheck_registry.hpp).
-XGRAD_GRADCHECKS(ops_attention) {
-  using namespace xgrad::gradcheck_support;
-  using xgrad::Generator;
-  using O = xgrad::GradcheckOptions;
-  using Sizes = xgrad::GradcheckSizes;
-  checks.add(
-      {"scaled_dot_product_attention", "q (B, H, L, D), k and v (B, H, L + 1, D), bool mask",
-       [](const Sizes& s, const O& o) {
-         Maker make(s.seed);
-         const xgrad::BoolArray mask = make.mask({s.L, s.L + 1}, 0.3);
-         return op_check(
-             [=](const Inputs& in) { return xgrad::scaled_dot_product_attention<double>(in[0], in[1], in[2], mask); },
-             {make({s.B, s.H, s.L, s.D}), make({s.B, s.H, s.L + 1, s.D}), make({s.B, s.H, s.L + 1, s.D})}, o, "mask");
-       }});
-  checks.add({"sdpa_causal_dropout", "causal attention with dropout 0.2 (re-seeded), q k v (B, L, D)",
-               [](const Sizes& s, const O& o) {
-                 Maker make(s.seed);
-                 return op_check(
-                     [=](const Inputs& in) {
-                       Generator gen(s.seed + 7);
-                       return xgrad::scaled_dot_product_attention<double>(in[0], in[1], in[2], {}, 0.2, true,
-                                                                          std::nullopt, &gen);
-                     },
-                     {make({s.B, s.L, s.D}), make({s.B, s.L, s.D}), make({s.B, s.L, s.D})}, o);
-               }});
-}

@@ -2,7 +2,6 @@
 #include <algorithm>
 
 #include <xgrad/ops/ops.hpp>
-#include <xgrad/core/gradcheck_registry.hpp>
 #include <xgrad/core/profiler.hpp>
 
 namespace xgrad {
@@ -50,20 +49,3 @@ template Tensor<float> dropout<float>(const Tensor<float>&, double, bool, Genera
 template Tensor<double> dropout<double>(const Tensor<double>&, double, bool, Generator*);
 
 }  // namespace xgrad
-
-// Finite-difference checks of its ops (see xgrad/core/gradcheck_registry.hpp).
-XGRAD_GRADCHECKS(ops_dropout) {
-  using namespace xgrad::gradcheck_support;
-  using xgrad::Generator;
-  using O = xgrad::GradcheckOptions;
-  using Sizes = xgrad::GradcheckSizes;
-  checks.add({"dropout", "dropout(x (B, L, D), p 0.3), generator re-seeded", [](const Sizes& s, const O& o) {
-                 Maker make(s.seed);
-                 return op_check(
-                     [=](const Inputs& in) {
-                       Generator gen(s.seed + 7);
-                       return xgrad::dropout(in[0], 0.3, true, &gen);
-                     },
-                     {make({s.B, s.L, s.D})}, o);
-               }});
-}

@@ -20,7 +20,6 @@
 #include <xgrad/ops/ops.hpp>
 #include <xgrad/core/profiler.hpp>
 #include <xgrad/core/trace.hpp>
-#include <xgrad/core/gradcheck_registry.hpp>
 #include <xgrad/backend/parallel.hpp>
 #include <xgrad/backend/strided.hpp>
 
@@ -274,17 +273,3 @@ XGRAD_INSTANTIATE(double)
 #undef XGRAD_INSTANTIATE
 
 }  // namespace xgrad
-
-// Finite-difference checks of its ops (see xgrad/core/gradcheck_registry.hpp).
-XGRAD_GRADCHECKS(ops_layer_norm) {
-  using namespace xgrad::gradcheck_support;
-  using xgrad::Shape;
-  using O = xgrad::GradcheckOptions;
-  using Sizes = xgrad::GradcheckSizes;
-  checks.add({"layer_norm", "layer_norm(x (B, L, D), (D), weight, bias)", [](const Sizes& s, const O& o) {
-                 Maker make(s.seed);
-                 return op_check(
-                     [=](const Inputs& in) { return xgrad::layer_norm(in[0], Shape{s.D}, in[1], in[2], 1e-5); },
-                     {make({s.B, s.L, s.D}), make({s.D}), make({s.D})}, o);
-               }});
-}

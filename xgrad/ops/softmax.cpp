@@ -19,7 +19,6 @@
 #include <xgrad/ops/ops.hpp>
 #include <xgrad/core/profiler.hpp>
 #include <xgrad/core/trace.hpp>
-#include <xgrad/core/gradcheck_registry.hpp>
 #include <xgrad/backend/strided.hpp>
 
 namespace xgrad {
@@ -185,10 +184,3 @@ XGRAD_INSTANTIATE(double)
 #undef XGRAD_INSTANTIATE
 
 }  // namespace xgrad
-
-// Finite-difference checks of its ops (see xgrad/core/gradcheck_registry.hpp).
-XGRAD_GRADCHECKS(ops_softmax) {
-  using namespace xgrad::gradcheck_support;
-  checks.add(unary("softmax", "softmax(x, -1)", [](const T64& a) { return xgrad::softmax(a, -1); }));
-  checks.add(unary("log_softmax", "log_softmax(x, 1)", [](const T64& a) { return xgrad::log_softmax(a, 1); }));
-}

@@ -1,5 +1,5 @@
-// The builders shared by the files that register gradient checks (gradcheck_registry.hpp).
-#include <xgrad/core/gradcheck_registry.hpp>
+// The builders shared by the files that register gradient checks (registry.hpp).
+#include "registry.hpp"
 
 #include <xgrad/base/random.hpp>
 #include <xgrad/core/factories.hpp>

@@ -1,5 +1,5 @@
-// Every entry of the gradcheck registry (xgrad/core/gradcheck_registry.hpp; each op's and module's
-// entries are defined in its own .cpp) as a gtest of its own, at the default sizes:
+// Every entry of the gradcheck registry (registry.hpp, beside this file; each op's and module's
+// entries are defined in tests/gradcheck/<folder>_<stem>.cpp) as a gtest of its own, at the default sizes:
 // GradcheckList.Passes/matmul, GradcheckList.Passes/nn_MultiheadAttention, ... The ctest
 // example_gradcheck runs the same registry through the gradcheck tool at other sizes.
 #include <gtest/gtest.h>
@@ -7,6 +7,7 @@
 #include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <regex>
 #include <set>
@@ -14,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include <xgrad/core/gradcheck_registry.hpp>
+#include "registry.hpp"
 #include <xgrad/ops/ops.hpp>
 
 namespace {
@@ -80,37 +81,57 @@ TEST(GradcheckListNames, OpsThenModulesFileByFile) {
   }
 }
 
-// Every XGRAD_GRADCHECKS block in the library's sources is named after its file and listed in
-// core/gradcheck_registry.cpp (an unlisted block would never run: nothing calls it), and every
-// group of the registry comes from such a block.
+// Every XGRAD_GRADCHECKS block of tests/gradcheck/ is named after its file, checks a file of the
+// library (ops_matmul.cpp checks xgrad/ops/matmul.cpp) and is listed in registry.cpp (an unlisted
+// block would never run: nothing calls it); every group of the registry comes from such a block.
 TEST(GradcheckListNames, EveryBlockInTheSourcesIsRegistered) {
   namespace fs = std::filesystem;
-  const fs::path root = fs::path(XGRAD_SOURCE_DIR) / "xgrad";
-  ASSERT_TRUE(fs::is_directory(root)) << root;
+  const fs::path source = fs::path(XGRAD_SOURCE_DIR);
+  const fs::path here = source / "tests" / "gradcheck";
+  ASSERT_TRUE(fs::is_directory(here)) << here;
   std::map<std::string, std::size_t> entries_per_group;
   for (const GradcheckEntry& check : checks()) ++entries_per_group[check.group];
 
   const std::regex block(R"(^XGRAD_GRADCHECKS\((\w+)\))");
   std::set<std::string> blocks;
-  for (const auto& file : fs::recursive_directory_iterator(root)) {
+  for (const auto& file : fs::directory_iterator(here)) {
     if (file.path().extension() != ".cpp") continue;
-    const std::string expected =
-        fs::relative(file.path(), root).parent_path().string() + "_" + file.path().stem().string();
+    const std::string stem = file.path().stem().string();
     std::ifstream in(file.path());
     std::string line;
     while (std::getline(in, line)) {
       std::smatch m;
       if (!std::regex_search(line, m, block)) continue;
-      EXPECT_EQ(m[1].str(), expected) << file.path() << ": XGRAD_GRADCHECKS takes the file's folder and stem";
+      EXPECT_EQ(m[1].str(), stem) << file.path() << ": XGRAD_GRADCHECKS takes the file's stem";
       EXPECT_TRUE(blocks.insert(m[1].str()).second) << file.path() << ": a second XGRAD_GRADCHECKS block";
+      const std::size_t cut = stem.find('_');
+      EXPECT_TRUE(cut != std::string::npos &&
+                  fs::is_regular_file(source / "xgrad" / stem.substr(0, cut) / (stem.substr(cut + 1) + ".cpp")))
+          << file.path() << ": checks no file of the library (named <folder>_<stem> after xgrad/<folder>/<stem>.cpp)";
       EXPECT_EQ(entries_per_group.count(m[1].str()), 1u)
           << file.path() << ": its XGRAD_GRADCHECKS(" << m[1].str()
-          << ") block is not run; add its name to XGRAD_GRADCHECK_FILES in xgrad/core/gradcheck_registry.cpp";
+          << ") block is not run; add its name to XGRAD_GRADCHECK_FILES in tests/gradcheck/registry.cpp";
     }
   }
   for (const auto& [group, count] : entries_per_group)
     EXPECT_EQ(blocks.count(group), 1u) << "the registry has " << count << " entries of group \"" << group
-                                       << "\" but no source file has its block";
+                                       << "\" but no file of tests/gradcheck has its block";
+}
+
+// The registry is test code: no source of the library defines or uses checks (libxgrad ships no
+// test scaffolding, and core/ names no op or module file; scripts/check_layers.py checks the
+// link level).
+TEST(GradcheckListNames, TheLibraryHoldsNoChecks) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::path(XGRAD_SOURCE_DIR) / "xgrad";
+  ASSERT_TRUE(fs::is_directory(root)) << root;
+  for (const auto& file : fs::recursive_directory_iterator(root)) {
+    if (file.path().extension() != ".cpp" && file.path().extension() != ".hpp") continue;
+    std::ifstream in(file.path());
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    for (const char* name : {"XGRAD_GRADCHECKS", "gradcheck_registry", "GradcheckGroup", "gradcheck_entries"})
+      EXPECT_EQ(text.find(name), std::string::npos) << file.path() << " mentions " << name;
+  }
 }
 
 TEST(GradcheckRegistry, RegisterAtRunTime) {

@@ -1,8 +1,6 @@
-// The registry of gradient checks: the list of registering files (see gradcheck_registry.hpp).
-// The builders the registering files share are in gradcheck_support.cpp, apart, so that a program
-// using an op links the list below (and through it every op and module) only when it asks for
-// the entries.
-#include <xgrad/core/gradcheck_registry.hpp>
+// The registry of gradient checks: the list of check files (see registry.hpp). The builders the
+// check files share are in support.cpp.
+#include "registry.hpp"
 
 #include <mutex>
 #include <set>

@@ -1,46 +1,45 @@
 // The registry of finite-difference checks (double precision, central differences): one entry
-// per op of ops/ops.hpp and per module of nn/, each defined in the .cpp of what it checks. The
-// gradcheck example tool runs every entry at sizes chosen by its flags; tests/test_gradcheck_checks
-// runs each as a gtest of its own at the default sizes. `gradcheck --list` (or
+// per op of ops/ops.hpp and per module of nn/. It is test code, not part of libxgrad: the static
+// library xgrad_testing (tests/gradcheck/), linked by the test suites and by the gradcheck example
+// tool. The tool runs every entry at sizes chosen by its flags; test_gradcheck_checks.cpp (beside
+// this file) runs each as a gtest of its own at the default sizes. `gradcheck --list` (or
 // gradcheck_entries().size()) gives the count.
 //
-// Ops take their inputs as gradcheck arguments (xgrad::gradcheck); modules are checked over their
-// input and every parameter in place (xgrad::gradcheck_parameters). Dropout, in ops and modules,
-// re-seeds its generator before every evaluation so that every evaluation draws the same mask.
+// Ops take their inputs as gradcheck arguments (xgrad::gradcheck, in the library); modules are
+// checked over their input and every parameter in place (xgrad::gradcheck_parameters). Dropout, in
+// ops and modules, re-seeds its generator before every evaluation so that every evaluation draws
+// the same mask.
 //
 // ---- Adding a check --------------------------------------------------------------------------
 //
-// In the .cpp of the op (or module), one block per file, below its code:
+// The checks of xgrad/<folder>/<stem>.cpp live in tests/gradcheck/<folder>_<stem>.cpp, one block:
 //
-//   #include <xgrad/core/gradcheck_registry.hpp>
-//   ...
+//   #include "registry.hpp"
+//   #include <xgrad/ops/ops.hpp>
 //   XGRAD_GRADCHECKS(ops_elementwise) {
 //     using namespace xgrad::gradcheck_support;
 //     checks.add(unary("tanh", "tanh(x)", [](const T64& a) { return xgrad::tanh(a); }));
 //   }
 //
 // Inside the block `checks` is the GradcheckGroup to add to; the entries keep the order they are
-// added in. A new op in a file that already has a block only adds its line there: nothing else.
+// added in. A new op in a file that already has checks only adds its line there: nothing else.
 //
-// ---- Why every block is linked ---------------------------------------------------------------
+// ---- Why every block is named in one list -----------------------------------------------------
 //
-// xgrad is a static library: the linker copies a .cpp's object into a program only when the
-// program references a symbol defined in it, and a self-registering static object in a .cpp that
-// nothing references would be dropped (a program calling only gradcheck_entries() would not call
-// any op, and would silently miss their checks). So no static initialisation is involved:
+// xgrad_testing is a static library: the linker copies a .cpp's object into a program only when
+// the program references a symbol defined in it, and a self-registering static object in a .cpp
+// that nothing references would be dropped. So no static initialisation is involved:
 // XGRAD_GRADCHECKS(name) defines the function xgrad::detail::register_gradchecks_<name>, and
-// gradcheck_entries() calls each of them, in the order of the one list of files in
-// core/gradcheck_registry.cpp. That call is the reference that links every registering file
-// into any program that asks for the entries, and the list fixes the order of the entries (ops in
-// the order of ops.hpp, then the modules) independently of the link order. The builders the
-// blocks share (gradcheck_support below) live in core/gradcheck_support.cpp, not beside the list:
-// a program that only calls ops links them, not the list and every op and module with it.
+// gradcheck_entries() calls each of them, in the order of the one list of files in registry.cpp.
+// That call links every check file into any program that asks for the entries, and the list fixes
+// the order of the entries (ops in the order of ops.hpp, then the modules) independently of the
+// link order.
 //
-// A new .cpp file with a block adds its name to that list (the link fails with an undefined
-// reference to xgrad::detail::register_gradchecks_<name> only for a listed name without a block;
-// tests/core/test_gradcheck_checks.cpp fails for a block whose name is not listed, or whose name is not
-// <folder>_<file stem>). Checks of code outside the library are added at run time with
-// register_gradcheck().
+// A new check file adds its name to that list (the link fails with an undefined reference to
+// xgrad::detail::register_gradchecks_<name> only for a listed name without a block;
+// test_gradcheck_checks.cpp fails for a block whose name is not listed, whose name is not its
+// file's stem, or whose file checks no xgrad/<folder>/<stem>.cpp). Checks of code outside the
+// library are added at run time with register_gradcheck().
 #pragma once
 
 #include <cstdint>

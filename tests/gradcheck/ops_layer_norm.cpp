@@ -1,0 +1,26 @@
+// The finite-difference checks of xgrad/ops/layer_norm.cpp (the gradcheck registry: registry.hpp).
+#include "registry.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <xgrad/ops/ops.hpp>
+
+// Finite-difference checks of its ops (see registry.hpp).
+XGRAD_GRADCHECKS(ops_layer_norm) {
+  using namespace xgrad::gradcheck_support;
+  using xgrad::Shape;
+  using O = xgrad::GradcheckOptions;
+  using Sizes = xgrad::GradcheckSizes;
+  checks.add({"layer_norm", "layer_norm(x (B, L, D), (D), weight, bias)", [](const Sizes& s, const O& o) {
+                 Maker make(s.seed);
+                 return op_check(
+                     [=](const Inputs& in) { return xgrad::layer_norm(in[0], Shape{s.D}, in[1], in[2], 1e-5); },
+                     {make({s.B, s.L, s.D}), make({s.D}), make({s.D})}, o);
+               }});
+}
