@@ -267,9 +267,8 @@ Tensor<T> layer_norm(const Tensor<T>& x, const ShapeArg& normalized_shape_arg, c
   });
 }
 
-#define XGRAD_INSTANTIATE(T)                                                                            \
-  template Tensor<T> layer_norm<T>(const Tensor<T>&, const ShapeArg&, const Tensor<T>&, const Tensor<T>&, \
-                                   double);
+#define XGRAD_INSTANTIATE(T) \
+  template Tensor<T> layer_norm<T>(const Tensor<T>&, const ShapeArg&, const Tensor<T>&, const Tensor<T>&, double);
 XGRAD_INSTANTIATE(float)
 XGRAD_INSTANTIATE(double)
 #undef XGRAD_INSTANTIATE
