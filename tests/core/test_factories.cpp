@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 using namespace xgrad;
@@ -75,4 +76,36 @@ TEST(Factories, ShapesFromInt64AndSizeTSizes) {
               from_vector<float>({}, {2, -4});
             }),
             "from_vector: expected non-negative sizes, got a negative size -4");
+}
+
+// Tensor::sizes() and shape() give std::int64_t sizes, as LibTorch's sizes() (shape() gave a Shape of
+// std::size_t, so {x.shape()[0], n} with an int64 n was a narrowing error); they go back into the
+// factories and shape ops as they are, convert to a Shape and compare with one.
+TEST(Factories, SizesAreInt64AsLibTorch) {
+  const auto x = zeros<float>({2, 3});
+  static_assert(std::is_same_v<std::decay_t<decltype(x.sizes()[0])>, std::int64_t>);
+  static_assert(std::is_same_v<std::decay_t<decltype(x.shape()[0])>, std::int64_t>);
+  EXPECT_EQ(x.sizes(), (std::vector<std::int64_t>{2, 3}));
+  EXPECT_EQ(x.shape(), x.sizes());
+  EXPECT_EQ(x.sizes(), (Shape{2, 3}));
+  EXPECT_NE(x.sizes(), (Shape{3, 2}));
+  EXPECT_EQ((Shape{2, 3}), x.shape());
+  EXPECT_EQ(x.sizes().vec(), (std::vector<std::int64_t>{2, 3}));
+  const Shape shape = x.sizes();
+  EXPECT_EQ(shape, (Shape{2, 3}));
+  EXPECT_EQ(zeros<float>(x.sizes()).sizes(), (Shape{2, 3}));
+  EXPECT_EQ(ones<double>({x.shape()[1], x.shape()[0] * 2}).sizes(), (Shape{3, 4}));
+  EXPECT_EQ(reshape(x, {x.shape()[1], -1}).sizes(), (Shape{3, 2}));
+  EXPECT_EQ(zeros<float>({}).sizes(), Shape{});
+  EXPECT_EQ(detail::concat("got ", x.sizes()), "got (2, 3)");  // as a Shape prints, in errors
+  // A std::vector<std::int64_t> (IntArrayRef) with a negative size is refused, naming the factory.
+  EXPECT_EQ(error_of([] {
+              rand<float>(std::vector<std::int64_t>{3, -2});
+            }),
+            "rand: expected non-negative sizes, got a negative size -2");
+  EXPECT_EQ(error_of([] {
+              const Shape s = Sizes{4, -5};
+              (void)s;
+            }),
+            "Sizes: expected non-negative sizes to convert to a Shape, got (4, -5)");
 }

@@ -360,6 +360,13 @@ TEST(Module, InitFunctions) {
   auto u2 = nn::init::xavier_uniform_(zeros<float>({3, 5}), 1.0, &g2);
   EXPECT_EQ(u1.value(), u2.value());
   EXPECT_EQ(nn::init::calculate_fan_in_and_fan_out({3, 5, 2}), (std::pair<double, double>{10.0, 6.0}));
+  // LibTorch's int64 sizes and the tensor itself (_calculate_fan_in_and_fan_out(tensor)); a negative
+  // size is refused naming the function.
+  const std::int64_t out = 3;
+  EXPECT_EQ(nn::init::calculate_fan_in_and_fan_out({out, std::int64_t{5}}), (std::pair<double, double>{5.0, 3.0}));
+  EXPECT_EQ(nn::init::calculate_fan_in_and_fan_out(zeros<float>({3, 5, 2})), (std::pair<double, double>{10.0, 6.0}));
+  XGRAD_EXPECT_THROW_MSG(nn::init::calculate_fan_in_and_fan_out({out, out - 4}),
+                         "init::calculate_fan_in_and_fan_out: expected non-negative sizes, got a negative size -1");
   EXPECT_DOUBLE_EQ(nn::init::calculate_gain("leaky_relu", std::sqrt(5.0)), std::sqrt(1.0 / 3.0));
   XGRAD_EXPECT_THROW_MSG(nn::init::xavier_uniform_(zeros<float>({3})), "fewer than 2 dimensions");
   XGRAD_EXPECT_THROW_MSG(nn::init::kaiming_uniform_(zeros<float>({3, 3}), 0.0, "fan_avg"), "fan_avg");

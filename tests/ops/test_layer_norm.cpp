@@ -152,3 +152,17 @@ TEST(LayerNorm, ShapeErrors) {
                          "bias of shape (4)", "got (2, 4)");
   XGRAD_EXPECT_THROW_MSG(layer_norm(zeros<double>({2, 4}), {}), "layer_norm", "at least 1-dimensional");
 }
+
+// normalized_shape takes LibTorch's int64 sizes ({x.size(-1)}, x.sizes()) as well as a Shape (it took
+// a Shape of std::size_t only: {x.size(-1)} was a narrowing error under clang); a negative size is
+// refused naming layer_norm and the value.
+TEST(LayerNorm, NormalizedShapeTakesInt64Sizes) {
+  const T64 x = input({2, 3, 4}, 5);
+  const std::int64_t d = x.size(-1);
+  const Array<double> expected = layer_norm(x, Shape{4}).value();
+  EXPECT_EQ(layer_norm(x, {x.size(-1)}).value(), expected);
+  EXPECT_EQ(layer_norm(x, {d}).value(), expected);
+  EXPECT_EQ(layer_norm(x, std::vector<std::int64_t>{d}).value(), expected);
+  EXPECT_EQ(layer_norm(x, x.sizes()).value(), layer_norm(x, Shape{2, 3, 4}).value());
+  XGRAD_EXPECT_THROW_MSG(layer_norm(x, {d - 7}), "layer_norm: expected non-negative sizes, got a negative size -3");
+}

@@ -14,14 +14,19 @@
 
 namespace xgrad {
 
-// A factory's shape: a Shape, or a braced list of sizes of any integer types, so that LibTorch's
-// int64 sizes and shape()'s std::size_t ones both work, mixed too: zeros<float>({x.size(0), 3}).
-// A negative size is refused by the factory, naming it.
+// A shape argument (LibTorch's IntArrayRef): a tensor's sizes() (or any std::vector<std::int64_t>),
+// a Shape, or a braced list of sizes of any integer types, mixed too: zeros<float>({x.size(0), 3}).
+// The factories, layer_norm's normalized_shape and nn::init take one. A negative size is refused by
+// the function taking it, naming it and the value.
 class ShapeArg {
  public:
   ShapeArg() = default;
   ShapeArg(const Shape& shape) : shape_(shape) {}        // NOLINT: implicit, as the Shape it replaces
   ShapeArg(Shape&& shape) : shape_(std::move(shape)) {}  // NOLINT
+  ShapeArg(const std::vector<std::int64_t>& sizes) {     // NOLINT: implicit, as IntArrayRef (Sizes too)
+    shape_.reserve(sizes.size());
+    for (const std::int64_t d : sizes) add(d);
+  }
   template <class... I,
             std::enable_if_t<(sizeof...(I) > 0) && (std::is_integral_v<I> && ...) && !(std::is_same_v<I, bool> || ...),
                              int> = 0>

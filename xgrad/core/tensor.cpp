@@ -57,8 +57,9 @@ void Tensor<T>::zero_grad(bool set_to_none) {
 }
 
 template <class T>
-Shape Tensor<T>::shape() const {
-  return shape_of(value());
+Sizes Tensor<T>::sizes() const {
+  const auto& shape = value().shape();
+  return Sizes(shape.begin(), shape.end());
 }
 
 template <class T>

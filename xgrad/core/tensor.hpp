@@ -19,6 +19,7 @@
 
 #include <xgrad/backend/array.hpp>
 #include <xgrad/base/check.hpp>
+#include <xgrad/core/sizes.hpp>
 
 namespace xgrad {
 
@@ -170,8 +171,10 @@ class Tensor {
   // Zeros the gradient, or forgets it when set_to_none (PyTorch's default for optimizers).
   void zero_grad(bool set_to_none = false);
 
-  Shape shape() const;
-  // As LibTorch: sizes, dims and counts are std::int64_t (shape() gives the sizes as std::size_t).
+  // As LibTorch: sizes, dims and counts are std::int64_t. sizes() is LibTorch's, shape() Python's
+  // name for the same sizes (a Sizes converts to a Shape where std::size_t sizes are needed).
+  Sizes sizes() const;
+  Sizes shape() const { return sizes(); }
   std::int64_t size(std::int64_t dim) const;  // negative dims count from the end
   std::int64_t dim() const { return static_cast<std::int64_t>(value().dimension()); }
   std::int64_t numel() const { return static_cast<std::int64_t>(value().size()); }

@@ -7,7 +7,8 @@
 
 namespace xgrad::nn::init {
 
-std::pair<double, double> calculate_fan_in_and_fan_out(const Shape& shape) {
+std::pair<double, double> calculate_fan_in_and_fan_out(const ShapeArg& sizes) {
+  const Shape& shape = sizes.get("init::calculate_fan_in_and_fan_out");
   XGRAD_CHECK(shape.size() >= 2, "init: fan in and fan out can not be computed for a tensor with fewer "
               "than 2 dimensions, got shape ", shape);
   double receptive = 1;

@@ -10,8 +10,13 @@
 
 namespace xgrad::nn::init {
 
-// fan_in = size(1) * receptive field, fan_out = size(0) * receptive field (tensors of >= 2 dims).
-std::pair<double, double> calculate_fan_in_and_fan_out(const Shape& shape);
+// fan_in = size(1) * receptive field, fan_out = size(0) * receptive field (tensors of >= 2 dims);
+// of the sizes ({out, in}, t.sizes() or a Shape; a negative size throws) or of the tensor's.
+std::pair<double, double> calculate_fan_in_and_fan_out(const ShapeArg& sizes);
+template <class T>
+std::pair<double, double> calculate_fan_in_and_fan_out(const Tensor<T>& tensor) {
+  return calculate_fan_in_and_fan_out(tensor.sizes());
+}
 // The recommended gain of `nonlinearity` ("linear", "sigmoid", "tanh", "relu", "leaky_relu"
 // with negative slope `param`, "conv*d", "selu").
 double calculate_gain(const std::string& nonlinearity, double param = 0.01);

@@ -184,9 +184,10 @@ std::size_t row_pieces(std::size_t rows, std::size_t D) {
 // y = (x - mean) * rstd * w + b, rstd = 1 / sqrt(var + eps), biased var over each row.
 // https://pytorch.org/docs/stable/generated/torch.nn.functional.layer_norm.html
 template <class T>
-Tensor<T> layer_norm(const Tensor<T>& x, const Shape& normalized_shape, const Tensor<T>& weight,
+Tensor<T> layer_norm(const Tensor<T>& x, const ShapeArg& normalized_shape_arg, const Tensor<T>& weight,
                      const Tensor<T>& bias, double eps) {
   XGRAD_PROFILE_OP("layer_norm");
+  const Shape& normalized_shape = normalized_shape_arg.get("layer_norm");
   const Shape sx = x.shape();
   const std::size_t nn = normalized_shape.size();
   XGRAD_CHECK(nn >= 1, "layer_norm: expected normalized_shape to be at least 1-dimensional, got ",
@@ -265,9 +266,8 @@ Tensor<T> layer_norm(const Tensor<T>& x, const Shape& normalized_shape, const Te
   });
 }
 
-#define XGRAD_INSTANTIATE(T)                                                                            \
-  template Tensor<T> layer_norm<T>(const Tensor<T>&, const Shape&, const Tensor<T>&, const Tensor<T>&, \
-                                   double);
+#define XGRAD_INSTANTIATE(T) \
+  template Tensor<T> layer_norm<T>(const Tensor<T>&, const ShapeArg&, const Tensor<T>&, const Tensor<T>&, double);
 XGRAD_INSTANTIATE(float)
 XGRAD_INSTANTIATE(double)
 #undef XGRAD_INSTANTIATE

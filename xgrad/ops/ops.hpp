@@ -152,11 +152,11 @@ template <class T> Tensor<T> log_softmax(const Tensor<T>& a, std::int64_t dim);
 
 // ---- layer_norm.cpp ---------------------------------------------------------------------------
 
-// F.layer_norm over the trailing normalized_shape dims; weight and bias (of that shape) may be
-// undefined. Biased variance, eps inside the square root. One fused node whose statistics stay
-// accurate under a large common offset.
+// F.layer_norm over the trailing normalized_shape dims ({x.size(-1)}, x.sizes() or a Shape; a
+// negative size throws); weight and bias (of that shape) may be undefined. Biased variance, eps
+// inside the square root. One fused node whose statistics stay accurate under a large common offset.
 template <class T>
-Tensor<T> layer_norm(const Tensor<T>& x, const Shape& normalized_shape, const Tensor<T>& weight = {},
+Tensor<T> layer_norm(const Tensor<T>& x, const ShapeArg& normalized_shape, const Tensor<T>& weight = {},
                      const Tensor<T>& bias = {}, double eps = 1e-5);
 
 // ---- dropout.cpp ------------------------------------------------------------------------------
