@@ -47,16 +47,17 @@ build() {
 
 # use_ccache: sets LAUNCHER to the cmake arguments that compile through ccache (installed by
 # setup.sh) when it is present, empty otherwise. quickstart.sh's build/release and test.sh's trees
-# then share the cache, and the consumer_subdirectory test, which compiles a second copy of the
-# library with the same flags and sources, gets its objects from the cache instead of compiling
-# them again. CCACHE_NOHASHDIR lets trees in different folders share objects built with -g;
-# CCACHE_BASEDIR (paths relative to each build folder) would defeat that.
+# then share the cache. CCACHE_BASEDIR (the clone's root) makes the paths ccache hashes relative
+# to each build folder, so that a clone in another folder (CI's, a clean clone made to check a
+# change) gets the objects another clone compiled; CCACHE_NOHASHDIR lets trees share objects built
+# with -g. (consumer_subdirectory, whose copy of the library compiles in a deeper folder, then
+# compiles it again: a few minutes in the Release tree.)
 LAUNCHER=()
 use_ccache() {
   LAUNCHER=()
   if command -v ccache >/dev/null; then
     LAUNCHER=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
     export CCACHE_NOHASHDIR=1
-    unset CCACHE_BASEDIR
+    export CCACHE_BASEDIR=$XGRAD_ROOT
   fi
 }
