@@ -3,7 +3,7 @@
 // appended to it: the op's name, its input tensors, its result, and the non-tensor arguments the
 // op noted just before (dims, scalars, index and mask arrays). Nothing is recorded otherwise, and
 // an op pays one thread-local test for it.
-//
+// compile: skip (fragments of an op's and of a composite's body, which the files of ops/ show whole)
 //   In an op:        XGRAD_TRACE_NOTE("softmax", {"dim", dim});      // then make_result(...)
 //   In a composite:  trace::Composite<T> traced("multi_head_attention", {q, k, v}, {...});
 //                    ... ops (not recorded) ...

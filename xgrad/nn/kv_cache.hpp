@@ -2,12 +2,13 @@
 // layer keeps the keys and values its self-attention computed for every position seen so far, so
 // a new position costs one query against them (O(context) per token) instead of a forward over
 // the whole context (O(context^2)).
-//
-//   xgrad::NoGradGuard no_grad;                 // inference only
+// compile: snippet given: extern nn::TransformerEncoder<float>& encoder; Tensor<float> prompt, next;
+//   NoGradGuard no_grad;                                   // inference only
 //   encoder.eval();
-//   std::vector<nn::KVCache<float>> caches;     // sized by the first call
-//   auto h = nn::forward_cached(encoder, prompt, caches);   // prefill: (N, t, E) with batch_first
-//   for (...) h = nn::forward_cached(encoder, next, caches); // then one position at a time
+//   std::vector<nn::KVCache<float>> caches;                // sized by the first call
+//   auto h = nn::forward_cached(encoder, prompt, caches);  // prefill: (N, t, E) with batch_first
+//   for (int i = 0; i < 10; ++i)
+//     h = nn::forward_cached(encoder, next, caches);       // then one position at a time
 //
 // forward_cached's result equals the last positions of encoder.forward(all positions, {}, {},
 // /*is_causal=*/true), up to rounding. The cache stores the heads' projected keys and values as

@@ -1,16 +1,19 @@
 // Command-line flags for a training program with CLI11 (libcli11-dev), header-only: only programs
-// that include this header need CLI11; the rest of xgrad::train does not depend on it.
-//
-//   CLI::App app{"..."};
-//   xgrad::train::Settings settings;
-//   xgrad::train::cli::add_setting(app, settings, "--d-model", c.d_model, "model width")
-//       ->check(xgrad::train::cli::integer_in(1, 4096));
-//   xgrad::train::TrainerOptions options;  options.checkpoint_path = "my.ckpt";
-//   xgrad::train::cli::add_trainer_flags(app, options);
-//   int steps = 1000;  xgrad::train::cli::add_max_steps_flag(app, steps, "--steps", "training steps");
-//   CLI11_PARSE(app, argc, argv);
-//   xgrad::train::cli::finish_max_steps(app, options, "--steps", steps);
-//   ... xgrad::train::Trainer trainer("my_program", options, settings, world, xgrad::train::cli::given(app));
+// that include this header need CLI11; the rest of xgrad::train does not depend on it. In main():
+// compile: snippet given: int argc = 1; char* argv[] = {nullptr}; int d_model = 64;
+//   CLI::App app{"my_program"};
+//   train::Settings settings;
+//   train::cli::add_setting(app, settings, "--d-model", d_model, "model width")
+//       ->check(train::cli::integer_in(1, 4096));
+//   train::TrainerOptions options;
+//   options.checkpoint_path = "my.ckpt";
+//   train::cli::add_trainer_flags(app, options);
+//   int steps = 1000;
+//   train::cli::add_max_steps_flag(app, steps, "--steps", "training steps");
+//   app.parse(argc, argv);  // in main(): CLI11_PARSE(app, argc, argv);
+//   train::cli::finish_max_steps(app, options, "--steps", steps);
+//   train::Trainer trainer("my_program", options, settings, train::single_process_world(),
+//                          train::cli::given(app));
 //
 // The checks print one short line naming the flag, what was expected and what came, where CLI11's
 // own CLI::PositiveNumber and CLI::Range print the whole double range (some 300 digits):

@@ -1,13 +1,15 @@
 // The Trainer's data parallelism, header-only, for a program that trains under `mpirun -np N`
 // when built with MPI (XGRAD_WITH_MPI, a program linking xgrad::train_mpi) and as one process
-// otherwise, with the same code:
-//
-//   const auto world = xgrad::train::launched_world();   // in main(), until it returns
-//   xgrad::train::Trainer trainer("my_program", options, settings, *world, ...);
-//   trainer.seed_everything(seed);
-//   auto model = std::make_shared<MyModel>(...);
-//   xgrad::train::DataParallel<MyModel> forward(model, *world);  // DDP over the ranks, if several
-//   ... trainer.fit(*model, optimizer, &schedule, [&](int step) { return loss(forward(x)); }, ...)
+// otherwise, with the same code (in main()):
+// compile: snippet given: train::Settings settings; train::TrainerOptions options; options.max_steps = 10; Tensor<float> x = randn<float>({4, 8}), y = randn<float>({4, 2});
+//   const auto world = train::launched_world();  // until main() returns
+//   train::Trainer trainer("my_program", options, settings, *world);
+//   trainer.seed_everything(0);
+//   auto model = std::make_shared<nn::Linear<float>>(8, 2);
+//   train::DataParallel<nn::Linear<float>> forward(model, *world);  // DDP over the ranks, if several
+//   optim::AdamW<float> optimizer(model->parameters(), optim::AdamWOptions(1e-3));
+//   trainer.fit(*model, optimizer, nullptr, [&](int) { return mse_loss(forward(x), y); },
+//               [&] { return mse_loss(forward(x), y).item(); });
 #pragma once
 
 #include <memory>
