@@ -92,7 +92,7 @@ TEST(AutogradFunctionMarkDirty, ReturnsTheInputWithItsVersionBumpedAndItsHistory
   T64 x = a * b;
   const std::uint64_t before = x.version();
   T64 z = InplaceDouble::apply(x);
-  EXPECT_TRUE(z.same(x));  // the output is the input
+  EXPECT_TRUE(z.same(x));              // the output is the input
   EXPECT_EQ(x.version(), before + 2);  // forward's mutable_value, then mark_dirty's bump (as PyTorch)
   EXPECT_FALSE(x.is_leaf());
   EXPECT_NE(std::string(x.op()).find("InplaceDoubleBackward"), std::string::npos) << x.op();
@@ -116,7 +116,7 @@ TEST(AutogradFunctionMarkDirty, EarlierConsumersKeepTheOldHistory) {
 TEST(AutogradFunctionMarkDirty, AStaleSavedTensorIsRefused) {
   T64 a = input({2, 3}, 1).requires_grad_(true);
   T64 x = a * 1.5;
-  T64 y = x * x;           // mul saves x
+  T64 y = x * x;            // mul saves x
   T64 w = SaveX::apply(x);  // a Function saves x
   InplaceDouble::apply(x);
   const std::string m = error_of([&] { sum(y).backward(); });
@@ -185,10 +185,10 @@ TEST(AutogradFunctionMarkDirty, ADirtyInputNotReturnedIsRefused) {
 
 namespace {
 // Whether `n.name` is accessible from here (an access error is a substitution failure).
-#define XGRAD_PUBLIC_MEMBER(name)                                                                   \
-  template <class N, class = void>                                                                 \
-  struct public_##name : std::false_type {};                                                       \
-  template <class N>                                                                               \
+#define XGRAD_PUBLIC_MEMBER(name)            \
+  template <class N, class = void>           \
+  struct public_##name : std::false_type {}; \
+  template <class N>                         \
   struct public_##name<N, std::void_t<decltype(std::declval<N&>().name)>> : std::true_type {};
 XGRAD_PUBLIC_MEMBER(backward_fn)
 XGRAD_PUBLIC_MEMBER(backward_fn_)

@@ -18,8 +18,8 @@ XGRAD_GRADCHECKS(nn_dropout) {
   using Sizes = xgrad::GradcheckSizes;
   namespace nn = xgrad::nn;
   checks.add({"nn.Dropout", "Dropout(0.3) in training, default generator re-seeded", [](const Sizes& s, const O& o) {
-                 auto m = std::make_shared<nn::Dropout<double>>(0.3);
-                 const T64 x = Maker(s.seed)({s.B, s.L, s.D});
-                 return module_check(*m, x, reseeded(s.seed, [=] { return m->forward(x); }), o);
-               }});
+                auto m = std::make_shared<nn::Dropout<double>>(0.3);
+                const T64 x = Maker(s.seed)({s.B, s.L, s.D});
+                return module_check(*m, x, reseeded(s.seed, [=] { return m->forward(x); }), o);
+              }});
 }

@@ -19,10 +19,11 @@ XGRAD_GRADCHECKS(nn_embedding) {
   using Sizes = xgrad::GradcheckSizes;
   namespace nn = xgrad::nn;
   checks.add({"nn.Embedding", "Embedding(C, D) on indices (B, L), then tanh", [](const Sizes& s, const O& o) {
-                 xgrad::manual_seed(s.seed);
-                 auto m = std::make_shared<nn::Embedding<double>>(s.C, s.D);
-                 const IndexArray idx = Maker(s.seed).indices({s.B, s.L}, s.C);
-                 // The input is indices: only the weight is checked.
-                 return module_check(*m, T64(), [=] { return xgrad::tanh(m->forward(idx)); }, o, "indices (B, L)");
-               }});
+                xgrad::manual_seed(s.seed);
+                auto m = std::make_shared<nn::Embedding<double>>(s.C, s.D);
+                const IndexArray idx = Maker(s.seed).indices({s.B, s.L}, s.C);
+                // The input is indices: only the weight is checked.
+                return module_check(
+                    *m, T64(), [=] { return xgrad::tanh(m->forward(idx)); }, o, "indices (B, L)");
+              }});
 }

@@ -18,9 +18,10 @@ XGRAD_GRADCHECKS(nn_linear) {
   using Sizes = xgrad::GradcheckSizes;
   namespace nn = xgrad::nn;
   checks.add({"nn.Linear", "Linear(D, F) on (B, L, D)", [](const Sizes& s, const O& o) {
-                 xgrad::manual_seed(s.seed);
-                 auto m = std::make_shared<nn::Linear<double>>(s.D, s.F);
-                 const T64 x = Maker(s.seed)({s.B, s.L, s.D});
-                 return module_check(*m, x, [=] { return m->forward(x); }, o);
-               }});
+                xgrad::manual_seed(s.seed);
+                auto m = std::make_shared<nn::Linear<double>>(s.D, s.F);
+                const T64 x = Maker(s.seed)({s.B, s.L, s.D});
+                return module_check(
+                    *m, x, [=] { return m->forward(x); }, o);
+              }});
 }

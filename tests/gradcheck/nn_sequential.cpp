@@ -20,12 +20,13 @@ XGRAD_GRADCHECKS(nn_sequential) {
   using Sizes = xgrad::GradcheckSizes;
   namespace nn = xgrad::nn;
   checks.add({"nn.Sequential", "Sequential(Linear(D, F), GELU, Linear(F, D))", [](const Sizes& s, const O& o) {
-                 xgrad::manual_seed(s.seed);
-                 auto m = std::make_shared<nn::Sequential<double>>();
-                 m->push_back(std::make_shared<nn::Linear<double>>(s.D, s.F));
-                 m->push_back(std::make_shared<nn::GELU<double>>());
-                 m->push_back(std::make_shared<nn::Linear<double>>(s.F, s.D));
-                 const T64 x = Maker(s.seed)({s.B, s.L, s.D});
-                 return module_check(*m, x, [=] { return m->forward(x); }, o);
-               }});
+                xgrad::manual_seed(s.seed);
+                auto m = std::make_shared<nn::Sequential<double>>();
+                m->push_back(std::make_shared<nn::Linear<double>>(s.D, s.F));
+                m->push_back(std::make_shared<nn::GELU<double>>());
+                m->push_back(std::make_shared<nn::Linear<double>>(s.F, s.D));
+                const T64 x = Maker(s.seed)({s.B, s.L, s.D});
+                return module_check(
+                    *m, x, [=] { return m->forward(x); }, o);
+              }});
 }

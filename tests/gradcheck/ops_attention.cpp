@@ -28,14 +28,14 @@ XGRAD_GRADCHECKS(ops_attention) {
              {make({s.B, s.H, s.L, s.D}), make({s.B, s.H, s.L + 1, s.D}), make({s.B, s.H, s.L + 1, s.D})}, o, "mask");
        }});
   checks.add({"sdpa_causal_dropout", "causal attention with dropout 0.2 (re-seeded), q k v (B, L, D)",
-               [](const Sizes& s, const O& o) {
-                 Maker make(s.seed);
-                 return op_check(
-                     [=](const Inputs& in) {
-                       Generator gen(s.seed + 7);
-                       return xgrad::scaled_dot_product_attention<double>(in[0], in[1], in[2], {}, 0.2, true,
-                                                                          std::nullopt, &gen);
-                     },
-                     {make({s.B, s.L, s.D}), make({s.B, s.L, s.D}), make({s.B, s.L, s.D})}, o);
-               }});
+              [](const Sizes& s, const O& o) {
+                Maker make(s.seed);
+                return op_check(
+                    [=](const Inputs& in) {
+                      Generator gen(s.seed + 7);
+                      return xgrad::scaled_dot_product_attention<double>(in[0], in[1], in[2], {}, 0.2, true,
+                                                                         std::nullopt, &gen);
+                    },
+                    {make({s.B, s.L, s.D}), make({s.B, s.L, s.D}), make({s.B, s.L, s.D})}, o);
+              }});
 }

@@ -41,8 +41,8 @@ XGRAD_GRADCHECKS(ops_attention_tiled) {
                       TiledPath tiled;
                       return xgrad::scaled_dot_product_attention<double>(in[0], in[1], in[2], mask);
                     },
-                    {make({s.B, s.H, s.L + 2, s.D}), make({s.B, s.H, s.L + 3, s.D}), make({s.B, s.H, s.L + 3, s.D})},
-                    o, "mask");
+                    {make({s.B, s.H, s.L + 2, s.D}), make({s.B, s.H, s.L + 3, s.D}), make({s.B, s.H, s.L + 3, s.D})}, o,
+                    "mask");
               }});
   checks.add({"sdpa_tiled_float_mask", "tiled path: q (B, L + 2, D), k and v (B, L + 3, D), float mask (B, L+2, L+3)",
               [](const Sizes& s, const O& o) {

@@ -18,12 +18,12 @@ XGRAD_GRADCHECKS(ops_dropout) {
   using O = xgrad::GradcheckOptions;
   using Sizes = xgrad::GradcheckSizes;
   checks.add({"dropout", "dropout(x (B, L, D), p 0.3), generator re-seeded", [](const Sizes& s, const O& o) {
-                 Maker make(s.seed);
-                 return op_check(
-                     [=](const Inputs& in) {
-                       Generator gen(s.seed + 7);
-                       return xgrad::dropout(in[0], 0.3, true, &gen);
-                     },
-                     {make({s.B, s.L, s.D})}, o);
-               }});
+                Maker make(s.seed);
+                return op_check(
+                    [=](const Inputs& in) {
+                      Generator gen(s.seed + 7);
+                      return xgrad::dropout(in[0], 0.3, true, &gen);
+                    },
+                    {make({s.B, s.L, s.D})}, o);
+              }});
 }

@@ -18,9 +18,9 @@ XGRAD_GRADCHECKS(ops_layer_norm) {
   using O = xgrad::GradcheckOptions;
   using Sizes = xgrad::GradcheckSizes;
   checks.add({"layer_norm", "layer_norm(x (B, L, D), (D), weight, bias)", [](const Sizes& s, const O& o) {
-                 Maker make(s.seed);
-                 return op_check(
-                     [=](const Inputs& in) { return xgrad::layer_norm(in[0], Shape{s.D}, in[1], in[2], 1e-5); },
-                     {make({s.B, s.L, s.D}), make({s.D}), make({s.D})}, o);
-               }});
+                Maker make(s.seed);
+                return op_check(
+                    [=](const Inputs& in) { return xgrad::layer_norm(in[0], Shape{s.D}, in[1], in[2], 1e-5); },
+                    {make({s.B, s.L, s.D}), make({s.D}), make({s.D})}, o);
+              }});
 }

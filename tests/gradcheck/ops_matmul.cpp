@@ -17,10 +17,10 @@ XGRAD_GRADCHECKS(ops_matmul) {
   using O = xgrad::GradcheckOptions;
   using Sizes = xgrad::GradcheckSizes;
   checks.add({"matmul", "matmul(a (B, L, D), b (D, F)): batch broadcast", [](const Sizes& s, const O& o) {
-                 Maker make(s.seed);
-                 return op_check([](const Inputs& in) { return xgrad::matmul(in[0], in[1]); },
-                                 {make({s.B, s.L, s.D}), make({s.D, s.F})}, o);
-               }});
+                Maker make(s.seed);
+                return op_check([](const Inputs& in) { return xgrad::matmul(in[0], in[1]); },
+                                {make({s.B, s.L, s.D}), make({s.D, s.F})}, o);
+              }});
   checks.add(
       {"matmul_batched", "matmul(a (B, 1, L, D), b (H, D, F)): batch dims broadcast", [](const Sizes& s, const O& o) {
          Maker make(s.seed);
@@ -28,13 +28,13 @@ XGRAD_GRADCHECKS(ops_matmul) {
                          {make({s.B, 1, s.L, s.D}), make({s.H, s.D, s.F})}, o);
        }});
   checks.add({"matmul_vector", "matmul(v (D), m (B, D, F)) and matmul(m, w (F))", [](const Sizes& s, const O& o) {
-                 Maker make(s.seed);
-                 return op_check([](const Inputs& in) { return xgrad::matmul(xgrad::matmul(in[0], in[1]), in[2]); },
-                                 {make({s.D}), make({s.B, s.D, s.F}), make({s.F})}, o);
-               }});
+                Maker make(s.seed);
+                return op_check([](const Inputs& in) { return xgrad::matmul(xgrad::matmul(in[0], in[1]), in[2]); },
+                                {make({s.D}), make({s.B, s.D, s.F}), make({s.F})}, o);
+              }});
   checks.add({"linear", "linear(x (B, L, D), weight (F, D), bias (F))", [](const Sizes& s, const O& o) {
-                 Maker make(s.seed);
-                 return op_check([](const Inputs& in) { return xgrad::linear(in[0], in[1], in[2]); },
-                                 {make({s.B, s.L, s.D}), make({s.F, s.D}), make({s.F})}, o);
-               }});
+                Maker make(s.seed);
+                return op_check([](const Inputs& in) { return xgrad::linear(in[0], in[1], in[2]); },
+                                {make({s.B, s.L, s.D}), make({s.F, s.D}), make({s.F})}, o);
+              }});
 }

@@ -20,7 +20,7 @@ XGRAD_GRADCHECKS(ops_reduction) {
   checks.add(unary("mean_dims", "mean(x, {1})", [](const T64& a) { return xgrad::mean(a, {1}); }));
   checks.add(unary("var", "var(x)", [](const T64& a) { return xgrad::var(a); }));
   checks.add(unary("var_dims", "var(x, {-1}, biased, keepdim)",
-                    [](const T64& a) { return xgrad::var(a, {-1}, false, true); }));
+                   [](const T64& a) { return xgrad::var(a, {-1}, false, true); }));
   checks.add(unary("amax", "amax(x, {1, 2})", [](const T64& a) { return xgrad::amax(a, {1, 2}); }));
   checks.add(unary("max", "max(x)", [](const T64& a) { return xgrad::max(a); }));
   checks.add(unary("max_dim", "max(x, -1).values", [](const T64& a) { return xgrad::max(a, -1).first; }));

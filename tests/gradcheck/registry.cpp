@@ -7,7 +7,6 @@
 #include <stdexcept>
 #include <utility>
 
-
 // Every file with an XGRAD_GRADCHECKS block, in the order gradcheck_entries() lists their
 // entries: the ops in the order of ops/ops.hpp, then the modules. Calling each registration
 // function is what links the file into a program that asks for the entries (a static library
@@ -60,11 +59,11 @@ struct Registry {
 
   Registry() {
     std::vector<GradcheckGroup> groups;
-#define XGRAD_RUN_GRADCHECKS(name)              \
-  {                                             \
-    GradcheckGroup group(#name);                \
-    detail::register_gradchecks_##name(group);  \
-    groups.push_back(std::move(group));         \
+#define XGRAD_RUN_GRADCHECKS(name)             \
+  {                                            \
+    GradcheckGroup group(#name);               \
+    detail::register_gradchecks_##name(group); \
+    groups.push_back(std::move(group));        \
   }
     XGRAD_GRADCHECK_FILES(XGRAD_RUN_GRADCHECKS)
 #undef XGRAD_RUN_GRADCHECKS

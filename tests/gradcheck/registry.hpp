@@ -77,7 +77,7 @@ struct GradcheckEntry {
   std::string what;  // what is computed, in words and shapes
   std::function<GradcheckOutcome(const GradcheckSizes&, const GradcheckOptions&)> run;
   std::string group = {};  // the registering file, "ops_matmul", "nn_linear" (set by
-                          // GradcheckGroup::add); "" for run-time entries
+                           // GradcheckGroup::add); "" for run-time entries
 };
 
 // The entries of one registering file, in the order they are added; `add` stamps the group.
@@ -164,8 +164,8 @@ GradcheckEntry binary(const std::string& name, T64 (*op)(const T64&, const T64&)
 // Defines the registration function of one file (see the top of this header), at global scope
 // (outside any namespace): `name` is the file's folder and stem, `ops_matmul` for
 // xgrad/ops/matmul.cpp; the block that follows adds entries to `checks` (a GradcheckGroup&).
-#define XGRAD_GRADCHECKS(name)                                            \
-  namespace xgrad::detail {                                               \
-  void register_gradchecks_##name(::xgrad::GradcheckGroup& checks);       \
-  }                                                                       \
+#define XGRAD_GRADCHECKS(name)                                      \
+  namespace xgrad::detail {                                         \
+  void register_gradchecks_##name(::xgrad::GradcheckGroup& checks); \
+  }                                                                 \
   void xgrad::detail::register_gradchecks_##name(::xgrad::GradcheckGroup& checks)

@@ -85,11 +85,10 @@ void Node<T>::throw_modified(std::size_t i) const {
   const bool output = i >= inputs.size();
   const Node<T>& n = output ? *this : *inputs[i];
   throw std::runtime_error(detail::concat(
-      "one of the variables needed for gradient computation has been modified by an inplace operation: ", op,
-      "'s ", (output ? "output" : "input "), (output ? std::string() : std::to_string(i)), " of shape ",
-      n.value.shape(), " is at version ", n.version, "; expected version ",
-      (output ? std::uint64_t{0} : input_versions_[i]), " (it was changed through mutable_value() after ", op,
-      " used it; change a copy, or call backward first)"));
+      "one of the variables needed for gradient computation has been modified by an inplace operation: ", op, "'s ",
+      (output ? "output" : "input "), (output ? std::string() : std::to_string(i)), " of shape ", n.value.shape(),
+      " is at version ", n.version, "; expected version ", (output ? std::uint64_t{0} : input_versions_[i]),
+      " (it was changed through mutable_value() after ", op, " used it; change a copy, or call backward first)"));
 }
 
 template <class T>
@@ -167,7 +166,6 @@ void queue_backward_callback(std::function<void()> callback) {
               "queue_backward_callback: no backward is running on this thread (call it from a hook)");
   backward_callbacks->push_back(std::move(callback));
 }
-
 
 namespace {
 template <class T>
@@ -387,8 +385,7 @@ class Accumulate {
     std::size_t k = 0;
     for (auto it = order.rbegin(); it != order.rend(); ++it, ++k)
       for (std::size_t i = 0; i < (*it)->inputs.size(); ++i)
-        if (Node<T>* in = E<T>::edge(**it, i); in && in->is_leaf && in->requires_grad && hooked(*in))
-          last[in] = k;
+        if (Node<T>* in = E<T>::edge(**it, i); in && in->is_leaf && in->requires_grad && hooked(*in)) last[in] = k;
     if (last.empty()) return;
     hooks_after_.resize(order.size());
     k = 0;
@@ -502,7 +499,8 @@ void run_backward(const Tensor<T>& root, Array<T> gradient, bool retain_graph) {
   XGRAD_CHECK(r != nullptr,
               "backward: called on an undefined tensor (a default-constructed Tensor, with no value "
               "and no graph)");
-  XGRAD_CHECK(r->requires_grad, "backward: the tensor does not require grad and has no graph "
+  XGRAD_CHECK(r->requires_grad,
+              "backward: the tensor does not require grad and has no graph "
               "(did it come from inputs without requires_grad, or under a NoGradGuard?)");
   Accumulate<T> accumulate;
   with_backward_callbacks([&] {
@@ -576,8 +574,8 @@ std::shared_ptr<Node<T>> split_history(Node<T>& x, const char* who) {
               ": a leaf Variable that requires grad is being used in an in-place operation "
               "(ctx->mark_dirty on a leaf that requires grad; modify a copy, or work under a NoGradGuard)");
   XGRAD_CHECK(!E<T>::released(x), released_message<T>(x.op));
-  auto prev = std::allocate_shared<Node<T>>(NodeAllocator<Node<T>>(),
-                                            copy_array(x.value, "mark_dirty (the history's shape)"));
+  auto prev =
+      std::allocate_shared<Node<T>>(NodeAllocator<Node<T>>(), copy_array(x.value, "mark_dirty (the history's shape)"));
   prev->requires_grad = x.requires_grad;
   prev->is_leaf = x.is_leaf;
   prev->op = x.op;
@@ -669,16 +667,15 @@ Array<T> sum_to(const Array<T>& grad, const Shape& shape) {
   return out;
 }
 
-#define XGRAD_INSTANTIATE(T)                                                                \
-  template struct Node<T>;                                                                  \
-  template Tensor<T> make_result<T>(const char*, Array<T>&&, std::vector<Tensor<T>>,        \
-                                    std::function<void(Node<T>&)>);                         \
-  template Tensor<T> make_result<T>(const char*, Array<T>&&, std::initializer_list<Tensor<T>>, \
-                                    std::function<void(Node<T>&)>);                         \
-  template void run_backward<T>(const Tensor<T>&, Array<T>, bool);                          \
-  template std::shared_ptr<Node<T>> detail::split_history<T>(Node<T>&, const char*);       \
-  template void detail::adopt_history<T>(Node<T>&, Node<T>&, std::shared_ptr<Node<T>>);    \
-  template Array<T> sum_to<T>(const Array<T>&, const Shape&);                               \
+#define XGRAD_INSTANTIATE(T)                                                                                         \
+  template struct Node<T>;                                                                                           \
+  template Tensor<T> make_result<T>(const char*, Array<T>&&, std::vector<Tensor<T>>, std::function<void(Node<T>&)>); \
+  template Tensor<T> make_result<T>(const char*, Array<T>&&, std::initializer_list<Tensor<T>>,                       \
+                                    std::function<void(Node<T>&)>);                                                  \
+  template void run_backward<T>(const Tensor<T>&, Array<T>, bool);                                                   \
+  template std::shared_ptr<Node<T>> detail::split_history<T>(Node<T>&, const char*);                                 \
+  template void detail::adopt_history<T>(Node<T>&, Node<T>&, std::shared_ptr<Node<T>>);                              \
+  template Array<T> sum_to<T>(const Array<T>&, const Shape&);                                                        \
   template Array<T> sum_to<T>(Array<T>&&, const Shape&);
 XGRAD_INSTANTIATE(float)
 XGRAD_INSTANTIATE(double)

@@ -75,7 +75,7 @@ struct Node {
   Array<T> grad = detail::no_array<T>();  // meaningful only when has_grad
   bool has_grad = false;
   bool requires_grad = false;
-  bool is_leaf = true;       // made by the user, not by an op
+  bool is_leaf = true;  // made by the user, not by an op
   // Counts in-place changes of `value` (torch's tensor._version): every Tensor::mutable_value()
   // bumps it, so optimizer steps, initializers and load_state_dict do too.
   std::uint64_t version = 0;
@@ -120,8 +120,8 @@ struct Node {
   // operation: ..." naming this op, the input (i < inputs.size()) or the output, and both versions.
   [[noreturn]] void throw_modified(std::size_t i) const;
 
-  bool released_ = false;          // its graph was freed by a backward without retain_graph
-  std::uint64_t visit_mark_ = 0;   // the traversal's: equal to its pass number once visited
+  bool released_ = false;         // its graph was freed by a backward without retain_graph
+  std::uint64_t visit_mark_ = 0;  // the traversal's: equal to its pass number once visited
   // inputs[i]->version when this node was made: a backward that reads an input's value checks
   // it is unchanged (torch's SavedVariable), see input_value.
   xt::svector<std::uint64_t, 4> input_versions_;

@@ -1,7 +1,7 @@
 // The Trainer's data parallelism, header-only, for a program that trains under `mpirun -np N`
 // when built with MPI (XGRAD_WITH_MPI, a program linking xgrad::train_mpi) and as one process
 // otherwise, with the same code (in main()):
-// compile: snippet given: train::Settings settings; train::TrainerOptions options; options.max_steps = 10; Tensor<float> x = randn<float>({4, 8}), y = randn<float>({4, 2});
+// compile: snippet given: train::Settings settings; train::TrainerOptions options; Tensor<float> x, y;
 //   const auto world = train::launched_world();  // until main() returns
 //   train::Trainer trainer("my_program", options, settings, *world);
 //   trainer.seed_everything(0);
