@@ -4,6 +4,7 @@
 // engine's and the context's internals are not public.
 #include "test_util.hpp"
 
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -123,6 +124,21 @@ TEST(AutogradFunctionMarkDirty, AStaleSavedTensorIsRefused) {
   EXPECT_NE(m.find("has been modified by an inplace operation"), std::string::npos) << m;
   const std::string f = error_of([&] { sum(w).backward(); });
   EXPECT_NE(f.find("saved tensor 0 was modified by an inplace operation"), std::string::npos) << f;
+}
+
+// A graph with a dirty output that is never run backward is freed with its tensors: the context
+// lets the dirty tensors go when apply returns (they made a cycle, output node -> its backward ->
+// the context -> the output, that LeakSanitizer reported in AStaleSavedTensorIsRefused).
+TEST(AutogradFunctionMarkDirty, AGraphNeverRunBackwardIsFreed) {
+  std::weak_ptr<Node<double>> node;
+  {
+    T64 a = input({2, 3}, 1).requires_grad_(true);
+    T64 x = a * 1.5;
+    InplaceDouble::apply(x);
+    node = x.node();
+    ASSERT_FALSE(node.expired());
+  }
+  EXPECT_TRUE(node.expired());
 }
 
 // The Function's own saved output (the dirty input) is recorded after the bump, as PyTorch's.

@@ -164,6 +164,12 @@ struct Function {
     // Which of forward's arguments are Tensors: backward may return one gradient per argument.
     static const std::vector<bool> slots{std::is_same_v<std::decay_t<Args>, Tensor<T>>...};
     auto ctx = std::make_shared<AutogradContext<T>>();
+    // The dirty tensors are apply's to read, not backward's: they are let go when apply returns
+    // or throws, or the output's node would hold itself (node -> backward -> ctx -> the output).
+    struct ForgetDirty {
+      AutogradContext<T>& ctx;
+      ~ForgetDirty() { ctx.dirty_.clear(); }
+    } forget_dirty{*ctx};
     bool any_grad = false;
     for (const auto& in : inputs) {
       bool needs = is_grad_enabled() && in.defined() && in.requires_grad();
