@@ -17,6 +17,7 @@ Array<double> arr(std::vector<double> v) {
   const std::size_t n = v.size();
   return from_vector<double>(v, {n}).value();
 }
+T64 seed(std::vector<double> v) { return vec(std::move(v), false); }
 // The message of what f throws (std::invalid_argument), "" when it does not throw.
 template <class F>
 std::string message_of(F&& f) {
@@ -83,10 +84,10 @@ TEST(AutogradGrad, RepeatedInput) {
 TEST(AutogradGrad, GradOutputsAndSeveralOutputs) {
   auto x = vec({1, 2, 3});
   auto y = x * x;
-  auto g = autograd::grad(y, {x}, {arr({1, 10, 100})});
+  auto g = autograd::grad(y, {x}, {seed({1, 10, 100})});
   EXPECT_EQ(g[0].value(), arr({2, 40, 600}));
   auto y1 = x * 2.0, y2 = x * x;
-  auto h = autograd::grad({y1, y2}, {x}, {arr({1, 1, 1}), arr({1, 0, 1})});
+  auto h = autograd::grad({y1, y2}, {x}, {seed({1, 1, 1}), seed({1, 0, 1})});
   EXPECT_EQ(h[0].value(), arr({4, 2, 8}));
   auto s = autograd::grad({sum(x), sum(x * 3.0)}, {x});  // scalar outputs: seeded with 1 each
   EXPECT_EQ(s[0].value(), arr({4, 4, 4}));
@@ -96,7 +97,8 @@ TEST(AutogradGrad, AllowUnused) {
   auto x = vec({1, 2});
   auto unused = vec({5});
   auto loss = sum(x * 2.0);
-  auto g = autograd::grad(loss, {x, unused}, {}, /*retain_graph=*/true, /*allow_unused=*/true);
+  auto g = autograd::grad(loss, {x, unused}, {}, /*retain_graph=*/true, /*create_graph=*/false,
+                          /*allow_unused=*/true);
   EXPECT_EQ(g[0].value(), arr({2, 2}));
   EXPECT_FALSE(g[1].defined());
   const std::string m = message_of([&] { autograd::grad(loss, {x, unused}); });
@@ -167,13 +169,13 @@ TEST(AutogradGrad, Errors) {
   auto y = x * 2.0;
   std::string m = message_of([&] { autograd::grad(y, {x}); });
   EXPECT_TRUE(contains(m, "grad can be implicitly created only for scalar outputs")) << m;
-  m = message_of([&] { autograd::grad(y, {x}, {arr({1, 2, 3})}); });
+  m = message_of([&] { autograd::grad(y, {x}, {seed({1, 2, 3})}); });
   EXPECT_TRUE(contains(m, "Mismatch in shape: grad_output[0] has a shape of")) << m;
   m = message_of([&] { autograd::grad(sum(y), {c}); });
   EXPECT_TRUE(contains(m, "One of the differentiated Tensors does not require grad")) << m;
   m = message_of([&] { autograd::grad(sum(c), {x}); });
   EXPECT_TRUE(contains(m, "does not require grad and does not have a grad_fn")) << m;
-  m = message_of([&] { autograd::grad(sum(y), {x}, {arr({1}), arr({1})}); });
+  m = message_of([&] { autograd::grad(sum(y), {x}, {seed({1}), seed({1})}); });
   EXPECT_TRUE(contains(m, "one gradient per output")) << m;
   m = message_of([&] { autograd::grad(sum(y), {}); });
   EXPECT_TRUE(contains(m, "non-empty inputs")) << m;

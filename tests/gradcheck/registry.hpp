@@ -104,6 +104,21 @@ std::vector<GradcheckEntry> gradcheck_entries();
 // std::invalid_argument when the name is empty, already taken, or the entry has no function.
 void register_gradcheck(GradcheckEntry entry);
 
+// While one is alive (on this thread), every entry's run checks second derivatives instead:
+// gradgradcheck / gradgradcheck_parameters over the same function and inputs (test
+// GradgradcheckList.Passes/<name>).
+class SecondOrderChecks {
+ public:
+  SecondOrderChecks();
+  ~SecondOrderChecks();
+  SecondOrderChecks(const SecondOrderChecks&) = delete;
+  SecondOrderChecks& operator=(const SecondOrderChecks&) = delete;
+  static bool active();
+
+ private:
+  bool previous_;
+};
+
 // Builders shared by the registering files.
 namespace gradcheck_support {
 

@@ -6,6 +6,14 @@
 
 namespace xgrad {
 
+namespace {
+thread_local bool second_order = false;
+}  // namespace
+
+SecondOrderChecks::SecondOrderChecks() : previous_(second_order) { second_order = true; }
+SecondOrderChecks::~SecondOrderChecks() { second_order = previous_; }
+bool SecondOrderChecks::active() { return second_order; }
+
 namespace gradcheck_support {
 
 T64 Maker::operator()(const Shape& shape, Values values) {
@@ -40,7 +48,8 @@ std::string shapes_of(const Inputs& inputs) {
 
 GradcheckOutcome op_check(const GradcheckFunction& f, const Inputs& inputs, const GradcheckOptions& options,
                           const std::string& note) {
-  return {shapes_of(inputs) + (note.empty() ? "" : " " + note), gradcheck(f, inputs, options)};
+  return {shapes_of(inputs) + (note.empty() ? "" : " " + note),
+          second_order ? gradgradcheck(f, inputs, options) : gradcheck(f, inputs, options)};
 }
 
 GradcheckOutcome parameters_check(const NamedTensors& parameters, const T64& x, const std::function<T64()>& evaluate,
@@ -55,7 +64,8 @@ GradcheckOutcome parameters_check(const NamedTensors& parameters, const T64& x, 
   const std::string input = x.defined() ? shape_str(x.shape()) : input_note;
   const std::size_t count = tensors.size() - (x.defined() ? 1 : 0);
   return {count == 0 ? input : input + " + " + std::to_string(count) + " params (" + std::to_string(n) + " values)",
-          gradcheck_parameters(evaluate, tensors, options)};
+          second_order ? gradgradcheck_parameters(evaluate, tensors, options)
+                       : gradcheck_parameters(evaluate, tensors, options)};
 }
 
 std::function<T64()> reseeded(std::uint64_t seed, std::function<T64()> evaluate) {

@@ -50,6 +50,25 @@ INSTANTIATE_TEST_SUITE_P(, GradcheckList, ::testing::Range<std::size_t>(0, check
                            return test_name(checks()[info.param].name);
                          });
 
+// The same entries' second derivatives (gradgradcheck): every op and module can be
+// differentiated twice (issue 32). GradgradcheckList.Passes/matmul, ...
+class GradgradcheckList : public ::testing::TestWithParam<std::size_t> {};
+
+TEST_P(GradgradcheckList, Passes) {
+  const GradcheckEntry& check = checks()[GetParam()];
+  const xgrad::SecondOrderChecks second_order;
+  const xgrad::GradcheckOutcome outcome = check.run(xgrad::GradcheckSizes{}, xgrad::GradcheckOptions{});
+  EXPECT_FALSE(outcome.result.inputs.empty()) << check.name << ": nothing was checked";
+  EXPECT_TRUE(outcome.result.passed) << check.name << " (" << check.what << ") on " << outcome.shapes
+                                     << ", second derivatives\n"
+                                     << outcome.result.summary();
+}
+
+INSTANTIATE_TEST_SUITE_P(, GradgradcheckList, ::testing::Range<std::size_t>(0, checks().size()),
+                         [](const ::testing::TestParamInfo<std::size_t>& info) {
+                           return test_name(checks()[info.param].name);
+                         });
+
 // The tool selects checks by name: names are unique (also once made gtest names) and described.
 TEST(GradcheckListNames, UniqueAndDescribed) {
   ASSERT_FALSE(checks().empty());

@@ -21,6 +21,8 @@ namespace {
 thread_local bool grad_enabled = true;
 thread_local bool anomaly_enabled = false;
 thread_local const char* running_backward_op = nullptr;  // for anomaly messages
+// Whether the backward running on this thread has create_graph.
+thread_local bool creating_graph = false;
 // The callbacks queued (queue_backward_callback) during the backward running on this thread;
 // null outside a backward. A backward started from a hook gets its own list.
 thread_local std::vector<std::function<void()>>* backward_callbacks = nullptr;
@@ -39,6 +41,7 @@ std::string released_message(const char* op) {
 bool is_grad_enabled() { return grad_enabled; }
 void set_grad_enabled(bool enabled) { grad_enabled = enabled; }
 bool is_anomaly_enabled() { return anomaly_enabled; }
+bool is_creating_graph() { return creating_graph; }
 void set_detect_anomaly(bool enabled) { anomaly_enabled = enabled; }
 
 namespace detail {
@@ -48,6 +51,8 @@ struct Engine {
   static bool& released(Node<T>& n) { return n.released_; }
   static std::uint64_t& visit_mark(Node<T>& n) { return n.visit_mark_; }
   static std::function<void(Node<T>&)>& backward_fn(Node<T>& n) { return n.backward_fn_; }
+  static GradFormula<T>& grad_formula(Node<T>& n) { return n.grad_formula_; }
+  static std::shared_ptr<Node<T>>& grad_graph(Node<T>& n) { return n.grad_graph_; }
   static xt::svector<std::uint64_t, 4>& input_versions(Node<T>& n) { return n.input_versions_; }
   static auto& grad_hooks(Node<T>& n) { return n.grad_hooks_; }
   static auto& post_accumulate_grad_hooks(Node<T>& n) { return n.post_accumulate_grad_hooks_; }
@@ -91,6 +96,24 @@ void Node<T>::throw_modified(std::size_t i) const {
       " (it was changed through mutable_value() after ", op, " used it; change a copy, or call backward first)"));
 }
 
+namespace detail {
+// The sum of two gradients of one shape as a differentiable op (the engine's own: core does not
+// call ops/), for the gradients a backward with create_graph accumulates.
+template <class T>
+Tensor<T> add_gradients(const Tensor<T>& a, const Tensor<T>& b) {
+  Array<T> sum = copy_array(a.value(), "add (accumulating gradients)");
+  sum += b.value();
+  const auto both = [](Node<T>& out) {
+    for (std::size_t i = 0; i < 2; ++i)
+      if (out.input_needs_grad(i)) out.input(i).accumulate_grad(copy_array(out.grad, "add"));
+  };
+  const GradFormula<T> formula = [](const BackwardArgs<T>& args) {
+    return std::vector<Tensor<T>>{args.grad(), args.grad()};
+  };
+  return make_result<T>("add", std::move(sum), {a, b}, both, formula);
+}
+}  // namespace detail
+
 template <class T>
 void Node<T>::accumulate_grad(Array<T>&& g) {
   XGRAD_CHECK(g.shape() == value.shape(), "autograd: the backward of '",
@@ -105,6 +128,10 @@ void Node<T>::accumulate_grad(Array<T>&& g) {
             value.shape(), " (produced by '", op, "')"));
       }
     }
+  }
+  if (grad_graph_) {  // a gradient with history (create_graph) gets a constant added: it keeps it
+    const GradGuard enabled(true);
+    grad_graph_ = detail::add_gradients(Tensor<T>(grad_graph_), Tensor<T>(copy_array(g, "accumulate_grad"))).node();
   }
   if (!has_grad) {
     grad = std::move(g);
@@ -121,7 +148,7 @@ void Node<T>::accumulate_grad(Array<T>&& g) {
 namespace {
 template <class T, class It>
 Tensor<T> make_result_from(const char* op, Array<T>&& value, It first, It last,
-                           std::function<void(Node<T>&)>&& backward_fn) {
+                           std::function<void(Node<T>&)>&& backward_fn, GradFormula<T>&& formula) {
   auto node = std::allocate_shared<Node<T>>(detail::NodeAllocator<Node<T>>(), std::move(value));
   node->op = op;
   if (grad_enabled &&
@@ -134,6 +161,7 @@ Tensor<T> make_result_from(const char* op, Array<T>&& value, It first, It last,
       detail::Engine<T>::input_versions(*node).push_back(t->defined() ? t->node()->version : 0);
     }
     detail::Engine<T>::backward_fn(*node) = std::move(backward_fn);
+    detail::Engine<T>::grad_formula(*node) = std::move(formula);
   }
   Tensor<T> result(std::move(node));
   if (trace::active()) trace::record_result<T>(op, first, last, result);
@@ -151,14 +179,38 @@ Tensor<T> make_result_from(const char* op, Array<T>&& value, It first, It last,
 
 template <class T>
 Tensor<T> make_result(const char* op, Array<T>&& value, std::vector<Tensor<T>> inputs,
-                      std::function<void(Node<T>&)> backward_fn) {
-  return make_result_from<T>(op, std::move(value), inputs.begin(), inputs.end(), std::move(backward_fn));
+                      std::function<void(Node<T>&)> backward_fn, GradFormula<T> formula) {
+  return make_result_from<T>(op, std::move(value), inputs.begin(), inputs.end(), std::move(backward_fn),
+                             std::move(formula));
 }
 
 template <class T>
 Tensor<T> make_result(const char* op, Array<T>&& value, std::initializer_list<Tensor<T>> inputs,
-                      std::function<void(Node<T>&)> backward_fn) {
-  return make_result_from<T>(op, std::move(value), inputs.begin(), inputs.end(), std::move(backward_fn));
+                      std::function<void(Node<T>&)> backward_fn, GradFormula<T> formula) {
+  return make_result_from<T>(op, std::move(value), inputs.begin(), inputs.end(), std::move(backward_fn),
+                             std::move(formula));
+}
+
+template <class T>
+std::function<void(Node<T>&)> backward_from_formula(GradFormula<T> formula) {
+  return [formula = std::move(formula)](Node<T>& out) {
+    const NoGradGuard no_grad;
+    std::vector<Tensor<T>> grads = formula(BackwardArgs<T>(out, Tensor<T>(std::move(out.grad))));
+    for (std::size_t i = 0; i < grads.size() && i < out.inputs.size(); ++i)
+      if (grads[i].defined() && out.input_needs_grad(i)) out.input(i).accumulate_grad(Array<T>(grads[i].value()));
+  };
+}
+
+template <class T>
+Tensor<T> BackwardArgs<T>::input(std::size_t i) const {
+  (void)node_.input_value(i);  // throws if it changed in place since
+  return Tensor<T>(detail::Engine<T>::edge_handle(node_, i));
+}
+
+template <class T>
+Tensor<T> BackwardArgs<T>::output() const {
+  (void)node_.output_value();
+  return Tensor<T>(node_.shared_from_this());
 }
 
 void queue_backward_callback(std::function<void()> callback) {
@@ -187,6 +239,10 @@ void run_grad_hooks(Node<T>& node, Array<T>& grad) {
   for (auto& hook : hooks) {
     std::optional<Array<T>> replaced = hook.second(grad);
     if (!replaced) continue;
+    XGRAD_CHECK(!creating_graph, "register_hook: a hook on a tensor of shape ", node.value.shape(), " (", node.op,
+                ") replaced its gradient during a backward with create_graph; a replacement is a plain value "
+                "without history, which would cut the gradient's graph: expected a hook that only looks "
+                "(returns void or std::nullopt) in a create_graph backward");
     XGRAD_CHECK(replaced->shape() == node.value.shape(), "register_hook: a hook on a tensor of shape ",
                 node.value.shape(), " (", node.op, ") returned a gradient of shape ", replaced->shape(),
                 "; expected the tensor's shape");
@@ -212,16 +268,19 @@ class SetAsideGrads {
     Entry& e = entries_[leaf];
     e.grad = std::move(leaf->grad);
     e.has_grad = leaf->has_grad;
+    e.graph = std::move(E<T>::grad_graph(*leaf));
+    E<T>::grad_graph(*leaf) = nullptr;
     leaf->grad = detail::no_array<T>();
     leaf->has_grad = false;
   }
   bool contains(Node<T>* leaf) const { return entries_.count(leaf) != 0; }
-  // Moves this pass's gradient of `leaf` into `out` (false if it got none) and gives the leaf its
-  // own gradient back.
-  bool take(Node<T>* leaf, Array<T>& out) {
+  // Moves this pass's gradient of `leaf` into `out` (and its history, under create_graph, into
+  // `graph`; false if it got none) and gives the leaf its own gradient back.
+  bool take(Node<T>* leaf, Array<T>& out, std::shared_ptr<Node<T>>& graph) {
     auto it = entries_.find(leaf);
     const bool got = leaf->has_grad;
     if (got) out = std::move(leaf->grad);
+    graph = std::move(E<T>::grad_graph(*leaf));
     restore(*leaf, it->second);
     entries_.erase(it);
     return got;
@@ -231,10 +290,12 @@ class SetAsideGrads {
   struct Entry {
     Array<T> grad = detail::no_array<T>();
     bool has_grad = false;
+    std::shared_ptr<Node<T>> graph;
   };
   static void restore(Node<T>& leaf, Entry& e) {
     leaf.grad = std::move(e.grad);
     leaf.has_grad = e.has_grad;
+    E<T>::grad_graph(leaf) = std::move(e.graph);
   }
   std::unordered_map<Node<T>*, Entry> entries_;
 };
@@ -259,13 +320,57 @@ void with_backward_callbacks(F&& pass) {
   backward_callbacks = outer;
 }
 
-// Runs one node's backward closure, naming its op in what it throws.
+// Adds a gradient to dst: g alone, or, under create_graph, g with its history `graph` (g is a copy
+// of graph's value), which the sum keeps.
+template <class T>
+void accumulate(Node<T>& dst, Array<T>&& g, std::shared_ptr<Node<T>> graph) {
+  if (!graph) {
+    dst.accumulate_grad(std::move(g));
+    return;
+  }
+  std::shared_ptr<Node<T>> old = std::move(E<T>::grad_graph(dst));
+  E<T>::grad_graph(dst) = nullptr;
+  const bool had = dst.has_grad;
+  Tensor<T> before = old ? Tensor<T>(old) : had ? Tensor<T>(copy_array(dst.grad, "accumulate_grad")) : Tensor<T>();
+  dst.accumulate_grad(std::move(g));  // the value, checked
+  const GradGuard enabled(true);
+  E<T>::grad_graph(dst) = had ? detail::add_gradients(before, Tensor<T>(graph)).node() : std::move(graph);
+}
+
+// Under create_graph: runs node's differentiable backward (its GradFormula) on its gradient with
+// history, and accumulates what it returns, history included, into the inputs.
+template <class T>
+void run_node_formula(Node<T>& node) {
+  const GradFormula<T>& formula = E<T>::grad_formula(node);
+  XGRAD_CHECK(static_cast<bool>(formula), "backward with create_graph: '", node.op,
+              "' does not support double backward (its backward is not written in differentiable ops), so its "
+              "gradient cannot be differentiated again; expected only ops with a differentiable backward "
+              "between the outputs and the inputs (docs/higher_order.md lists them)");
+  std::shared_ptr<Node<T>> graph = E<T>::grad_graph(node);
+  Tensor<T> g = graph ? Tensor<T>(graph) : Tensor<T>(copy_array(node.grad, "backward"));
+  std::vector<Tensor<T>> grads;
+  {
+    const GradGuard enabled(true);
+    grads = formula(BackwardArgs<T>(node, std::move(g)));
+  }
+  XGRAD_CHECK(grads.size() == node.inputs.size(), "backward with create_graph: the differentiable backward of '",
+              node.op, "' returned ", grads.size(), " gradients for ", node.inputs.size(), " inputs");
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    Node<T>* in = E<T>::edge(node, i);
+    if (!grads[i].defined() || !in || !in->requires_grad) continue;
+    accumulate(*in, copy_array(grads[i].value(), "backward"), grads[i].node());
+  }
+}
+
+// Runs one node's backward closure (or, under create_graph, its differentiable backward), naming
+// its op in what it throws.
 template <class T>
 void run_node_backward(Node<T>& node) {
   running_backward_op = node.op;
   try {
     const profiler::detail::Range profiled(node.op, profiler::Event::Kind::Backward);
-    E<T>::backward_fn(node)(node);
+    if (creating_graph) run_node_formula(node);
+    else E<T>::backward_fn(node)(node);
   } catch (const OutOfMemoryError&) {  // from empty_array: names the op, the shape, the bytes
     running_backward_op = nullptr;
     throw;
@@ -325,15 +430,23 @@ std::vector<Node<T>*> post_order(const std::vector<std::shared_ptr<Node<T>>>& ro
 //   mode.at_node(node, run)  a non-leaf's total gradient, after its hooks, before its backward
 //   mode.after(k)            after the k-th node (leaves it was the last to feed are complete)
 //   mode.finish()            after the last node
-// (create_graph, issue 32, changes what a backward computes with, not this walk or the modes.)
+// create_graph changes what a backward computes with, not this walk or the modes: each node runs
+// its differentiable backward (run_node_formula), and every gradient carries its history beside
+// its value (Node's grad_graph_; `seed_graphs` holds the seeds', empty without create_graph).
 template <class T, class Mode>
-void traverse(const std::vector<std::shared_ptr<Node<T>>>& roots, std::vector<Array<T>> seeds, bool retain_graph,
-              Mode& mode) {
+void traverse(const std::vector<std::shared_ptr<Node<T>>>& roots, std::vector<Array<T>> seeds,
+              std::vector<std::shared_ptr<Node<T>>> seed_graphs, bool retain_graph, Mode& mode) {
   const profiler::detail::Range profiled("backward", profiler::Event::Kind::Range);
+  struct CreatingGraph {  // this thread's create_graph flag, for this pass (a hook may start another)
+    bool previous = creating_graph;
+    explicit CreatingGraph(bool on) { creating_graph = on; }
+    ~CreatingGraph() { creating_graph = previous; }
+  } const creating(!seed_graphs.empty());
+  const auto seed_graph = [&](std::size_t i) { return seed_graphs.empty() ? nullptr : std::move(seed_graphs[i]); };
   for (std::size_t i = 0; i < roots.size(); ++i) {
     Node<T>& r = *roots[i];
     if (r.is_leaf)
-      mode.at_root_leaf(r, roots[i], std::move(seeds[i]));
+      mode.at_root_leaf(r, roots[i], std::move(seeds[i]), seed_graph(i));
     else
       XGRAD_CHECK(!E<T>::released(r), released_message<T>(r.op));
   }
@@ -341,7 +454,7 @@ void traverse(const std::vector<std::shared_ptr<Node<T>>>& roots, std::vector<Ar
   if (order.empty()) return;
   mode.plan(order);
   for (std::size_t i = 0; i < roots.size(); ++i)
-    if (!roots[i]->is_leaf) roots[i]->accumulate_grad(std::move(seeds[i]));
+    if (!roots[i]->is_leaf) accumulate(*roots[i], std::move(seeds[i]), seed_graph(i));
   // The backward's oneDNN calls on this thread block the asynchronous signals once, at the first
   // of them, until the pass ends (signals.hpp): a signal that arrives meanwhile is delivered then.
   const detail::AsyncSignalScope one_signal_block;
@@ -356,9 +469,11 @@ void traverse(const std::vector<std::shared_ptr<Node<T>>>& roots, std::vector<Ar
       // Non-leaf gradients are not kept (as in PyTorch without retain_grad()).
       detail::recycle(node.grad);
       node.has_grad = false;
+      E<T>::grad_graph(node) = nullptr;
     }
     if (!retain_graph && run) {
       E<T>::backward_fn(node) = nullptr;  // frees what the closure saved
+      E<T>::grad_formula(node) = nullptr;
       E<T>::released(node) = true;
     }
     mode.after(k);
@@ -375,9 +490,10 @@ void traverse(const std::vector<std::shared_ptr<Node<T>>>& roots, std::vector<Ar
 template <class T>
 class Accumulate {
  public:
-  void at_root_leaf(Node<T>& leaf, const std::shared_ptr<Node<T>>& handle, Array<T>&& g) {
+  void at_root_leaf(Node<T>& leaf, const std::shared_ptr<Node<T>>& handle, Array<T>&& g,
+                    std::shared_ptr<Node<T>> graph) {
     if (!E<T>::grad_hooks(leaf).empty()) run_grad_hooks(leaf, g);
-    leaf.accumulate_grad(std::move(g));
+    accumulate(leaf, std::move(g), std::move(graph));
     run_post_accumulate_grad_hooks(leaf, handle);
   }
   void plan(const std::vector<Node<T>*>& order) {
@@ -407,9 +523,10 @@ class Accumulate {
     if (hooks_after_.empty()) return;
     for (const auto& leaf : hooks_after_[k]) {
       Array<T> g = detail::no_array<T>();
-      if (set_aside_.contains(leaf.get()) && set_aside_.take(leaf.get(), g)) {
+      std::shared_ptr<Node<T>> graph;
+      if (set_aside_.contains(leaf.get()) && set_aside_.take(leaf.get(), g, graph)) {
         run_grad_hooks(*leaf, g);
-        leaf->accumulate_grad(std::move(g));
+        accumulate(*leaf, std::move(g), std::move(graph));
       }
       run_post_accumulate_grad_hooks(*leaf, leaf);
     }
@@ -433,13 +550,14 @@ class Capture {
  public:
   std::unordered_map<const Node<T>*, std::size_t> slot;  // requested input -> index in grads
   std::vector<Array<T>> grads;
+  std::vector<std::shared_ptr<Node<T>>> graphs;  // under create_graph: each gradient's history
   std::vector<bool> has;
 
-  void at_root_leaf(Node<T>& leaf, const std::shared_ptr<Node<T>>&, Array<T>&& g) {
+  void at_root_leaf(Node<T>& leaf, const std::shared_ptr<Node<T>>&, Array<T>&& g, std::shared_ptr<Node<T>> graph) {
     auto found = slot.find(&leaf);
     if (found == slot.end()) return;
     if (!E<T>::grad_hooks(leaf).empty()) run_grad_hooks(leaf, g);
-    add(found->second, std::move(g));
+    add(found->second, std::move(g), std::move(graph));
   }
   void plan(const std::vector<Node<T>*>& order) {
     std::unordered_map<const Node<T>*, bool> needed;  // non-leaf -> on a path to a requested input
@@ -465,22 +583,29 @@ class Capture {
   bool requested(const Node<T>& node) const { return slot.count(&node) != 0; }
   void at_node(Node<T>& node, bool run) {
     if (auto found = slot.find(&node); found != slot.end())
-      add(found->second, run ? copy_array(node.grad, "autograd::grad") : std::move(node.grad));
+      add(found->second, run ? copy_array(node.grad, "autograd::grad") : std::move(node.grad), E<T>::grad_graph(node));
   }
   void after(std::size_t) {}
   void finish() {
     for (const auto& [leaf, s] : slot) {
       Node<T>* l = const_cast<Node<T>*>(leaf);
       Array<T> g = detail::no_array<T>();
-      if (l->is_leaf && set_aside_.contains(l) && set_aside_.take(l, g)) {
+      std::shared_ptr<Node<T>> graph;
+      if (l->is_leaf && set_aside_.contains(l) && set_aside_.take(l, g, graph)) {
         if (!E<T>::grad_hooks(*l).empty()) run_grad_hooks(*l, g);
-        add(s, std::move(g));
+        add(s, std::move(g), std::move(graph));
       }
     }
   }
 
  private:
-  void add(std::size_t s, Array<T>&& g) {
+  void add(std::size_t s, Array<T>&& g, std::shared_ptr<Node<T>> graph) {
+    if (graph && graphs[s]) {
+      const GradGuard enabled(true);
+      graphs[s] = detail::add_gradients(Tensor<T>(graphs[s]), Tensor<T>(graph)).node();
+    } else if (graph) {
+      graphs[s] = std::move(graph);
+    }
     if (!has[s]) {
       grads[s] = std::move(g);
       has[s] = true;
@@ -493,8 +618,9 @@ class Capture {
 };
 }  // namespace
 
+namespace {
 template <class T>
-void run_backward(const Tensor<T>& root, Array<T> gradient, bool retain_graph) {
+const std::shared_ptr<Node<T>>& checked_root(const Tensor<T>& root) {
   const std::shared_ptr<Node<T>>& r = root.node();
   XGRAD_CHECK(r != nullptr,
               "backward: called on an undefined tensor (a default-constructed Tensor, with no value "
@@ -502,40 +628,65 @@ void run_backward(const Tensor<T>& root, Array<T> gradient, bool retain_graph) {
   XGRAD_CHECK(r->requires_grad,
               "backward: the tensor does not require grad and has no graph "
               "(did it come from inputs without requires_grad, or under a NoGradGuard?)");
+  return r;
+}
+}  // namespace
+
+template <class T>
+void run_backward(const Tensor<T>& root, Array<T> gradient, bool retain_graph) {
+  const std::shared_ptr<Node<T>>& r = checked_root(root);
   Accumulate<T> accumulate;
   with_backward_callbacks([&] {
     std::vector<Array<T>> seeds;
     seeds.push_back(std::move(gradient));
-    traverse<T>({r}, std::move(seeds), retain_graph, accumulate);
+    traverse<T>({r}, std::move(seeds), {}, retain_graph, accumulate);
+  });
+}
+
+template <class T>
+void run_backward(const Tensor<T>& root, const Tensor<T>& gradient, bool retain_graph, bool create_graph) {
+  if (!create_graph) return run_backward(root, copy_array(gradient.value(), "backward"), retain_graph);
+  const std::shared_ptr<Node<T>>& r = checked_root(root);
+  Accumulate<T> accumulate;
+  with_backward_callbacks([&] {
+    std::vector<Array<T>> seeds;
+    seeds.push_back(copy_array(gradient.value(), "backward"));
+    traverse<T>({r}, std::move(seeds), {gradient.node()}, retain_graph, accumulate);
   });
 }
 
 namespace {
 template <class T>
 std::vector<Tensor<T>> grad_of(const std::vector<Tensor<T>>& outputs, const std::vector<Tensor<T>>& inputs,
-                               const std::vector<Array<T>>& grad_outputs, bool retain_graph, bool allow_unused) {
+                               const std::vector<Tensor<T>>& grad_outputs, std::optional<bool> retain,
+                               bool create_graph, bool allow_unused) {
   XGRAD_CHECK(!outputs.empty(), "autograd::grad: expected at least one output, got none");
   XGRAD_CHECK(!inputs.empty(), "autograd::grad: grad requires non-empty inputs");
   XGRAD_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(),
               "autograd::grad: grad_outputs should have one gradient per output (", outputs.size(),
               "), or none for scalar outputs; got ", grad_outputs.size());
+  const bool retain_graph = retain.value_or(create_graph);
   std::vector<std::shared_ptr<Node<T>>> roots;
   std::vector<Array<T>> seeds;
+  std::vector<std::shared_ptr<Node<T>>> seed_graphs;
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     const Tensor<T>& out = outputs[i];
     XGRAD_CHECK(out.defined(), "autograd::grad: output ", i, " is undefined");
     XGRAD_CHECK(out.requires_grad(), "autograd::grad: element ", i,
                 " of tensors does not require grad and does not have a grad_fn");
-    if (grad_outputs.empty()) {
+    Tensor<T> seed;
+    if (grad_outputs.empty() || !grad_outputs[i].defined()) {
       XGRAD_CHECK(out.numel() == 1, "autograd::grad: grad can be implicitly created only for scalar outputs; "
                   "output ", i, " has shape ", out.shape(), " (pass grad_outputs)");
-      seeds.push_back(full_array<T>(out.value().shape(), T(1), "autograd::grad"));
+      seed = Tensor<T>(full_array<T>(out.value().shape(), T(1), "autograd::grad"));
     } else {
-      XGRAD_CHECK(grad_outputs[i].shape() == out.value().shape(), "autograd::grad: Mismatch in shape: grad_output[",
-                  i, "] has a shape of ", grad_outputs[i].shape(), " and output[", i, "] has a shape of ",
-                  out.value().shape());
-      seeds.push_back(copy_array(grad_outputs[i], "autograd::grad"));
+      XGRAD_CHECK(grad_outputs[i].value().shape() == out.value().shape(), "autograd::grad: Mismatch in shape: "
+                  "grad_output[", i, "] has a shape of ", grad_outputs[i].value().shape(), " and output[", i,
+                  "] has a shape of ", out.value().shape());
+      seed = grad_outputs[i];
     }
+    seeds.push_back(copy_array(seed.value(), "autograd::grad"));
+    if (create_graph) seed_graphs.push_back(seed.node());
     roots.push_back(out.node());
   }
   Capture<T> capture;
@@ -547,11 +698,13 @@ std::vector<Tensor<T>> grad_of(const std::vector<Tensor<T>>& outputs, const std:
     auto [it, fresh] = capture.slot.emplace(inputs[j].node().get(), capture.grads.size());
     if (fresh) {
       capture.grads.push_back(detail::no_array<T>());
+      capture.graphs.push_back(nullptr);
       capture.has.push_back(false);
     }
     slot_of[j] = it->second;
   }
-  with_backward_callbacks([&] { traverse<T>(roots, std::move(seeds), retain_graph, capture); });
+  with_backward_callbacks(
+      [&] { traverse<T>(roots, std::move(seeds), std::move(seed_graphs), retain_graph, capture); });
   std::vector<Tensor<T>> result(inputs.size());
   for (std::size_t j = 0; j < inputs.size(); ++j) {
     const std::size_t s = slot_of[j];
@@ -561,7 +714,9 @@ std::vector<Tensor<T>> grad_of(const std::vector<Tensor<T>>& outputs, const std:
                   " of shape ", inputs[j].shape(), ")");
       continue;
     }
-    result[j] = Tensor<T>(capture.grads[s]);
+    // An input listed twice gets the same gradient (under create_graph, the same tensor).
+    if (create_graph && capture.graphs[s]) result[j] = Tensor<T>(capture.graphs[s]);
+    else result[j] = Tensor<T>(capture.grads[s]);
   }
   return result;
 }
@@ -587,6 +742,8 @@ std::shared_ptr<Node<T>> split_history(Node<T>& x, const char* who) {
   E<T>::input_versions(x).clear();
   E<T>::backward_fn(*prev) = std::move(E<T>::backward_fn(x));
   E<T>::backward_fn(x) = nullptr;
+  E<T>::grad_formula(*prev) = std::move(E<T>::grad_formula(x));
+  E<T>::grad_formula(x) = nullptr;
   E<T>::rebased_from(*prev) = std::move(E<T>::rebased_from(x));
   E<T>::rebased_at(*prev) = E<T>::rebased_at(x);
   return prev;
@@ -601,31 +758,27 @@ void adopt_history(Node<T>& x, Node<T>& result, std::shared_ptr<Node<T>> prev) {
   result.inputs.clear();
   E<T>::input_versions(x) = std::move(E<T>::input_versions(result));
   E<T>::backward_fn(x) = std::move(E<T>::backward_fn(result));
+  E<T>::grad_formula(x) = std::move(E<T>::grad_formula(result));
   E<T>::rebased_from(x) = std::move(prev);
   E<T>::rebased_at(x) = x.version;
 }
 }  // namespace detail
 
 namespace autograd {
-std::vector<Tensor<float>> grad(const std::vector<Tensor<float>>& outputs, const std::vector<Tensor<float>>& inputs,
-                                const std::vector<Array<float>>& grad_outputs, bool retain_graph, bool allow_unused) {
-  return grad_of(outputs, inputs, grad_outputs, retain_graph, allow_unused);
-}
-std::vector<Tensor<double>> grad(const std::vector<Tensor<double>>& outputs,
-                                 const std::vector<Tensor<double>>& inputs,
-                                 const std::vector<Array<double>>& grad_outputs, bool retain_graph,
-                                 bool allow_unused) {
-  return grad_of(outputs, inputs, grad_outputs, retain_graph, allow_unused);
-}
-std::vector<Tensor<float>> grad(const Tensor<float>& output, const std::vector<Tensor<float>>& inputs,
-                                const std::vector<Array<float>>& grad_outputs, bool retain_graph, bool allow_unused) {
-  return grad_of(std::vector<Tensor<float>>{output}, inputs, grad_outputs, retain_graph, allow_unused);
-}
-std::vector<Tensor<double>> grad(const Tensor<double>& output, const std::vector<Tensor<double>>& inputs,
-                                 const std::vector<Array<double>>& grad_outputs, bool retain_graph,
-                                 bool allow_unused) {
-  return grad_of(std::vector<Tensor<double>>{output}, inputs, grad_outputs, retain_graph, allow_unused);
-}
+#define XGRAD_GRAD(T)                                                                                                \
+  std::vector<Tensor<T>> grad(const std::vector<Tensor<T>>& outputs, const std::vector<Tensor<T>>& inputs,          \
+                              const std::vector<Tensor<T>>& grad_outputs, std::optional<bool> retain_graph,         \
+                              bool create_graph, bool allow_unused) {                                               \
+    return grad_of(outputs, inputs, grad_outputs, retain_graph, create_graph, allow_unused);                        \
+  }                                                                                                                 \
+  std::vector<Tensor<T>> grad(const Tensor<T>& output, const std::vector<Tensor<T>>& inputs,                        \
+                              const std::vector<Tensor<T>>& grad_outputs, std::optional<bool> retain_graph,         \
+                              bool create_graph, bool allow_unused) {                                               \
+    return grad_of(std::vector<Tensor<T>>{output}, inputs, grad_outputs, retain_graph, create_graph, allow_unused); \
+  }
+XGRAD_GRAD(float)
+XGRAD_GRAD(double)
+#undef XGRAD_GRAD
 }  // namespace autograd
 
 namespace {
@@ -669,10 +822,14 @@ Array<T> sum_to(const Array<T>& grad, const Shape& shape) {
 
 #define XGRAD_INSTANTIATE(T)                                                                                         \
   template struct Node<T>;                                                                                           \
-  template Tensor<T> make_result<T>(const char*, Array<T>&&, std::vector<Tensor<T>>, std::function<void(Node<T>&)>); \
+  template class BackwardArgs<T>;                                                                                    \
+  template std::function<void(Node<T>&)> backward_from_formula<T>(GradFormula<T>);                                                                                    \
+  template Tensor<T> make_result<T>(const char*, Array<T>&&, std::vector<Tensor<T>>, std::function<void(Node<T>&)>,  \
+                                    GradFormula<T>);                                                                 \
   template Tensor<T> make_result<T>(const char*, Array<T>&&, std::initializer_list<Tensor<T>>,                       \
-                                    std::function<void(Node<T>&)>);                                                  \
+                                    std::function<void(Node<T>&)>, GradFormula<T>);                                  \
   template void run_backward<T>(const Tensor<T>&, Array<T>, bool);                                                   \
+  template void run_backward<T>(const Tensor<T>&, const Tensor<T>&, bool, bool);                                     \
   template std::shared_ptr<Node<T>> detail::split_history<T>(Node<T>&, const char*);                                 \
   template void detail::adopt_history<T>(Node<T>&, Node<T>&, std::shared_ptr<Node<T>>);                              \
   template Array<T> sum_to<T>(const Array<T>&, const Shape&);                                                        \

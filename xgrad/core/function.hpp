@@ -1,6 +1,7 @@
 // User-defined differentiable ops, as LibTorch's torch::autograd::Function<T>:
 //
 //   struct SiLU : xgrad::autograd::Function<SiLU> {
+//     static constexpr bool once_differentiable = true;  // backward computes on arrays
 //     static Tensor<double> forward(AutogradContext<double>* ctx, Tensor<double> x) {
 //       ctx->save_for_backward({x});
 //       Array<double> y = x.value() / (1.0 + xt::exp(-x.value()));
@@ -19,8 +20,17 @@
 // gradient per output (zeros for an output the loss does not reach) and returns, in order, either
 // one gradient per argument of forward (LibTorch's form: an undefined Tensor in each non-Tensor
 // argument's place) or one per Tensor argument; an undefined Tensor is "no gradient". Any other
-// count is refused, naming X. Non-Tensor arguments are passed through to forward. No create_graph: backward's result is
-// not differentiated again. forward must return defined tensors (an undefined one is refused, naming X and the output);
+// count is refused, naming X. Non-Tensor arguments are passed through to forward.
+//
+// Higher-order gradients: under a backward with create_graph, backward runs with grad mode on and
+// gets gradients with history, so a backward written with Tensor ops (xgrad::mul, ...) is
+// differentiated again like any op. A backward that computes on raw arrays (as SiLU above) must
+// say so, `static constexpr bool once_differentiable = true;` in X (PyTorch's
+// @once_differentiable): it then runs with grad mode off, and differentiating its gradients again
+// is refused with an error naming X, never silently zero. Without create_graph, backward runs
+// with grad mode off, as in PyTorch.
+//
+// forward must return defined tensors (an undefined one is refused, naming X and the output);
 // the results' nodes are named as PyTorch names a custom Function's grad_fn, X demangled plus "Backward"
 // ("my::SiLUBackward"), in every message and in to_dot. An in-place Function changes an input
 // through mutable_value(), calls ctx->mark_dirty({x}) and returns x (LibTorch's form; see
@@ -144,6 +154,11 @@ template <class A, class... R> struct first_tensor<A, R...> {
   using head = typename tensor_type<std::decay_t<A>>::type;
   using type = std::conditional_t<std::is_void_v<head>, typename first_tensor<R...>::type, head>;
 };
+// Whether X declares `static constexpr bool once_differentiable = true;`.
+template <class X, class = void> struct once_differentiable : std::false_type {};
+template <class X>
+struct once_differentiable<X, std::void_t<decltype(X::once_differentiable)>>
+    : std::bool_constant<X::once_differentiable> {};
 template <class T, class A> void collect(std::vector<Tensor<T>>& out, const A& a) {
   if constexpr (std::is_same_v<std::decay_t<A>, Tensor<T>>) out.push_back(a);
 }
@@ -192,9 +207,15 @@ struct Function {
       auto backward = [ctx](Node<T>& node) {
         run_user_backward<T>(*ctx, node, {Tensor<T>(std::move(node.grad))}, slots);
       };
-      if (!ctx->dirty(out)) return make_result<T>(detail::node_name<X>(), take_value(out), inputs, std::move(backward));
+      GradFormula<T> formula = [ctx](const BackwardArgs<T>& args) {
+        return user_gradients_with_graph<T>(*ctx, args.node(), {args.grad()}, slots);
+      };
+      if (!ctx->dirty(out))
+        return make_result<T>(detail::node_name<X>(), take_value(out), inputs, std::move(backward), std::move(formula));
       const Split split = split_dirty<T>(*ctx, inputs);
-      adopt<T>(out, make_result<T>(detail::node_name<X>(), Array<T>(T(0)), inputs, std::move(backward)), split);
+      adopt<T>(out,
+               make_result<T>(detail::node_name<X>(), Array<T>(T(0)), inputs, std::move(backward), std::move(formula)),
+               split);
       return out;
     } else {
       for (std::size_t k = 0; k < out.size(); ++k)
@@ -251,11 +272,61 @@ struct Function {
     ::xgrad::detail::adopt_history<T>(*out.node(), *result.node(), std::move(old));
   }
 
-  // Calls X::backward and accumulates its results into the inputs' gradients.
-  // `slots`: whether each argument of forward is a Tensor.
+  // Calls X::backward (without create_graph: grad mode off, as PyTorch) and accumulates its
+  // results into the inputs' gradients. `slots`: whether each argument of forward is a Tensor.
   template <class T>
   static void run_user_backward(AutogradContext<T>& ctx, Node<T>& node, std::vector<Tensor<T>> grads,
                                 const std::vector<bool>& slots) {
+    std::vector<Tensor<T>> gi;
+    {
+      const NoGradGuard no_grad;
+      gi = user_gradients<T>(ctx, node, std::move(grads), slots);
+    }
+    for (std::size_t i = 0; i < gi.size(); ++i)
+      if (gi[i].defined() && node.input_needs_grad(i)) node.input(i).accumulate_grad(take_value(gi[i]));
+  }
+
+  // Under create_graph: X::backward runs with grad mode on, on gradients with history, and what it
+  // computes with Tensor ops is differentiated by the next backward. A Function marked
+  // once_differentiable (its backward computes on raw arrays) runs it with grad mode off instead,
+  // and its gradients get a node that refuses a second differentiation by name (PyTorch's
+  // @once_differentiable).
+  template <class T>
+  static std::vector<Tensor<T>> user_gradients_with_graph(AutogradContext<T>& ctx, const Node<T>& node,
+                                                          std::vector<Tensor<T>> grads,
+                                                          const std::vector<bool>& slots) {
+    if constexpr (!detail::once_differentiable<X>::value) {
+      return user_gradients<T>(ctx, node, std::move(grads), slots);
+    } else {
+      std::vector<Tensor<T>> gi;
+      {
+        const NoGradGuard no_grad;
+        std::vector<Tensor<T>> plain;
+        for (const auto& g : grads) plain.push_back(g.detach());
+        gi = user_gradients<T>(ctx, node, std::move(plain), slots);
+      }
+      // Every gradient gets the refusing node, over the gradients and X's inputs, so that whatever
+      // depends on it requires grad and reaches the refusal (PyTorch's DelayedError).
+      std::vector<Tensor<T>> over = grads;
+      for (const auto& in : node.inputs) over.push_back(Tensor<T>(in));
+      static const std::string name = detail::demangle(typeid(X).name()) + "Backward (once_differentiable)";
+      const auto refuse = [](auto&&...) -> std::vector<Tensor<T>> {
+        throw std::runtime_error(::xgrad::detail::concat(
+            "trying to differentiate twice a function that was marked with once_differentiable: ",
+            detail::function_name<X>(), " (its backward computes on raw arrays; write it with Tensor ops and drop "
+            "once_differentiable to differentiate it again)"));
+      };
+      for (auto& g : gi)
+        if (g.defined())
+          g = make_result<T>(name.c_str(), take_value(g), over, [refuse](Node<T>&) { refuse(); }, refuse);
+      return gi;
+    }
+  }
+
+  // X::backward's results, one per input node (undefined: no gradient), checked.
+  template <class T>
+  static std::vector<Tensor<T>> user_gradients(AutogradContext<T>& ctx, const Node<T>& node,
+                                               std::vector<Tensor<T>> grads, const std::vector<bool>& slots) {
     std::vector<Tensor<T>> gi = X::backward(&ctx, std::move(grads));
     if (gi.size() != node.inputs.size()) {
       XGRAD_CHECK(gi.size() == slots.size(), detail::function_name<X>(), ": backward should return ", slots.size(),
@@ -280,8 +351,7 @@ struct Function {
       }
       gi = std::move(per_tensor);
     }
-    for (std::size_t i = 0; i < gi.size(); ++i)
-      if (gi[i].defined() && node.input_needs_grad(i)) node.input(i).accumulate_grad(take_value(gi[i]));
+    return gi;
   }
 
   // A tensor's value, moved out when no other handle can see it (a fresh result of forward or
@@ -301,9 +371,17 @@ struct Function {
                                              const std::vector<bool>& arg_slots) {
     if (!any_grad) return outs;
     const Split split = split_dirty<T>(*ctx, inputs);
-    struct Slots { std::vector<Array<T>> grads; std::vector<bool> has; std::vector<Shape> shapes; };
+    // The outputs' gradients, parked until the hidden node runs: Arrays, or, under create_graph,
+    // Tensors with history (`graphs`).
+    struct Slots {
+      std::vector<Array<T>> grads;
+      std::vector<Tensor<T>> graphs;
+      std::vector<bool> has;
+      std::vector<Shape> shapes;
+    };
     auto slots = std::make_shared<Slots>();
     slots->grads.resize(outs.size());
+    slots->graphs.resize(outs.size());
     slots->has.assign(outs.size(), false);
     for (const auto& o : outs) slots->shapes.push_back(o.shape());
     Tensor<T> fn =
@@ -316,6 +394,17 @@ struct Function {
             slots->has[k] = false;
           }
           run_user_backward<T>(*ctx, node, std::move(grads), *args);
+        },
+        [ctx, slots, args = &arg_slots](const BackwardArgs<T>& a) {
+          std::vector<Tensor<T>> grads;
+          for (std::size_t k = 0; k < slots->graphs.size(); ++k) {
+            grads.push_back(slots->has[k] ? std::move(slots->graphs[k])
+                                          : Tensor<T>(full_array<T>(slots->shapes[k], T(0),
+                                                                    "autograd::Function (backward)")));
+            slots->graphs[k] = Tensor<T>();
+            slots->has[k] = false;
+          }
+          return user_gradients_with_graph<T>(*ctx, a.node(), std::move(grads), *args);
         });
     std::vector<Tensor<T>> result;
     for (std::size_t k = 0; k < outs.size(); ++k) {
@@ -328,11 +417,19 @@ struct Function {
         slots->has[k] = true;
         node.input(0).accumulate_grad(Array<T>(T(0)));
       };
+      GradFormula<T> park_graph = [slots, k](const BackwardArgs<T>& a) {
+        slots->graphs[k] = a.grad();
+        slots->has[k] = true;
+        return std::vector<Tensor<T>>{Tensor<T>(Array<T>(T(0)))};
+      };
       if (ctx->dirty(outs[k])) {
-        adopt<T>(outs[k], make_result<T>(detail::node_name<X>(), Array<T>(T(0)), {fn}, std::move(park)), split);
+        adopt<T>(outs[k],
+                 make_result<T>(detail::node_name<X>(), Array<T>(T(0)), {fn}, std::move(park), std::move(park_graph)),
+                 split);
         result.push_back(outs[k]);
       } else {
-        result.push_back(make_result<T>(detail::node_name<X>(), take_value(outs[k]), {fn}, std::move(park)));
+        result.push_back(
+            make_result<T>(detail::node_name<X>(), take_value(outs[k]), {fn}, std::move(park), std::move(park_graph)));
       }
     }
     return result;

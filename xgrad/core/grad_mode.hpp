@@ -18,6 +18,18 @@ class NoGradGuard {
   bool previous_;
 };
 
+// torch.enable_grad() / torch.set_grad_enabled(mode) as a scope (at::AutoGradMode).
+class GradGuard {
+ public:
+  explicit GradGuard(bool enabled) : previous_(is_grad_enabled()) { set_grad_enabled(enabled); }
+  ~GradGuard() { set_grad_enabled(previous_); }
+  GradGuard(const GradGuard&) = delete;
+  GradGuard& operator=(const GradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
 bool is_anomaly_enabled();
 void set_detect_anomaly(bool enabled);
 

@@ -1,5 +1,6 @@
 #include <xgrad/core/gradcheck.hpp>
 #include <xgrad/core/grad_mode.hpp>
+#include <xgrad/core/graph.hpp>
 
 #include <cmath>
 #include <iomanip>
@@ -132,6 +133,97 @@ GradcheckResult gradcheck_parameters(const std::function<Tensor<double>()>& func
     ++k;
   }
   return result;
+}
+
+namespace {
+
+// The second-order check over `tensors` (leaves that require grad, read by `function` by handle)
+// and the upstream gradient u; `names` labels the reports (empty: by position).
+GradcheckResult second_order_check(const std::function<Tensor<double>()>& function,
+                                   std::vector<Tensor<double>> tensors, const std::vector<std::size_t>& positions,
+                                   const std::vector<std::string>& names, const GradcheckOptions& options) {
+  const GradGuard enabled(true);
+  Tensor<double> y = function();
+  XGRAD_CHECK(y.defined(), "gradgradcheck: the function returned an undefined tensor");
+  Generator gen(options.seed);
+  Tensor<double> u(randn<double>(y.shape(), gen).value(), /*requires_grad=*/true);
+  // First-order gradients of `function` with respect to `tensors`, seeded with u.
+  const auto first_order = [&](bool create_graph) {
+    Tensor<double> out = function();
+    std::vector<Tensor<double>> g(tensors.size());
+    if (out.requires_grad())
+      g = autograd::grad({out}, tensors, {u}, std::nullopt, create_graph, /*allow_unused=*/true);
+    return g;
+  };
+  std::vector<Tensor<double>> g = first_order(/*create_graph=*/true);
+  std::vector<Array<double>> w;  // the contraction weights, one per gradient (of its input's shape)
+  for (const auto& t : tensors) w.push_back(randn<double>(t.shape(), gen).value());
+  const auto contracted = [&] {
+    std::vector<Tensor<double>> gv = first_order(/*create_graph=*/false);
+    double s = 0;
+    for (std::size_t k = 0; k < gv.size(); ++k)
+      if (gv[k].defined()) s += contract(gv[k].value(), w[k]);
+    return s;
+  };
+  // Analytic: w . G differentiated through the create_graph backward.
+  std::vector<Tensor<double>> outputs, weights;
+  for (std::size_t k = 0; k < g.size(); ++k) {
+    if (!g[k].defined() || !g[k].requires_grad()) continue;
+    outputs.push_back(g[k]);
+    weights.push_back(Tensor<double>(w[k]));
+  }
+  std::vector<Tensor<double>> wrt = tensors;
+  wrt.push_back(u);
+  std::vector<Tensor<double>> analytic(wrt.size());
+  if (!outputs.empty())
+    analytic = autograd::grad(outputs, wrt, weights, /*retain_graph=*/false, /*create_graph=*/false,
+                              /*allow_unused=*/true);
+  GradcheckResult result;
+  for (std::size_t k = 0; k < wrt.size(); ++k) {
+    const Array<double> a =
+        analytic[k].defined() ? analytic[k].value() : full_array<double>(wrt[k].shape(), 0.0, "gradgradcheck");
+    GradcheckInputReport report = check_elements(wrt[k], a, contracted, options);
+    report.input = k < positions.size() ? positions[k] : positions.size();
+    report.name = k < names.size() ? names[k] : "grad_output";
+    result.passed = result.passed && report.passed;
+    result.inputs.push_back(std::move(report));
+  }
+  return result;
+}
+
+}  // namespace
+
+GradcheckResult gradgradcheck(const GradcheckFunction& function, const std::vector<Tensor<double>>& inputs,
+                              const GradcheckOptions& options) {
+  std::vector<Tensor<double>> x = copy_inputs(inputs);
+  std::vector<Tensor<double>> checked;
+  std::vector<std::size_t> positions;
+  for (std::size_t k = 0; k < x.size(); ++k) {
+    if (!x[k].requires_grad()) continue;
+    checked.push_back(x[k]);
+    positions.push_back(k);
+  }
+  XGRAD_CHECK(!checked.empty(), "gradgradcheck: no input requires grad");
+  std::vector<std::string> names(checked.size());  // by position
+  return second_order_check([&] { return function(x); }, checked, positions, names, options);
+}
+
+GradcheckResult gradgradcheck_parameters(const std::function<Tensor<double>()>& function, const NamedTensors& tensors,
+                                         const GradcheckOptions& options) {
+  std::vector<Tensor<double>> checked;
+  std::vector<std::size_t> positions;
+  std::vector<std::string> names;
+  for (std::size_t k = 0; k < tensors.size(); ++k) {
+    const auto& [name, t] = tensors[k];
+    XGRAD_CHECK(t.defined(), "gradgradcheck_parameters: tensor \"", name, "\" is undefined");
+    if (!t.requires_grad()) continue;
+    XGRAD_CHECK(t.is_leaf(), "gradgradcheck_parameters: tensor \"", name, "\" must be a leaf (made by ", t.op(), ")");
+    checked.push_back(t);
+    positions.push_back(k);
+    names.push_back(name);
+  }
+  XGRAD_CHECK(!checked.empty(), "gradgradcheck_parameters: no tensor requires grad");
+  return second_order_check(function, checked, positions, names, options);
 }
 
 std::string GradcheckResult::summary() const {

@@ -74,4 +74,21 @@ using NamedTensors = std::vector<std::pair<std::string, Tensor<double>>>;
 GradcheckResult gradcheck_parameters(const std::function<Tensor<double>()>& function, const NamedTensors& tensors,
                                      const GradcheckOptions& options = {});
 
+// torch.autograd.gradgradcheck: the second derivatives against finite differences of the first.
+// The function's first-order gradients G(x, u) = u^T J (a backward with create_graph, u a random
+// upstream gradient that is itself an input) are contracted with fixed random weights w, and the
+// analytic derivative of w . G with respect to every input and to u (a backward through
+// the create_graph backward) is compared with central differences of w . G, element by element, at
+// the same tolerances as gradcheck. The report lists the inputs that require grad, then u (named
+// "grad_output"). An op without a differentiable backward fails with its name in the error.
+//
+//   auto result = xgrad::gradgradcheck(
+//       [](const std::vector<xgrad::Tensor<double>>& in) { return xgrad::tanh(in[0]); },
+//       {xgrad::randn<double>({3, 4}, true)});
+GradcheckResult gradgradcheck(const GradcheckFunction& function, const std::vector<Tensor<double>>& inputs,
+                              const GradcheckOptions& options = {});
+// The same over tensors the function reads by handle (gradcheck_parameters' form).
+GradcheckResult gradgradcheck_parameters(const std::function<Tensor<double>()>& function, const NamedTensors& tensors,
+                                         const GradcheckOptions& options = {});
+
 }  // namespace xgrad

@@ -33,7 +33,17 @@ const Array<T>& Tensor<T>::grad() const {
 
 template <class T>
 Array<T>& Tensor<T>::mutable_grad() {
-  return const_cast<Array<T>&>(grad());
+  Array<T>& g = const_cast<Array<T>&>(grad());
+  checked().grad_graph_ = nullptr;  // changed in place: its history no longer describes it
+  return g;
+}
+
+template <class T>
+Tensor<T> Tensor<T>::grad_tensor() const {
+  const Node<T>& n = checked();
+  if (!n.has_grad) return Tensor<T>();
+  if (n.grad_graph_) return Tensor<T>(n.grad_graph_);
+  return Tensor<T>(copy_array(n.grad, "grad_tensor"));
 }
 
 template <class T>
@@ -43,11 +53,13 @@ void Tensor<T>::set_grad(Array<T> g) {
               n.value.shape(), ", got ", g.shape());
   n.grad = std::move(g);
   n.has_grad = true;
+  n.grad_graph_ = nullptr;
 }
 
 template <class T>
 void Tensor<T>::zero_grad(bool set_to_none) {
   Node<T>& n = checked();
+  n.grad_graph_ = nullptr;
   if (set_to_none) {
     detail::recycle(n.grad);
     n.has_grad = false;
@@ -150,6 +162,22 @@ void Tensor<T>::backward(const Array<T>& gradient, bool retain_graph) const {
   XGRAD_CHECK(gradient.shape() == value().shape(), "backward: expected a gradient of shape ", shape(),
               ", got ", gradient.shape());
   run_backward(*this, copy_array(gradient, "backward"), retain_graph);
+}
+
+template <class T>
+void Tensor<T>::backward(const Tensor<T>& gradient, std::optional<bool> retain_graph, bool create_graph) const {
+  XGRAD_CHECK(node_ != nullptr,
+              "backward: called on an undefined tensor (a default-constructed Tensor, with no "
+              "value and no graph)");
+  Tensor<T> seed = gradient;
+  if (!seed.defined()) {
+    XGRAD_CHECK(numel() == 1, "backward: grad can be implicitly created only for scalar outputs; got shape ",
+                shape(), " (pass a gradient of that shape)");
+    seed = Tensor<T>(full_array<T>(value().shape(), T(1), "backward"));
+  }
+  XGRAD_CHECK(seed.value().shape() == value().shape(), "backward: expected a gradient of shape ", shape(), ", got ",
+              seed.value().shape());
+  run_backward(*this, seed, retain_graph.value_or(create_graph), create_graph);
 }
 
 // ---- factories ----------------------------------------------------------------------------

@@ -57,12 +57,15 @@ template <class T>
 struct Engine;
 }  // namespace detail
 
+template <class T>
+class BackwardArgs;  // graph.hpp
+
 // One vertex of the graph: the value an op produced, the gradient flowing into it, and how to
 // pass that gradient on to the op's inputs. Ops read and write the public part from their backward
 // closures; the fields only the engine uses (its traversal marks, the closure, the recorded input
 // versions, the hooks) are private to it (detail::Engine) and to Tensor (which registers hooks).
 template <class T>
-struct Node {
+struct Node : std::enable_shared_from_this<Node<T>> {
   Node() = default;
   explicit Node(Array<T>&& v) : value(std::move(v)) {}
   Node(const Node&) = delete;
@@ -135,6 +138,14 @@ struct Node {
   // this node (its total for the current backward) and may return a replacement. Empty for almost
   // every node: the engine only checks emptiness on its fast path.
   std::vector<std::pair<std::uint64_t, std::function<std::optional<Array<T>>(const Array<T>&)>>> grad_hooks_;
+  // The backward written in differentiable ops (graph.hpp, GradFormula), run instead of
+  // backward_fn_ by a backward with create_graph; empty for an op that has none (such a backward
+  // is refused, naming the op).
+  std::function<std::vector<Tensor<T>>(const BackwardArgs<T>&)> grad_formula_;
+  // During a backward with create_graph: the gradient as a tensor with its own history (its value
+  // is `grad`'s). On a leaf it stays after the backward (Tensor::grad_tensor), until the gradient
+  // is zeroed, set or changed in place.
+  std::shared_ptr<Node<T>> grad_graph_;
   // Set by an in-place autograd::Function (mark_dirty): the history this node had before, and its
   // version from then on; nodes made from it earlier (input_versions_ below rebased_at_) send
   // their gradient there.
@@ -168,6 +179,10 @@ class Tensor {
   const Array<T>& grad() const;
   Array<T>& mutable_grad();
   void set_grad(Array<T> g);
+  // The gradient as a Tensor (LibTorch's x.grad()): after a backward with create_graph=true it
+  // carries that backward's graph and can be differentiated again; otherwise it is a new leaf
+  // holding a copy of grad(). Undefined when there is no gradient.
+  Tensor<T> grad_tensor() const;
   // Zeros the gradient, or forgets it when set_to_none (PyTorch's default for optimizers).
   void zero_grad(bool set_to_none = false);
 
@@ -278,6 +293,12 @@ class Tensor {
   // backward() on a scalar seeds its gradient with 1; a non-scalar needs the gradient.
   void backward(bool retain_graph = false) const;
   void backward(const Array<T>& gradient, bool retain_graph = false) const;
+  // LibTorch's form: backward(gradient, retain_graph, create_graph). An undefined gradient seeds
+  // a scalar with 1. With create_graph the gradients are built from differentiable ops (they
+  // have a history: grad_tensor() can be differentiated again, see docs/higher_order.md), and
+  // retain_graph defaults to create_graph, as in PyTorch.
+  void backward(const Tensor<T>& gradient, std::optional<bool> retain_graph = std::nullopt,
+                bool create_graph = false) const;
 
   const std::shared_ptr<Node<T>>& node() const { return node_; }
   bool same(const Tensor& other) const { return node_ == other.node_; }

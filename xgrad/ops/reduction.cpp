@@ -23,6 +23,7 @@ using Acc = double;
 // joined), so that reducing (B, T, C) over C is a loop over (B*T, C).
 struct ReducePlan {
   Shape out_shape;                      // the result's shape (keepdim applied)
+  Shape kept_shape;                     // the result's shape with keepdim (for broadcasting back)
   Shape shape;                          // the input's merged dims
   std::vector<std::size_t> out_stride;  // per merged dim: its stride in the flat output, 0 if reduced
   std::size_t out_size = 1;
@@ -58,6 +59,7 @@ ReducePlan plan_reduction(const char* op, const Shape& in, const std::vector<boo
     }
   }
   for (std::size_t d = 0; d < nd; ++d) {
+    p.kept_shape.push_back(reduced[d] ? 1 : in[d]);
     if (!reduced[d]) p.out_shape.push_back(in[d]);
     else if (keepdim) p.out_shape.push_back(1);
     if (in[d] == 1) continue;
@@ -108,6 +110,13 @@ Tensor<T> scaled_sum(const char* op, const Tensor<T>& a, ReducePlan plan, Acc sc
   visit(plan, [&](std::size_t i, std::size_t o) { acc[o] += px[i]; });
   Array<T> y = empty_array<T>(plan.out_shape, op);
   for (std::size_t o = 0; o < plan.out_size; ++o) y.data()[o] = static_cast<T>(acc[o] * scale);
+  // Under create_graph: dx = scale * expand(dy viewed with the reduced dims kept).
+  std::vector<std::int64_t> kept(plan.kept_shape.begin(), plan.kept_shape.end());
+  GradFormula<T> formula = [kept = std::move(kept), scale](const BackwardArgs<T>& args) {
+    const Shape in = args.input_shape(0);
+    Tensor<T> g = expand(reshape(args.grad(), kept), std::vector<std::int64_t>(in.begin(), in.end()));
+    return std::vector<Tensor<T>>{scale == Acc(1) ? g : mul(g, static_cast<T>(scale))};
+  };
   return make_result<T>(op, std::move(y), {a}, [op, plan = std::move(plan), scale](Node<T>& out) {
     Array<T> gx = empty_array<T>(out.input_shape(0), op);
     const T* pg = out.grad.data();
@@ -115,7 +124,7 @@ Tensor<T> scaled_sum(const char* op, const Tensor<T>& a, ReducePlan plan, Acc sc
     const T s = static_cast<T>(scale);
     visit(plan, [&](std::size_t i, std::size_t o) { pgx[i] = pg[o] * s; });
     out.input(0).accumulate_grad(std::move(gx));
-  });
+  }, std::move(formula));
 }
 
 // Two passes for accuracy under a large common offset:
@@ -198,6 +207,23 @@ Tensor<T> sum(const Tensor<T>& a, const std::vector<std::int64_t>& dims, bool ke
   XGRAD_PROFILE_OP("sum");
   XGRAD_TRACE_NOTE("sum", {"dim", dims}, {"keepdim", keepdim});
   return scaled_sum<T>("sum", a, plan_reduction("sum", a.shape(), reduced_dims("sum", a.dim(), dims), keepdim), Acc(1));
+}
+
+template <class T>
+Tensor<T> sum_to(const Tensor<T>& a, const Shape& shape) {
+  const auto& in = a.value().shape();
+  if (in.size() == shape.size() && std::equal(shape.begin(), shape.end(), in.begin())) return a;
+  XGRAD_CHECK(in.size() >= shape.size(), "sum_to: cannot sum a tensor of shape ", a.shape(), " to shape ", shape);
+  const std::size_t lead = in.size() - shape.size();
+  std::vector<std::int64_t> dims;
+  for (std::size_t d = 0; d < in.size(); ++d) {
+    const bool summed = d < lead || (shape[d - lead] == 1 && in[d] != 1);
+    XGRAD_CHECK(d < lead || summed || shape[d - lead] == in[d], "sum_to: cannot sum a tensor of shape ", a.shape(),
+                " to shape ", shape);
+    if (summed) dims.push_back(static_cast<std::int64_t>(d));
+  }
+  const Tensor<T> s = dims.empty() ? a : sum(a, dims, /*keepdim=*/true);
+  return reshape(s, std::vector<std::int64_t>(shape.begin(), shape.end()));
 }
 
 // mean of n = 0 elements is 0/0 = NaN, as torch.
@@ -294,6 +320,7 @@ std::pair<Tensor<T>, IndexArray> max(const Tensor<T>& a, std::int64_t dim, bool 
   template Tensor<T> mean<T>(const Tensor<T>&);                                               \
   template Tensor<T> sum<T>(const Tensor<T>&, const std::vector<std::int64_t>&, bool);                 \
   template Tensor<T> mean<T>(const Tensor<T>&, const std::vector<std::int64_t>&, bool);                \
+  template Tensor<T> sum_to<T>(const Tensor<T>&, const Shape&);                                        \
   template Tensor<T> var<T>(const Tensor<T>&, bool);                                          \
   template Tensor<T> var<T>(const Tensor<T>&, const std::vector<std::int64_t>&, bool, bool);           \
   template Tensor<T> amax<T>(const Tensor<T>&, const std::vector<std::int64_t>&, bool);                \

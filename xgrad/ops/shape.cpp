@@ -75,6 +75,9 @@ Tensor<T> reshaped(const char* op, const Tensor<T>& a, const Shape& shape) {
     Array<T> g = std::move(out.grad);
     g.reshape(out.input_shape(0));
     out.input(0).accumulate_grad(std::move(g));
+  }, [](const BackwardArgs<T>& args) {
+    const Shape in = args.input_shape(0);
+    return std::vector<Tensor<T>>{reshape(args.grad(), std::vector<std::int64_t>(in.begin(), in.end()))};
   });
 }
 
@@ -285,7 +288,7 @@ Tensor<T> expand(const Tensor<T>& a, const std::vector<std::int64_t>& sizes) {
   gather_strided(a.value().data(), out, detail::broadcast_strides(in, out), y.data());
   return make_result<T>("expand", std::move(y), {a}, [](Node<T>& node) {
     node.input(0).accumulate_grad(sum_to(std::move(node.grad), node.input_shape(0)));
-  });
+  }, [](const BackwardArgs<T>& args) { return std::vector<Tensor<T>>{sum_to(args.grad(), args.input_shape(0))}; });
 }
 
 // ---- cat, stack ---------------------------------------------------------------------------------
