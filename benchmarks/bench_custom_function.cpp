@@ -43,6 +43,7 @@ Tensor<float> silu_make_result(const Tensor<float>& x) {
 }
 
 struct SiLU : xgrad::autograd::Function<SiLU> {
+  static constexpr bool once_differentiable = true;  // backward on raw arrays
   static Tensor<float> forward(AutogradContext<float>* ctx, const Tensor<float>& x) {
     ctx->save_for_backward({x});
     Array<float> y = Array<float>::from_shape(x.value().shape());

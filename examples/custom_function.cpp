@@ -12,6 +12,8 @@ using xgrad::autograd::AutogradContext;
 // x: any shape -> y: same shape. dy/dx = s (1 + x (1 - s)), s = sigmoid(x); saves x.
 template <class T>
 struct FusedSiLU : xgrad::autograd::Function<FusedSiLU<T>> {
+  // backward computes on raw arrays: a second differentiation (create_graph) is refused by name.
+  static constexpr bool once_differentiable = true;
   static Tensor<T> forward(AutogradContext<T>* ctx, const Tensor<T>& x) {
     ctx->save_for_backward({x});
     Array<T> y = Array<T>::from_shape(x.value().shape());

@@ -110,13 +110,30 @@ Tensor<T> scaled_sum(const char* op, const Tensor<T>& a, ReducePlan plan, Acc sc
   visit(plan, [&](std::size_t i, std::size_t o) { acc[o] += px[i]; });
   Array<T> y = empty_array<T>(plan.out_shape, op);
   for (std::size_t o = 0; o < plan.out_size; ++o) y.data()[o] = static_cast<T>(acc[o] * scale);
-  // Under create_graph: dx = scale * expand(dy viewed with the reduced dims kept).
-  std::vector<std::int64_t> kept(plan.kept_shape.begin(), plan.kept_shape.end());
-  GradFormula<T> formula = [kept = std::move(kept), scale](const BackwardArgs<T>& args) {
+  // Under create_graph: dx = scale * expand(dy viewed with the reduced dims kept). The reduced
+  // dims travel as a bit mask, so that the formula fits std::function's own storage (no
+  // allocation per reduction on the first-order path); past 64 dims, as a vector.
+  GradFormula<T> formula;
+  const auto differentiable = [scale](const BackwardArgs<T>& args, const std::vector<std::int64_t>& kept) {
     const Shape in = args.input_shape(0);
     Tensor<T> g = expand(reshape(args.grad(), kept), std::vector<std::int64_t>(in.begin(), in.end()));
     return std::vector<Tensor<T>>{scale == Acc(1) ? g : mul(g, static_cast<T>(scale))};
   };
+  if (plan.kept_shape.size() <= 64) {
+    std::uint64_t reduced = 0;
+    for (std::size_t d = 0; d < plan.kept_shape.size(); ++d)
+      if (plan.kept_shape[d] == 1) reduced |= std::uint64_t{1} << d;
+    formula = [reduced, differentiable](const BackwardArgs<T>& args) {
+      const Shape in = args.input_shape(0);
+      std::vector<std::int64_t> kept(in.begin(), in.end());
+      for (std::size_t d = 0; d < kept.size(); ++d)
+        if (reduced >> d & 1) kept[d] = 1;
+      return differentiable(args, kept);
+    };
+  } else {
+    std::vector<std::int64_t> kept(plan.kept_shape.begin(), plan.kept_shape.end());
+    formula = [kept = std::move(kept), differentiable](const BackwardArgs<T>& args) { return differentiable(args, kept); };
+  }
   return make_result<T>(op, std::move(y), {a}, [op, plan = std::move(plan), scale](Node<T>& out) {
     Array<T> gx = empty_array<T>(out.input_shape(0), op);
     const T* pg = out.grad.data();
