@@ -1,7 +1,11 @@
 // Indexing ops: index_select, embedding, masked_fill, where. Gathers scatter-add their gradient
 // back (repeated indices add up); masked selections route it to the side that was chosen.
+#include <algorithm>
 #include <cstring>
+#include <limits>
+#include <memory>
 #include <utility>
+#include <vector>
 
 #include <xgrad/ops/broadcast.hpp>
 #include <xgrad/ops/ops.hpp>
@@ -18,6 +22,65 @@ void check_indices(const IndexArray& index, std::size_t size, const char* op, co
   for (std::int64_t i : index)
     XGRAD_CHECK(i >= 0 && static_cast<std::size_t>(i) < size, op, ": index ", i, " is out of range for ", what,
                 " of size ", size);
+}
+
+// Whole rows picked from a tensor viewed as (outer, size, inner): index (m) -> (outer, m, inner),
+// the gather of index_select and embedding, and its adjoint, the scatter-add of their gradient.
+// Positions whose index is `skip` are dropped by the scatter and zero in the gather (embedding's
+// padding_idx).
+struct Rows {
+  std::size_t outer, size, inner;
+  std::shared_ptr<const std::vector<std::size_t>> index;
+  std::size_t skip = std::numeric_limits<std::size_t>::max();  // none
+};
+
+// dst (outer, size, inner), zero-filled by the caller: dst[o, index[j]] += src[o, j].
+template <class T>
+void scatter_add_rows(const T* src, const Rows& r, T* dst) {
+  const std::vector<std::size_t>& index = *r.index;
+  const std::size_t m = index.size();
+  for (std::size_t o = 0; o < r.outer; ++o)
+    for (std::size_t j = 0; j < m; ++j) {
+      if (index[j] == r.skip) continue;
+      T* d = dst + (o * r.size + index[j]) * r.inner;
+      const T* s = src + (o * m + j) * r.inner;
+      for (std::size_t c = 0; c < r.inner; ++c) d[c] += s[c];
+    }
+}
+
+template <class T>
+Tensor<T> scatter_rows(const Tensor<T>& src, const Rows& r, const Shape& out_shape);
+
+// y (outer, m, inner, of shape out_shape) = x[o, index[j]] (0 where index[j] == skip);
+// dx = scatter_rows(dy).
+template <class T>
+Tensor<T> gather_rows(const Tensor<T>& x, const Rows& r, const Shape& out_shape) {
+  Array<T> y = empty_array<T>(out_shape, "gather_rows");
+  const std::vector<std::size_t>& index = *r.index;
+  const std::size_t m = index.size();
+  for (std::size_t o = 0; o < r.outer && r.inner > 0; ++o)
+    for (std::size_t j = 0; j < m; ++j) {
+      T* d = y.data() + (o * m + j) * r.inner;
+      if (index[j] == r.skip) std::fill(d, d + r.inner, T(0));
+      else std::memcpy(d, x.value().data() + (o * r.size + index[j]) * r.inner, r.inner * sizeof(T));
+    }
+  GradFormula<T> formula = [r](const BackwardArgs<T>& args) {
+    return std::vector<Tensor<T>>{scatter_rows(args.grad(), r, args.input_shape(0))};
+  };
+  return make_result<T>("gather_rows", std::move(y), {x}, backward_from_formula(formula), formula);
+}
+
+// The gradient of a row gather as an op of its own, so that it can be differentiated again:
+// y (outer, size, inner, of shape out_shape) = zeros with src[o, j] added at row index[j];
+// d/d(src) = gather_rows(dy).
+template <class T>
+Tensor<T> scatter_rows(const Tensor<T>& src, const Rows& r, const Shape& out_shape) {
+  Array<T> y = full_array<T>(out_shape, T(0), "scatter_rows");
+  scatter_add_rows(src.value().data(), r, y.data());
+  GradFormula<T> formula = [r](const BackwardArgs<T>& args) {
+    return std::vector<Tensor<T>>{gather_rows(args.grad(), r, args.input_shape(0))};
+  };
+  return make_result<T>("scatter_rows", std::move(y), {src}, backward_from_formula(formula), formula);
 }
 
 }  // namespace
@@ -43,24 +106,20 @@ Tensor<T> index_select(const Tensor<T>& a, std::int64_t dim, const IndexArray& i
     XGRAD_CHECK(m == 1, "index_select: a 0-d input needs exactly one index, got ", m);
     out_shape = {};
   }
-  std::vector<std::size_t> rows(index.begin(), index.end());
+  const Rows r{outer, size, inner, std::make_shared<const std::vector<std::size_t>>(index.begin(), index.end())};
+  const std::vector<std::size_t>& rows = *r.index;
   Array<T> y = empty_array<T>(out_shape, "index_select");
   const T* src = a.value().data();
   for (std::size_t o = 0; o < outer && inner > 0; ++o)
     for (std::size_t j = 0; j < m; ++j)
       std::memcpy(y.data() + (o * m + j) * inner, src + (o * size + rows[j]) * inner, inner * sizeof(T));
   XGRAD_TRACE_NOTE("index_select", {"dim", k}, {"index", index});
-  return make_result<T>("index_select", std::move(y), {a}, [outer, size, inner, rows = std::move(rows)](Node<T>& out) {
+  return make_result<T>("index_select", std::move(y), {a}, [r](Node<T>& out) {
     Array<T> g = full_array<T>(out.input_shape(0), T(0), "index_select (backward)");
-    const std::size_t m = rows.size();
-    const T* pg = out.grad.data();
-    for (std::size_t o = 0; o < outer; ++o)
-      for (std::size_t j = 0; j < m; ++j) {
-        T* dst = g.data() + (o * size + rows[j]) * inner;
-        const T* s = pg + (o * m + j) * inner;
-        for (std::size_t c = 0; c < inner; ++c) dst[c] += s[c];
-      }
+    scatter_add_rows(out.grad.data(), r, g.data());
     out.input(0).accumulate_grad(std::move(g));
+  }, [r](const BackwardArgs<T>& args) {
+    return std::vector<Tensor<T>>{scatter_rows(args.grad(), r, args.input_shape(0))};
   });
 }
 
@@ -91,17 +150,15 @@ Tensor<T> embedding(const IndexArray& indices, const Tensor<T>& weight, std::opt
   for (std::size_t j = 0; j < m && D > 0; ++j)
     std::memcpy(y.data() + j * D, w + static_cast<std::size_t>(idx[j]) * D, D * sizeof(T));
   XGRAD_TRACE_NOTE("embedding", {"indices", indices});
-  return make_result<T>("embedding", std::move(y), {weight}, [indices, pad, D](Node<T>& out) {
+  // The rows of the (1, n, D) weight; the padding row's positions get no gradient.
+  const Rows r{1, n, D, std::make_shared<const std::vector<std::size_t>>(idx, idx + m),
+               pad < 0 ? std::numeric_limits<std::size_t>::max() : static_cast<std::size_t>(pad)};
+  return make_result<T>("embedding", std::move(y), {weight}, [r](Node<T>& out) {
     Array<T> g = full_array<T>(out.input_shape(0), T(0), "embedding (backward)");
-    const T* pg = out.grad.data();
-    const std::int64_t* idx = indices.data();
-    for (std::size_t j = 0, m = indices.size(); j < m; ++j) {
-      if (idx[j] == pad) continue;
-      T* dst = g.data() + static_cast<std::size_t>(idx[j]) * D;
-      const T* s = pg + j * D;
-      for (std::size_t c = 0; c < D; ++c) dst[c] += s[c];
-    }
+    scatter_add_rows(out.grad.data(), r, g.data());
     out.input(0).accumulate_grad(std::move(g));
+  }, [r](const BackwardArgs<T>& args) {
+    return std::vector<Tensor<T>>{scatter_rows(args.grad(), r, args.input_shape(0))};
   });
 }
 
@@ -123,14 +180,17 @@ Tensor<T> masked_fill(const Tensor<T>& a, const BoolArray& mask, Scalar<T> value
     if (pm[m]) py[i] = value;
   });
   XGRAD_TRACE_NOTE("masked_fill", {"mask", mask}, {"value", static_cast<double>(value)});
-  return make_result<T>("masked_fill", std::move(y), {a}, [mask, strides](Node<T>& out) {
+  auto kept = std::make_shared<const BoolArray>(mask);  // one copy, for both backwards
+  return make_result<T>("masked_fill", std::move(y), {a}, [kept, strides](Node<T>& out) {
     Array<T> g = std::move(out.grad);  // in place: the engine hands the gradient over
     T* pg = g.data();
-    const bool* pm = mask.data();
+    const bool* pm = kept->data();
     detail::for_each_index(shape_of(g), strides, [&](std::size_t i, std::size_t m) {
       if (pm[m]) pg[i] = T(0);
     });
     out.input(0).accumulate_grad(std::move(g));
+  }, [kept](const BackwardArgs<T>& args) {  // da = masked_fill(dy, mask, 0)
+    return std::vector<Tensor<T>>{xgrad::masked_fill(args.grad(), *kept, T(0))};
   });
 }
 
@@ -154,10 +214,19 @@ Tensor<T> where(const BoolArray& condition, const Tensor<T>& a, const Tensor<T>&
     py[i] = pc[ic] ? pa[ia] : pb[ib];
   });
   XGRAD_TRACE_NOTE("where", {"condition", condition});
-  return make_result<T>("where", std::move(y), {a, b}, [condition, sc](Node<T>& out) {
+  auto kept = std::make_shared<const BoolArray>(condition);  // one copy, for both backwards
+  // Under create_graph: da = sum_to(where(condition, dy, 0)), db = sum_to(where(condition, 0, dy)).
+  GradFormula<T> formula = [kept](const BackwardArgs<T>& args) {
+    const Tensor<T> zero(full_array<T>(Shape{}, T(0), "where (backward)"));
+    std::vector<Tensor<T>> g(2);
+    if (args.needs(0)) g[0] = sum_to(xgrad::where(*kept, args.grad(), zero), args.input_shape(0));
+    if (args.needs(1)) g[1] = sum_to(xgrad::where(*kept, zero, args.grad()), args.input_shape(1));
+    return g;
+  };
+  return make_result<T>("where", std::move(y), {a, b}, [kept, sc](Node<T>& out) {
     const Shape out_shape = shape_of(out.grad);
     const T* pg = out.grad.data();
-    const bool* pc = condition.data();
+    const bool* pc = kept->data();
     for (std::size_t k = 0; k < 2; ++k) {
       if (!out.input_needs_grad(k)) continue;
       const bool take = k == 0;  // a receives where the condition holds, b where it does not
@@ -168,7 +237,7 @@ Tensor<T> where(const BoolArray& condition, const Tensor<T>& a, const Tensor<T>&
       });
       out.input(k).accumulate_grad(sum_to(g, out.input_shape(k)));
     }
-  });
+  }, std::move(formula));
 }
 
 #define XGRAD_INSTANTIATE(T)                                                                         \

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <utility>
+#include <vector>
 
 #include <xgrad/ops/ops.hpp>
 #include <xgrad/core/profiler.hpp>
@@ -163,6 +165,16 @@ Tensor<T> variance(const Tensor<T>& a, ReducePlan plan, bool unbiased) {
   const Acc divisor = plan.count > correction ? static_cast<Acc>(plan.count - correction) : Acc(0);
   Array<T> y = empty_array<T>(plan.out_shape, "var");
   for (std::size_t o = 0; o < plan.out_size; ++o) y.data()[o] = static_cast<T>(ss[o] / divisor);
+  // Under create_graph: dx = expand(dy) * 2 / divisor * (x - mean(x)), the mean recomputed in
+  // differentiable ops (its own dependence on x then enters the second derivative).
+  GradFormula<T> formula = [kept = plan.kept_shape, count = plan.count, divisor](const BackwardArgs<T>& args) {
+    const Shape in = args.input_shape(0);
+    const std::vector<std::int64_t> in_sizes(in.begin(), in.end());
+    const Tensor<T> x = args.input(0);
+    const Tensor<T> centered = sub(x, mul(sum_to(x, kept), static_cast<T>(Acc(1) / static_cast<Acc>(count))));
+    const Tensor<T> dy = expand(reshape(args.grad(), std::vector<std::int64_t>(kept.begin(), kept.end())), in_sizes);
+    return std::vector<Tensor<T>>{mul(mul(dy, centered), static_cast<T>(Acc(2) / divisor))};
+  };
   return make_result<T>("var", std::move(y), {a},
                         [plan = std::move(plan), mean = std::move(mean), divisor](Node<T>& out) {
     const Array<T>& x = out.input_value(0);
@@ -173,7 +185,7 @@ Tensor<T> variance(const Tensor<T>& a, ReducePlan plan, bool unbiased) {
     const Acc k = Acc(2) / divisor;
     visit(plan, [&](std::size_t i, std::size_t o) { pgx[i] = static_cast<T>(pg[o] * k * (px[i] - mean[o])); });
     out.input(0).accumulate_grad(std::move(gx));
-  });
+  }, std::move(formula));
 }
 
 // NaN wins (torch.amax propagates NaN); a NaN ties with a NaN result.
@@ -193,6 +205,25 @@ Tensor<T> max_shared(const char* op, const Tensor<T>& a, ReducePlan plan) {
   visit(plan, [&](std::size_t i, std::size_t o) {
     if (greater(px[i], py[o])) py[o] = px[i];
   });
+  // Under create_graph: dx = expand(dy) * share, share_i = 1 / (ties of y_o(i)) where x_i ties
+  // with it, else 0: a constant mask (the maximum's position does not move under an
+  // infinitesimal change), as torch.amax's backward.
+  GradFormula<T> formula = [op, plan](const BackwardArgs<T>& args) {
+    const Tensor<T> x = args.input(0), y = args.output();
+    const T* px = x.value().data();
+    const T* py = y.value().data();
+    std::vector<std::size_t> n_ties = scratch_vector<std::size_t>(plan.out_size, 0, op);
+    visit(plan, [&](std::size_t i, std::size_t o) { n_ties[o] += ties(px[i], py[o]); });
+    Array<T> share = empty_array<T>(x.value().shape(), op);
+    visit(plan, [&](std::size_t i, std::size_t o) {
+      share.data()[i] = ties(px[i], py[o]) ? T(1) / static_cast<T>(n_ties[o]) : T(0);
+    });
+    const Shape in = x.shape();
+    const Tensor<T> dy = expand(reshape(args.grad(), std::vector<std::int64_t>(plan.kept_shape.begin(),
+                                                                              plan.kept_shape.end())),
+                                std::vector<std::int64_t>(in.begin(), in.end()));
+    return std::vector<Tensor<T>>{mul(dy, Tensor<T>(std::move(share)))};
+  };
   return make_result<T>(op, std::move(y), {a}, [op, plan = std::move(plan)](Node<T>& out) {
     const Array<T>& x = out.input_value(0);
     const T* px = x.data();
@@ -206,7 +237,7 @@ Tensor<T> max_shared(const char* op, const Tensor<T>& a, ReducePlan plan) {
       pgx[i] = ties(px[i], py[o]) ? pg[o] / static_cast<T>(n_ties[o]) : T(0);
     });
     out.input(0).accumulate_grad(std::move(gx));
-  });
+  }, std::move(formula));
 }
 
 }  // namespace
@@ -323,12 +354,23 @@ std::pair<Tensor<T>, IndexArray> max(const Tensor<T>& a, std::int64_t dim, bool 
     indices.data()[o] = static_cast<std::int64_t>((arg[o] / inner) % size);
   }
   XGRAD_TRACE_NOTE("max", {"dim", std::vector<std::int64_t>{dim}}, {"keepdim", keepdim});
-  Tensor<T> values = make_result<T>("max", std::move(y), {a}, [arg = std::move(arg)](Node<T>& out) {
+  auto args_max = std::make_shared<const std::vector<std::size_t>>(std::move(arg));
+  // Under create_graph: dx = expand(dy) * mask, the mask 1 at each argmax (a constant).
+  GradFormula<T> formula = [args_max, kept = plan.kept_shape](const BackwardArgs<T>& args) {
+    const Shape in = args.input_shape(0);
+    Array<T> mask = full_array<T>(in, T(0), "max (backward)");
+    for (std::size_t i : *args_max) mask.data()[i] = T(1);
+    const Tensor<T> dy = expand(reshape(args.grad(), std::vector<std::int64_t>(kept.begin(), kept.end())),
+                                std::vector<std::int64_t>(in.begin(), in.end()));
+    return std::vector<Tensor<T>>{mul(dy, Tensor<T>(std::move(mask)))};
+  };
+  Tensor<T> values = make_result<T>("max", std::move(y), {a}, [args_max](Node<T>& out) {
+    const std::vector<std::size_t>& arg = *args_max;
     Array<T> gx = full_array<T>(out.input_shape(0), T(0), "max (backward)");
     const T* pg = out.grad.data();
     for (std::size_t o = 0; o < arg.size(); ++o) gx.data()[arg[o]] += pg[o];
     out.input(0).accumulate_grad(std::move(gx));
-  });
+  }, std::move(formula));
   return {std::move(values), std::move(indices)};
 }
 

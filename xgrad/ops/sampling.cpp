@@ -6,6 +6,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <numeric>
 #include <utility>
@@ -46,8 +47,41 @@ bool comes_before(T x, T y, bool descending) {
   return !std::isnan(x) && x < y;
 }
 
+// Elements picked by flat position, the values half of topk and sort, and its adjoint:
+// take (y[i] = x[source[i]]) and put (dx[source[i]] += dy[i]), each the other's derivative.
+using Positions = std::shared_ptr<const Array<std::size_t>>;
+
+template <class T>
+Tensor<T> put_positions(const Tensor<T>& src, const Positions& source, const Shape& out_shape);
+
+// y (out_shape) = x[source[i]]; dx = put_positions(dy).
+template <class T>
+Tensor<T> take_positions(const Tensor<T>& x, const Positions& source, const Shape& out_shape) {
+  Array<T> y = empty_array<T>(out_shape, "take_positions");
+  const std::size_t* ps = source->data();
+  for (std::size_t i = 0; i < source->size(); ++i) y.data()[i] = x.value().data()[ps[i]];
+  GradFormula<T> formula = [source](const BackwardArgs<T>& args) {
+    return std::vector<Tensor<T>>{put_positions(args.grad(), source, args.input_shape(0))};
+  };
+  return make_result<T>("take_positions", std::move(y), {x}, backward_from_formula(formula), formula);
+}
+
+// The gradient of a take as an op of its own, so that it can be differentiated again:
+// y (out_shape) = zeros with src[i] added at source[i]; d/d(src) = take_positions(dy).
+template <class T>
+Tensor<T> put_positions(const Tensor<T>& src, const Positions& source, const Shape& out_shape) {
+  Array<T> y = full_array<T>(out_shape, T(0), "put_positions");
+  const std::size_t* ps = source->data();
+  for (std::size_t i = 0; i < source->size(); ++i) y.data()[ps[i]] += src.value().data()[i];
+  GradFormula<T> formula = [source](const BackwardArgs<T>& args) {
+    return std::vector<Tensor<T>>{take_positions(args.grad(), source, args.input_shape(0))};
+  };
+  return make_result<T>("put_positions", std::move(y), {src}, backward_from_formula(formula), formula);
+}
+
 // y[o, j, c] = a[o, index[o, j, c], c] (index has the shape `out_shape`, `m` entries along dim);
-// da[o, index[o, j, c], c] += dy[o, j, c]. The values half of topk and sort.
+// da[o, index[o, j, c], c] += dy[o, j, c] (put_positions under create_graph). The values half of
+// topk and sort.
 template <class T>
 Tensor<T> take_along(const char* op, const Tensor<T>& a, const AlongDim& v, std::size_t m, const IndexArray& index,
                      const Shape& out_shape) {
@@ -55,8 +89,8 @@ Tensor<T> take_along(const char* op, const Tensor<T>& a, const AlongDim& v, std:
   const T* pa = a.value().data();
   const std::int64_t* pi = index.data();
   // Flat input position of every output element, kept for the backward.
-  Array<std::size_t> source = empty_array<std::size_t>({y.size()}, op);
-  std::size_t* ps = source.data();
+  auto source = std::make_shared<Array<std::size_t>>(empty_array<std::size_t>({y.size()}, op));
+  std::size_t* ps = source->data();
   for (std::size_t o = 0; o < v.outer; ++o)
     for (std::size_t j = 0; j < m; ++j)
       for (std::size_t c = 0; c < v.inner; ++c) {
@@ -64,12 +98,14 @@ Tensor<T> take_along(const char* op, const Tensor<T>& a, const AlongDim& v, std:
         ps[i] = v.at(o, static_cast<std::size_t>(pi[i]), c);
         y.data()[i] = pa[ps[i]];
       }
-  return make_result<T>(op, std::move(y), {a}, [op, source = std::move(source)](Node<T>& out) {
+  return make_result<T>(op, std::move(y), {a}, [op, source](Node<T>& out) {
     Array<T> g = full_array<T>(out.input_shape(0), T(0), op);
     const T* pg = out.grad.data();
-    const std::size_t* ps = source.data();
-    for (std::size_t i = 0; i < source.size(); ++i) g.data()[ps[i]] += pg[i];
+    const std::size_t* ps = source->data();
+    for (std::size_t i = 0; i < source->size(); ++i) g.data()[ps[i]] += pg[i];
     out.input(0).accumulate_grad(std::move(g));
+  }, [source = Positions(source)](const BackwardArgs<T>& args) {
+    return std::vector<Tensor<T>>{put_positions(args.grad(), source, args.input_shape(0))};
   });
 }
 
@@ -96,6 +132,8 @@ Tensor<T> triangle(const char* op, const Tensor<T>& a, std::int64_t diagonal, bo
     Array<T> g = std::move(out.grad);  // in place: the engine hands the gradient over
     zero_outside(g);
     out.input(0).accumulate_grad(std::move(g));
+  }, [diagonal, lower](const BackwardArgs<T>& args) {  // da = the same triangle of dy
+    return std::vector<Tensor<T>>{lower ? xgrad::tril(args.grad(), diagonal) : xgrad::triu(args.grad(), diagonal)};
   });
 }
 

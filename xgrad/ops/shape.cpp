@@ -63,6 +63,10 @@ Tensor<T> permuted(const char* op, const Tensor<T>& a, std::vector<std::size_t> 
     std::vector<std::size_t> inverse(perm.size());
     for (std::size_t d = 0; d < perm.size(); ++d) inverse[perm[d]] = d;
     out.input(0).accumulate_grad(permute_array(op, out.grad, inverse));
+  }, [perm](const BackwardArgs<T>& args) {
+    std::vector<std::int64_t> inverse(perm.size());
+    for (std::size_t d = 0; d < perm.size(); ++d) inverse[perm[d]] = static_cast<std::int64_t>(d);
+    return std::vector<Tensor<T>>{permute(args.grad(), inverse)};
   });
 }
 
@@ -95,6 +99,24 @@ Tensor<T> join(const char* op, const std::vector<Tensor<T>>& tensors, std::size_
       std::memcpy(y.data() + o * row + col, src + o * chunk[k], chunk[k] * sizeof(T));
     col += chunk[k];
   }
+  // Under create_graph: dx_k = dy viewed as (outer, sum_k chunk[k]), narrowed to block k, viewed
+  // as x_k (reshape and narrow, both differentiable).
+  GradFormula<T> formula = [outer, chunk](const BackwardArgs<T>& args) {
+    std::int64_t width = 0;
+    for (std::size_t c : chunk) width += static_cast<std::int64_t>(c);
+    const Tensor<T> rows = reshape(args.grad(), {static_cast<std::int64_t>(outer), width});
+    std::vector<Tensor<T>> g(chunk.size());
+    std::int64_t col = 0;
+    for (std::size_t k = 0; k < chunk.size(); ++k) {
+      const auto n = static_cast<std::int64_t>(chunk[k]);
+      if (args.needs(k)) {
+        const Shape in = args.input_shape(k);
+        g[k] = reshape(narrow(rows, 1, col, n), std::vector<std::int64_t>(in.begin(), in.end()));
+      }
+      col += n;
+    }
+    return g;
+  };
   return make_result<T>(op, std::move(y), tensors, [op, outer, row, chunk = std::move(chunk)](Node<T>& out) {
     std::size_t col = 0;
     for (std::size_t k = 0; k < chunk.size(); ++k) {
@@ -106,7 +128,7 @@ Tensor<T> join(const char* op, const std::vector<Tensor<T>>& tensors, std::size_
       }
       col += chunk[k];
     }
-  });
+  }, std::move(formula));
 }
 
 // Python's slice clamping of one bound against a dim of the given size.
@@ -115,28 +137,67 @@ std::int64_t clamp_bound(std::int64_t b, std::int64_t size) {
   return std::min(std::max<std::int64_t>(b, 0), size);
 }
 
-// y = x[..., start : start + length*step : step, ...] along dim k; dx scatters dy into zeros.
+// A strided slice along dim k of a tensor viewed as (outer, size, inner): length positions
+// start, start + step, ... along k.
+struct SliceSpec {
+  std::size_t dim, outer, size, inner, start, length, step;
+  SliceSpec(const Shape& in, std::size_t k, std::size_t start_, std::size_t length_, std::size_t step_)
+      : dim(k), outer(numel(in, 0, k)), size(in[k]), inner(numel(in, k + 1, in.size())), start(start_),
+        length(length_), step(step_) {}
+  // Flat offset of slice row j of block o in the full tensor, and in the slice.
+  std::size_t full(std::size_t o, std::size_t j) const { return (o * size + start + j * step) * inner; }
+  std::size_t part(std::size_t o, std::size_t j) const { return (o * length + j) * inner; }
+};
+
+// dst (the slice) = src (the full tensor) at the slice's positions.
+template <class T>
+void slice_copy(const T* src, const SliceSpec& s, T* dst) {
+  for (std::size_t o = 0; o < s.outer && s.inner > 0; ++o)
+    for (std::size_t j = 0; j < s.length; ++j)
+      std::memcpy(dst + s.part(o, j), src + s.full(o, j), s.inner * sizeof(T));
+}
+
+// The full tensor of shape `in`: zeros, and src (the slice) at the slice's positions.
+template <class T>
+Array<T> pad_array(const char* op, const T* src, const Shape& in, const SliceSpec& s) {
+  Array<T> g = full_array<T>(in, T(0), op);
+  for (std::size_t o = 0; o < s.outer && s.inner > 0; ++o)
+    for (std::size_t j = 0; j < s.length; ++j)
+      std::memcpy(g.data() + s.full(o, j), src + s.part(o, j), s.inner * sizeof(T));
+  return g;
+}
+
+template <class T>
+Tensor<T> slice_backward(const Tensor<T>& dy, const Shape& in, const SliceSpec& s);
+
+// y = x[..., start : start + length*step : step, ...] along dim k; dx scatters dy into zeros
+// (slice_backward, whose own derivative is this slice again).
 template <class T>
 Tensor<T> strided_slice(const char* op, const Tensor<T>& a, std::size_t k, std::size_t start, std::size_t length,
                         std::size_t step) {
   const Shape in = a.shape();
-  const std::size_t outer = numel(in, 0, k), size = in[k], inner = numel(in, k + 1, in.size());
+  const SliceSpec spec(in, k, start, length, step);
   Shape out_shape = in;
   out_shape[k] = length;
   XGRAD_TRACE_NOTE(op, {"dim", k}, {"start", start}, {"length", length}, {"step", step});
   Array<T> y = empty_array<T>(out_shape, op);
-  const T* src = a.value().data();
-  for (std::size_t o = 0; o < outer && inner > 0; ++o)
-    for (std::size_t j = 0; j < length; ++j)
-      std::memcpy(y.data() + (o * length + j) * inner, src + (o * size + start + j * step) * inner, inner * sizeof(T));
-  return make_result<T>(op, std::move(y), {a}, [op, outer, size, inner, start, length, step](Node<T>& out) {
-    Array<T> g = full_array<T>(out.input_shape(0), T(0), op);
-    for (std::size_t o = 0; o < outer && inner > 0; ++o)
-      for (std::size_t j = 0; j < length; ++j)
-        std::memcpy(g.data() + (o * size + start + j * step) * inner, out.grad.data() + (o * length + j) * inner,
-                    inner * sizeof(T));
-    out.input(0).accumulate_grad(std::move(g));
+  slice_copy(a.value().data(), spec, y.data());
+  return make_result<T>(op, std::move(y), {a}, [op, spec](Node<T>& out) {
+    out.input(0).accumulate_grad(pad_array<T>(op, out.grad.data(), out.input_shape(0), spec));
+  }, [spec](const BackwardArgs<T>& args) {
+    return std::vector<Tensor<T>>{slice_backward(args.grad(), args.input_shape(0), spec)};
   });
+}
+
+// A slice's gradient as an op of its own, so that it can be differentiated again:
+// dx = dy padded with zeros to the input's shape `in`; d/d(dy) = that slice of the gradient.
+template <class T>
+Tensor<T> slice_backward(const Tensor<T>& dy, const Shape& in, const SliceSpec& s) {
+  GradFormula<T> formula = [s](const BackwardArgs<T>& args) {
+    return std::vector<Tensor<T>>{strided_slice("slice", args.grad(), s.dim, s.start, s.length, s.step)};
+  };
+  return make_result<T>("slice_backward", pad_array<T>("slice_backward", dy.value().data(), in, s), {dy},
+                        backward_from_formula(formula), formula);
 }
 
 }  // namespace
