@@ -220,8 +220,8 @@ TEST(AutocastCache, HoldsNoTensor) {
   EXPECT_TRUE(same_bits(linear(x, w2).value(), want));
 }
 
-// Each thread has its own cache, emptied by its own outermost guard; threads using one weight at
-// once (each its own forward) get the same result.
+// Each thread has its own cache, emptied by its own outermost guard: threads with their own copies
+// of x and W (a tensor is used by one thread at a time) get the same result as this one.
 TEST(AutocastCache, IsPerThread) {
   const Tensor<float> x = rand_float({128, 64}, 16);
   Tensor<float> w = rand_float({64, 64}, 17);
@@ -231,12 +231,17 @@ TEST(AutocastCache, IsPerThread) {
   const Array<float> here = linear(x, w).value();
   std::vector<Array<float>> there(2, Array<float>());
   std::vector<std::size_t> sizes(2), after(2);
+  std::vector<Tensor<float>> xs, ws;
+  for (int t = 0; t < 2; ++t) {
+    xs.emplace_back(Array<float>(x.value()));
+    ws.emplace_back(Array<float>(w.value()), true);
+  }
   std::vector<std::thread> threads;
   for (int t = 0; t < 2; ++t)
     threads.emplace_back([&, t] {
       {
         AutocastGuard theirs;
-        there[t] = linear(x, w).value();
+        there[t] = linear(xs[t], ws[t]).value();
         sizes[t] = detail::autocast_cache_size();
       }
       after[t] = detail::autocast_cache_size();
