@@ -17,8 +17,24 @@
 // The state is per thread, as in torch. Each op reads it on the thread that builds it and records
 // the choice in its node: its backward, wherever and whenever it runs, and the per-head gemms that
 // attention hands to pool threads use bf16 exactly when the forward did.
+//
+// The cast cache (torch's cached_casts, autocast_mode.cpp): a leaf tensor that requires grad -- a
+// weight -- is rounded to bf16 once and the copy reused by every later linear on this thread until
+// its version() changes (an optimizer step, load_state_dict, an initializer: every
+// mutable_value()), so a weight used by several forwards inside one guard (gradient accumulation,
+// evaluation, generation token by token, a module called twice) is cast once per version, not
+// once per use. The cache keeps the bf16 copies only: it holds no tensor (a freed weight's memory
+// goes at once; its bf16 copy, at the latest, with the cache). It is per thread and emptied when
+// the outermost AutocastGuard of the thread ends, as torch's is on leaving autocast (outside every
+// guard, with set_autocast_enabled alone, nothing is cached). It serves linear's operands where
+// they are cast once for its three gemms (oneDNN's bf16 matmul); matmul, attention and the
+// portable path round their operands per gemm.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
 #include <type_traits>
 
 namespace xgrad {
@@ -27,17 +43,26 @@ namespace xgrad {
 bool is_autocast_enabled();
 void set_autocast_enabled(bool enabled);
 
-// torch.autocast(device_type="cpu", dtype=torch.bfloat16, enabled=...): sets this thread's state
-// for its lifetime and restores the previous one; nests (AutocastGuard(false) disables inside).
+// torch.is_autocast_cache_enabled() / torch.set_autocast_cache_enabled(): whether this thread's
+// autocast reuses the casts of weights (the cast cache, above; on by default).
+bool is_autocast_cache_enabled();
+void set_autocast_cache_enabled(bool enabled);
+// torch.clear_autocast_cache(): drops this thread's cached casts (the outermost guard's end does).
+void clear_autocast_cache();
+
+// torch.autocast(device_type="cpu", dtype=torch.bfloat16, enabled=..., cache_enabled=...): sets
+// this thread's state for its lifetime and restores the previous one; nests (AutocastGuard(false)
+// disables inside). cache_enabled (default: as it is now) turns the cast cache on or off inside;
+// the outermost guard of the thread empties the cache when it ends.
 class AutocastGuard {
  public:
-  explicit AutocastGuard(bool enabled = true) : previous_(is_autocast_enabled()) { set_autocast_enabled(enabled); }
-  ~AutocastGuard() { set_autocast_enabled(previous_); }
+  explicit AutocastGuard(bool enabled = true, std::optional<bool> cache_enabled = std::nullopt);
+  ~AutocastGuard();
   AutocastGuard(const AutocastGuard&) = delete;
   AutocastGuard& operator=(const AutocastGuard&) = delete;
 
  private:
-  bool previous_;
+  bool previous_, previous_cache_;
 };
 
 // Which implementation the bf16 gemms under autocast run, for programs to print: "oneDNN bf16
@@ -52,6 +77,17 @@ template <class T>
 bool autocast_gemm() {
   return std::is_same_v<T, float> && is_autocast_enabled();
 }
+
+struct Bf16Matrix;  // bf16.hpp
+
+// The dense (rows, cols) float matrix at src rounded to bf16 (to_bf16, bf16.hpp), through this
+// thread's cast cache: `owner` (the tensor's node: held weakly, never kept alive) at `version` is
+// cast once, while the cache is enabled inside an AutocastGuard; a later call with the same owner,
+// version, src and shape returns the same bits. Otherwise, and when the cache is off, a new cast.
+Bf16Matrix autocast_cached_bf16(const std::shared_ptr<const void>& owner, std::uint64_t version, const float* src,
+                                std::size_t rows, std::size_t cols);
+// The number of casts this thread's cache holds (for tests).
+std::size_t autocast_cache_size();
 
 }  // namespace detail
 }  // namespace xgrad

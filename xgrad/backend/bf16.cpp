@@ -2,8 +2,9 @@
 #include <xgrad/backend/bf16.hpp>
 
 #include <algorithm>
-#include <memory>
+#include <atomic>
 #include <cstring>
+#include <memory>
 
 #include <xgrad/backend/parallel.hpp>
 
@@ -46,7 +47,14 @@ void pack_bf16(const float* src, std::size_t rows, std::size_t cols, std::size_t
   });
 }
 
+namespace {
+std::atomic<std::uint64_t> casts{0};
+}  // namespace
+
+std::uint64_t to_bf16_calls() { return casts.load(std::memory_order_relaxed); }
+
 Bf16Matrix to_bf16(const float* src, std::size_t rows, std::size_t cols, std::size_t ld) {
+  casts.fetch_add(1, std::memory_order_relaxed);
   std::shared_ptr<std::uint16_t[]> bits(new std::uint16_t[rows * cols]);
   pack_bf16(src, rows, cols, ld, bits.get());
   return Bf16Matrix{std::move(bits), rows, cols};

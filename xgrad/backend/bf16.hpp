@@ -51,5 +51,8 @@ struct Bf16Matrix {
   std::size_t rows = 0, cols = 0;
 };
 Bf16Matrix to_bf16(const float* src, std::size_t rows, std::size_t cols, std::size_t ld);
+// How many matrices to_bf16 has cast in this process, on every thread (for tests: the cast cache
+// of autocast.hpp saves calls to it).
+std::uint64_t to_bf16_calls();
 
 }  // namespace xgrad::detail

@@ -165,6 +165,14 @@ void linear_gemm(bool bf16, bool packed, bool trans_a, bool trans_b, std::size_t
   gemm_autocast<T>(bf16, trans_a, trans_b, m, n, k, T(1), a, lda, b, ldb, beta, c, ldc);
 }
 
+// t's value as a dense (rows, cols) bf16 matrix: a leaf that requires grad (a weight) through
+// autocast's cast cache, once per version of it (autocast.hpp), anything else cast now.
+detail::Bf16Matrix cast_bf16(const Tensor<float>& t, std::size_t rows, std::size_t cols) {
+  const float* src = t.value().data();
+  if (t.is_leaf() && t.requires_grad()) return detail::autocast_cached_bf16(t.node(), t.version(), src, rows, cols);
+  return detail::to_bf16(src, rows, cols, cols);
+}
+
 }  // namespace
 
 // x: (*, in), W: (out, in), b: (out) -> y: (*, out);  y = x W^T + b over the rows of x.
@@ -197,13 +205,14 @@ Tensor<T> linear(const Tensor<T>& x, const Tensor<T>& weight, const Tensor<T>& b
   }
   // Under autocast, when the product takes packed operands (the three gemms here have the same
   // size), x and W are rounded to bf16 once, here, and kept for the backward (x: (rows, in),
-  // W: (out, in)), which would otherwise round both again. Either way the same bits.
+  // W: (out, in)), which would otherwise round both again. Either way the same bits. A weight
+  // comes from the cast cache: cast once per version, not once per call.
   const bool packed = bf16 && detail::gemm_bf16_takes_packed(rows_total, outf, in);
   detail::Bf16Matrix xb, wb;
   if constexpr (std::is_same_v<T, float>) {
     if (packed) {
-      xb = detail::to_bf16(x.value().data(), rows_total, in, in);
-      wb = detail::to_bf16(weight.value().data(), outf, in, in);
+      xb = cast_bf16(x, rows_total, in);
+      wb = cast_bf16(weight, outf, in);
     }
   }
   linear_gemm<T>(bf16, packed, false, true, rows_total, outf, in, x.value().data(), in, xb, weight.value().data(), in,
