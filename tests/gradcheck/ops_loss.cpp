@@ -59,7 +59,7 @@ XGRAD_GRADCHECKS(ops_loss) {
   checks.add({"cross_entropy_1d", "cross_entropy(logits (C), target ()), mean", [](const Sizes& s, const O& o) {
                 Maker make(s.seed);
                 const IndexArray target = make.indices({}, s.C);
-                return op_check([=](const Inputs& in) { return xgrad::cross_entropy(in[0], target); }, {make({s.C})},
-                                o, "target ()");
+                return op_check([=](const Inputs& in) { return xgrad::cross_entropy(in[0], target); }, {make({s.C})}, o,
+                                "target ()");
               }});
 }

@@ -47,15 +47,18 @@ template <class T>
 void check_every_op(double tol) {
   using V = const std::vector<Tensor<T>>&;
   const IndexArray target = {0, 4, 2, -100, 1, 3};
-  expect_same_first_derivatives<T>("matmul batched", [](V in) { return matmul(in[0], in[1]); },
-                                   {random<T>({2, 1, 3, 4}, 1), random<T>({2, 4, 5}, 2)}, tol);
-  expect_same_first_derivatives<T>("matmul vector", [](V in) { return matmul(in[0], in[1]); },
-                                   {random<T>({4}, 3), random<T>({2, 4, 5}, 4)}, tol);
-  expect_same_first_derivatives<T>("linear", [](V in) { return linear(in[0], in[1], in[2]); },
-                                   {random<T>({2, 3, 4}, 5), random<T>({5, 4}, 6), random<T>({5}, 7)}, tol);
-  expect_same_first_derivatives<T>("softmax", [](V in) { return softmax(in[0], 1); }, {random<T>({2, 3, 4}, 8)}, tol);
-  expect_same_first_derivatives<T>("log_softmax", [](V in) { return log_softmax(in[0], -1); },
-                                   {random<T>({2, 3, 4}, 9)}, tol);
+  expect_same_first_derivatives<T>(
+      "matmul batched", [](V in) { return matmul(in[0], in[1]); },
+      {random<T>({2, 1, 3, 4}, 1), random<T>({2, 4, 5}, 2)}, tol);
+  expect_same_first_derivatives<T>(
+      "matmul vector", [](V in) { return matmul(in[0], in[1]); }, {random<T>({4}, 3), random<T>({2, 4, 5}, 4)}, tol);
+  expect_same_first_derivatives<T>(
+      "linear", [](V in) { return linear(in[0], in[1], in[2]); },
+      {random<T>({2, 3, 4}, 5), random<T>({5, 4}, 6), random<T>({5}, 7)}, tol);
+  expect_same_first_derivatives<T>(
+      "softmax", [](V in) { return softmax(in[0], 1); }, {random<T>({2, 3, 4}, 8)}, tol);
+  expect_same_first_derivatives<T>(
+      "log_softmax", [](V in) { return log_softmax(in[0], -1); }, {random<T>({2, 3, 4}, 9)}, tol);
   expect_same_first_derivatives<T>(
       "layer_norm", [](V in) { return layer_norm(in[0], Shape{4}, in[1], in[2]); },
       {random<T>({2, 3, 4}, 10), random<T>({4}, 11), random<T>({4}, 12)}, tol);
@@ -66,11 +69,12 @@ void check_every_op(double tol) {
         return dropout(in[0], 0.3, true, &gen);
       },
       {random<T>({2, 3, 4}, 13)}, tol);
-  expect_same_first_derivatives<T>("mse_loss", [](V in) { return mse_loss(in[0], in[1], "sum"); },
-                                   {random<T>({2, 3}, 14), random<T>({2, 3}, 15)}, tol);
   expect_same_first_derivatives<T>(
-      "cross_entropy", [&](V in) { return cross_entropy(in[0], target, -100, "mean", 0.1); },
-      {random<T>({6, 5}, 16)}, tol);
+      "mse_loss", [](V in) { return mse_loss(in[0], in[1], "sum"); }, {random<T>({2, 3}, 14), random<T>({2, 3}, 15)},
+      tol);
+  expect_same_first_derivatives<T>(
+      "cross_entropy", [&](V in) { return cross_entropy(in[0], target, -100, "mean", 0.1); }, {random<T>({6, 5}, 16)},
+      tol);
   const IndexArray target_nd = {{0, 4, 2}, {1, 1, 3}};
   expect_same_first_derivatives<T>(
       "cross_entropy none", [&](V in) { return cross_entropy(in[0], target_nd, 1, "none", 0.2); },
@@ -153,7 +157,10 @@ TEST(CreateGraphNn, ThirdDerivativesPassGradgradcheck) {
       {"log_softmax", [&](In in) { return first(sum(log_softmax(in[0], -1) * c), in[0]); }},
       {"layer_norm", [&](In in) { return first(sum(layer_norm(in[0], Shape{4}) * c), in[0]); }},
       {"mse_loss", [&](In in) { return first(mse_loss(in[0], c), in[0]); }},
-      {"cross_entropy", [&](In in) { return first(cross_entropy(reshape(in[0], {6, 4}), target, -100, "mean", 0.1), in[0]); }},
+      {"cross_entropy",
+       [&](In in) {
+         return first(cross_entropy(reshape(in[0], {6, 4}), target, -100, "mean", 0.1), in[0]);
+       }},
   };
   for (const auto& [name, f] : cases) {
     SCOPED_TRACE(name);
@@ -176,8 +183,9 @@ TEST(CreateGraphNn, GradientPenaltyThroughLinearAndLayerNormModules) {
     return sum(pow(sum(gx * gx, {1}) - 1.0, 2.0));
   };
   NamedTensors params;
-  for (const auto& m : {std::static_pointer_cast<nn::Module<double>>(l1), std::static_pointer_cast<nn::Module<double>>(norm),
-                        std::static_pointer_cast<nn::Module<double>>(l2)})
+  for (const auto& m :
+       {std::static_pointer_cast<nn::Module<double>>(l1), std::static_pointer_cast<nn::Module<double>>(norm),
+        std::static_pointer_cast<nn::Module<double>>(l2)})
     for (const auto& p : m->named_parameters()) params.push_back(p);
   ASSERT_EQ(params.size(), 6u);
   const GradcheckResult r = gradcheck_parameters(penalty, params);
