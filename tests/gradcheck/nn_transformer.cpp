@@ -63,7 +63,9 @@ XGRAD_GRADCHECKS(nn_transformer) {
     }
     return xgrad::GradcheckOutcome{shapes_of({tgt, memory}) + " + " + std::to_string(tensors.size() - 2) + " params (" +
                                        std::to_string(values) + " values)",
-                                   xgrad::gradcheck_parameters(evaluate, tensors, o)};
+                                   xgrad::SecondOrderChecks::active()
+                                       ? xgrad::gradgradcheck_parameters(evaluate, tensors, o)
+                                       : xgrad::gradcheck_parameters(evaluate, tensors, o)};
   };
   // The last memory key of the first sequence padded.
   const auto memory_padding = [](const Sizes& s) {

@@ -23,4 +23,19 @@ XGRAD_GRADCHECKS(ops_layer_norm) {
                     [=](const Inputs& in) { return xgrad::layer_norm(in[0], Shape{s.D}, in[1], in[2], 1e-5); },
                     {make({s.B, s.L, s.D}), make({s.D}), make({s.D})}, o);
               }});
+  checks.add(
+      {"layer_norm_no_affine", "layer_norm(x (B, L, D), (D)) without weight and bias", [](const Sizes& s, const O& o) {
+         Maker make(s.seed);
+         return op_check([=](const Inputs& in) { return xgrad::layer_norm(in[0], Shape{s.D}, {}, {}, 1e-5); },
+                         {make({s.B, s.L, s.D})}, o);
+       }});
+  checks.add({"layer_norm_2d_weight", "layer_norm(x (B, L, D), (L, D), weight (L, D)), no bias",
+              [](const Sizes& s, const O& o) {
+                Maker make(s.seed);
+                return op_check(
+                    [=](const Inputs& in) {
+                      return xgrad::layer_norm(in[0], Shape{s.L, s.D}, in[1], {}, 1e-5);
+                    },
+                    {make({s.B, s.L, s.D}), make({s.L, s.D})}, o);
+              }});
 }

@@ -27,6 +27,11 @@ XGRAD_GRADCHECKS(ops_loss) {
                 return op_check([](const Inputs& in) { return xgrad::mse_loss(in[0], in[1], "none"); },
                                 {make({s.B, s.L, s.D}), make({s.B, s.L, s.D})}, o);
               }});
+  checks.add({"mse_loss_sum", "mse_loss(input, target, \"sum\")", [](const Sizes& s, const O& o) {
+                Maker make(s.seed);
+                return op_check([](const Inputs& in) { return xgrad::mse_loss(in[0], in[1], "sum"); },
+                                {make({s.B, s.L, s.D}), make({s.B, s.L, s.D})}, o);
+              }});
   checks.add({"cross_entropy", "cross_entropy(logits (B L, C), target (B L)), ignore_index, label smoothing 0.1",
               [](const Sizes& s, const O& o) {
                 Maker make(s.seed);
@@ -43,4 +48,18 @@ XGRAD_GRADCHECKS(ops_loss) {
          return op_check([=](const Inputs& in) { return xgrad::cross_entropy(in[0], target, -100, "sum"); },
                          {make({s.B, s.C, s.L})}, o, "target (B, L)");
        }});
+  checks.add({"cross_entropy_none",
+              "cross_entropy(logits (B, C, L), target (B, L)), none, ignore_index 1, label smoothing 0.2",
+              [](const Sizes& s, const O& o) {
+                Maker make(s.seed);
+                const IndexArray target = make.indices({s.B, s.L}, s.C);
+                return op_check([=](const Inputs& in) { return xgrad::cross_entropy(in[0], target, 1, "none", 0.2); },
+                                {make({s.B, s.C, s.L})}, o, "target (B, L)");
+              }});
+  checks.add({"cross_entropy_1d", "cross_entropy(logits (C), target ()), mean", [](const Sizes& s, const O& o) {
+                Maker make(s.seed);
+                const IndexArray target = make.indices({}, s.C);
+                return op_check([=](const Inputs& in) { return xgrad::cross_entropy(in[0], target); }, {make({s.C})}, o,
+                                "target ()");
+              }});
 }

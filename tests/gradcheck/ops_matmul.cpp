@@ -32,9 +32,25 @@ XGRAD_GRADCHECKS(ops_matmul) {
                 return op_check([](const Inputs& in) { return xgrad::matmul(xgrad::matmul(in[0], in[1]), in[2]); },
                                 {make({s.D}), make({s.B, s.D, s.F}), make({s.F})}, o);
               }});
+  checks.add(
+      {"matmul_dot", "matmul(v (D), w (D)): a 0-d result", [](const Sizes& s, const O& o) {
+         Maker make(s.seed);
+         return op_check([](const Inputs& in) { return xgrad::matmul(in[0], in[1]); }, {make({s.D}), make({s.D})}, o);
+       }});
+  checks.add(
+      {"matmul_shared_a", "matmul(a (L, D), b (B, D, F)): a broadcast over the batch", [](const Sizes& s, const O& o) {
+         Maker make(s.seed);
+         return op_check([](const Inputs& in) { return xgrad::matmul(in[0], in[1]); },
+                         {make({s.L, s.D}), make({s.B, s.D, s.F})}, o);
+       }});
   checks.add({"linear", "linear(x (B, L, D), weight (F, D), bias (F))", [](const Sizes& s, const O& o) {
                 Maker make(s.seed);
                 return op_check([](const Inputs& in) { return xgrad::linear(in[0], in[1], in[2]); },
                                 {make({s.B, s.L, s.D}), make({s.F, s.D}), make({s.F})}, o);
+              }});
+  checks.add({"linear_no_bias", "linear(x (D), weight (F, D)): a 1-D input, no bias", [](const Sizes& s, const O& o) {
+                Maker make(s.seed);
+                return op_check([](const Inputs& in) { return xgrad::linear(in[0], in[1]); },
+                                {make({s.D}), make({s.F, s.D})}, o);
               }});
 }

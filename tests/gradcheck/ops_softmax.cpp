@@ -16,4 +16,6 @@ XGRAD_GRADCHECKS(ops_softmax) {
   using namespace xgrad::gradcheck_support;
   checks.add(unary("softmax", "softmax(x, -1)", [](const T64& a) { return xgrad::softmax(a, -1); }));
   checks.add(unary("log_softmax", "log_softmax(x, 1)", [](const T64& a) { return xgrad::log_softmax(a, 1); }));
+  checks.add(unary("softmax_dim0", "softmax(x, 0)", [](const T64& a) { return xgrad::softmax(a, 0); }));
+  checks.add(unary("log_softmax_last", "log_softmax(x, -1)", [](const T64& a) { return xgrad::log_softmax(a, -1); }));
 }

@@ -179,6 +179,35 @@ std::size_t row_pieces(std::size_t rows, std::size_t D) {
   return std::max<std::size_t>(1, std::min<std::size_t>(get_num_threads(), rows / min_rows));
 }
 
+// Under create_graph (layer_norm's GradFormula), the backward in differentiable ops, with mean and
+// rstd recomputed from x so that their own derivatives flow. Over the normalized dims N:
+//   xhat = (x - mean_N(x)) * rstd,  rstd = (mean_N((x - mean_N(x))^2) + eps)^(-1/2)
+//   dx = rstd * (gw - mean_N(gw) - xhat * mean_N(gw * xhat)),  gw = dy * w (dy without a weight)
+//   dw = dy * xhat and db = dy, each summed over the leading dims.
+template <class T>
+std::vector<Tensor<T>> layer_norm_formula(const BackwardArgs<T>& args, std::size_t normalized_dims, double eps,
+                                          int weight, int bias) {
+  const Tensor<T>& dy = args.grad();
+  const Shape sx = args.input_shape(0);
+  std::vector<std::int64_t> dims;
+  for (std::size_t d = sx.size() - normalized_dims; d < sx.size(); ++d) dims.push_back(static_cast<std::int64_t>(d));
+  const auto w = static_cast<std::size_t>(weight), b = static_cast<std::size_t>(bias);
+  const bool need_x = args.needs(0), need_w = weight >= 0 && args.needs(w), need_b = bias >= 0 && args.needs(b);
+  std::vector<Tensor<T>> g(args.num_inputs());
+  if (need_b) g[b] = sum_to(dy, args.input_shape(b));
+  if (!need_x && !need_w) return g;
+  const Tensor<T> x = args.input(0);
+  const Tensor<T> xc = sub(x, mean(x, dims, true));
+  const Tensor<T> rstd = pow(add(mean(mul(xc, xc), dims, true), static_cast<T>(eps)), T(-0.5));
+  const Tensor<T> xhat = mul(xc, rstd);
+  if (need_w) g[w] = sum_to(mul(dy, xhat), args.input_shape(w));
+  if (need_x) {
+    const Tensor<T> gw = weight >= 0 ? mul(dy, args.input(w)) : dy;
+    g[0] = mul(rstd, sub(sub(gw, mean(gw, dims, true)), mul(xhat, mean(mul(gw, xhat), dims, true))));
+  }
+  return g;
+}
+
 }  // namespace
 
 // y = (x - mean) * rstd * w + b, rstd = 1 / sqrt(var + eps), biased var over each row.
@@ -263,6 +292,8 @@ Tensor<T> layer_norm(const Tensor<T>& x, const ShapeArg& normalized_shape_arg, c
     };
     if (need_w) out.input(static_cast<std::size_t>(s.weight)).accumulate_grad(to_array(dw, s.weight));
     if (need_b) out.input(static_cast<std::size_t>(s.bias)).accumulate_grad(to_array(db, s.bias));
+  }, [nn, eps, w = s.weight, b = s.bias](const BackwardArgs<T>& args) {
+    return layer_norm_formula(args, nn, eps, w, b);
   });
 }
 

@@ -92,6 +92,15 @@ Tensor<T> mse_loss(const Tensor<T>& input, const Tensor<T>& target, const std::s
       if (si == shape_of(g)) out.input(0).accumulate_grad(std::move(g));
       else out.input(0).accumulate_grad(sum_to(g, si));
     }
+  }, [red](const BackwardArgs<T>& args) {
+    // Under create_graph, the same in differentiable ops: g = 2 (input - target) dy [/ n].
+    const Tensor<T> d = sub(args.input(0), args.input(1));
+    Tensor<T> g = mul(mul(d, args.grad()), T(2));
+    if (red == Reduction::mean) g = mul(g, T(1) / static_cast<T>(d.numel()));
+    std::vector<Tensor<T>> grads(2);
+    if (args.needs(0)) grads[0] = sum_to(g, args.input_shape(0));
+    if (args.needs(1)) grads[1] = neg(sum_to(g, args.input_shape(1)));
+    return grads;
   });
 }
 
@@ -115,6 +124,42 @@ struct CrossEntropySaved {
   std::vector<T> max;
   std::vector<double> sum_exp;
 };
+
+// Under create_graph, cross_entropy's backward in differentiable ops of the logits and dy:
+//   dx = (softmax(x) * valid - W) * dy [/ count]
+// with constants of the logits' shape: W_c = (1 - ls) [c == t] + ls / C at a non-ignored position
+// (the weight of logp_c in its loss) and 0 at an ignored one, valid = 1 at a non-ignored position
+// and 0 at an ignored one. dy ("none": one per position) gets a size-1 class dim to broadcast.
+template <class T>
+std::vector<Tensor<T>> cross_entropy_formula(const BackwardArgs<T>& args, const CrossEntropySaved<T>& s) {
+  if (!args.needs(0)) return {Tensor<T>()};
+  const Shape sl = args.input_shape(0);
+  const std::size_t C = s.classes, inner = s.inner;
+  Array<T> weights = full_array<T>(sl, T(0), "cross_entropy (backward)");
+  Array<T> valid = full_array<T>(sl, T(0), "cross_entropy (backward)");
+  const T uniform = static_cast<T>(s.label_smoothing / static_cast<double>(C));
+  const std::int64_t* pt = s.target.data();
+  for (std::size_t p = 0; p < s.positions; ++p) {
+    const std::int64_t t = pt[p];
+    if (t == s.ignore_index) continue;
+    const std::size_t base = (p / inner) * C * inner + p % inner;
+    for (std::size_t c = 0; c < C; ++c) {
+      weights.data()[base + c * inner] = uniform;
+      valid.data()[base + c * inner] = T(1);
+    }
+    weights.data()[base + static_cast<std::size_t>(t) * inner] += static_cast<T>(1 - s.label_smoothing);
+  }
+  const std::int64_t class_dim = sl.size() == 1 ? 0 : 1;
+  const Tensor<T> q = mul(softmax(args.input(0), class_dim), Tensor<T>(std::move(valid)));
+  Tensor<T> dy = args.grad();
+  if (s.reduction == Reduction::none && sl.size() > 1) {
+    std::vector<std::int64_t> kept(sl.begin(), sl.end());
+    kept[1] = 1;
+    dy = reshape(dy, kept);
+  }
+  if (s.reduction == Reduction::mean && s.count > 0) dy = mul(dy, T(1) / static_cast<T>(s.count));
+  return {mul(sub(q, Tensor<T>(std::move(weights))), dy)};
+}
 
 }  // namespace
 
@@ -235,7 +280,7 @@ Tensor<T> cross_entropy(const Tensor<T>& logits, const IndexArray& target, std::
       g[static_cast<std::size_t>(t) * inner] -= static_cast<T>(scale * (1 - ls));
     }
     out.input(0).accumulate_grad(std::move(dx));
-  });
+  }, [saved](const BackwardArgs<T>& args) { return cross_entropy_formula(args, *saved); });
 }
 
 #define XGRAD_INSTANTIATE(T)                                                                             \

@@ -86,6 +86,34 @@ Array<T> grad_buffer(const Shape& shape, bool accumulate) {
   return empty_array<T>(shape, "matmul (backward)");
 }
 
+// Under create_graph (matmul's GradFormula): dA = dC B^T and dB = A^T dC in differentiable ops
+// (matmul again, transpose), each summed back (sum_to) over the batch dims its operand was
+// broadcast along. A 1-D operand is the matrix the forward made of it, a: (1, k), b: (k, 1), and
+// dC gets back the dims the forward dropped. These products run in fp32 even under autocast: the
+// forward's bf16 choice is recorded for the first-order kernels only.
+template <class T>
+std::vector<Tensor<T>> matmul_formula(const BackwardArgs<T>& args) {
+  const AutocastGuard fp32(false);
+  const Shape sa = args.input_shape(0), sb = args.input_shape(1);
+  const auto dims = [](const Shape& s) { return std::vector<std::int64_t>(s.begin(), s.end()); };
+  const Shape ma = sa.size() == 1 ? Shape{1, sa[0]} : sa;  // A as a (batch of) matrices
+  const Shape mb = sb.size() == 1 ? Shape{sb[0], 1} : sb;
+  Shape full = args.grad().shape();  // dC: (batch..., m, n)
+  if (sb.size() == 1) full.push_back(1);
+  if (sa.size() == 1) full.insert(full.end() - 1, 1);
+  const Tensor<T> dc = reshape(args.grad(), dims(full));
+  std::vector<Tensor<T>> g(2);
+  if (args.needs(0)) {
+    const Tensor<T> b = reshape(args.input(1), dims(mb));
+    g[0] = reshape(sum_to(matmul(dc, transpose(b, -1, -2)), ma), dims(sa));
+  }
+  if (args.needs(1)) {
+    const Tensor<T> a = reshape(args.input(0), dims(ma));
+    g[1] = reshape(sum_to(matmul(transpose(a, -1, -2), dc), mb), dims(sb));
+  }
+  return g;
+}
+
 }  // namespace
 
 // ---- matmul --------------------------------------------------------------------------------
@@ -146,7 +174,7 @@ Tensor<T> matmul(const Tensor<T>& a, const Tensor<T>& b) {
       }
       out.input(1).accumulate_grad(std::move(db));
     }
-  });
+  }, matmul_formula<T>);
 }
 
 // ---- linear --------------------------------------------------------------------------------
@@ -171,6 +199,26 @@ detail::Bf16Matrix cast_bf16(const Tensor<float>& t, std::size_t rows, std::size
   const float* src = t.value().data();
   if (t.is_leaf() && t.requires_grad()) return detail::autocast_cached_bf16(t.node(), t.version(), src, rows, cols);
   return detail::to_bf16(src, rows, cols, cols);
+}
+
+// Under create_graph (linear's GradFormula), in differentiable ops and fp32 even under autocast
+// (as matmul_formula):  dx = dy W: (*, out) (out, in);  dW = dy^T x: (out, rows) (rows, in);
+// db = dy summed over the rows.
+template <class T>
+std::vector<Tensor<T>> linear_formula(const BackwardArgs<T>& args) {
+  const AutocastGuard fp32(false);
+  const Shape sx = args.input_shape(0), sw = args.input_shape(1);
+  const std::size_t rows = detail::numel(sx, 0, sx.size() - 1);
+  const auto in = static_cast<std::int64_t>(sw[1]), outf = static_cast<std::int64_t>(sw[0]);
+  const Tensor<T>& dy = args.grad();
+  std::vector<Tensor<T>> g(args.num_inputs());
+  if (args.needs(0)) g[0] = matmul(dy, args.input(1));
+  if (args.needs(1)) {
+    const auto r = static_cast<std::int64_t>(rows);
+    g[1] = matmul(transpose(reshape(dy, {r, outf}), 0, 1), reshape(args.input(0), {r, in}));
+  }
+  if (g.size() > 2 && args.needs(2)) g[2] = sum_to(dy, Shape{sw[0]});
+  return g;
 }
 
 }  // namespace
@@ -252,7 +300,7 @@ Tensor<T> linear(const Tensor<T>& x, const Tensor<T>& weight, const Tensor<T>& b
       }
       out.input(2).accumulate_grad(std::move(db));
     }
-  });
+  }, linear_formula<T>);
 }
 
 #define XGRAD_INSTANTIATE(T)                                                \

@@ -144,6 +144,36 @@ void softmax_backward(const T* y, const T* dy, T* dx, const RowLayout& L, bool l
   }
 }
 
+// Under create_graph, the backward in differentiable ops of the output y (which keeps its history,
+// as PyTorch's formulas use `result`), so that it can be differentiated again:
+//   softmax:     dx = y * (dy - sum_dim(dy * y))
+//   log_softmax: dx = dy - exp(y) * sum_dim(dy), times a constant 0 on fully masked rows (y = -inf
+//                everywhere: the first-order kernel gives them dx = 0); softmax needs no mask (y = 0).
+template <class T>
+std::vector<Tensor<T>> softmax_formula(const BackwardArgs<T>& args, std::int64_t dim, const RowLayout& L, bool log) {
+  const Tensor<T> y = args.output();
+  const Tensor<T>& dy = args.grad();
+  // The sum along dim, kept (a 0-d tensor is one row of one element).
+  const auto row_sum = [&](const Tensor<T>& t) { return y.dim() == 0 ? t : sum(t, {dim}, true); };
+  if (!log) return {mul(y, sub(dy, row_sum(mul(dy, y))))};
+  Tensor<T> dx = sub(dy, mul(exp(y), row_sum(dy)));
+  // A fully masked row is one whose every y is -inf: its max is -inf.
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  const T* py = y.value().data();
+  Array<T> keep = empty_array<T>(y.shape(), "log_softmax (backward)");
+  T* pk = keep.data();
+  bool masked = false;
+  for (std::size_t o = 0; o < L.outer; ++o)
+    for (std::size_t i = 0; i < L.inner; ++i) {
+      const std::size_t base = o * L.n * L.inner + i;
+      T mx = neg_inf;
+      for (std::size_t j = 0; j < L.n; ++j) mx = std::max(mx, py[base + j * L.inner]);
+      masked = masked || (mx == neg_inf && L.n > 0);
+      for (std::size_t j = 0; j < L.n; ++j) pk[base + j * L.inner] = mx == neg_inf ? T(0) : T(1);
+    }
+  return {masked ? mul(dx, Tensor<T>(std::move(keep))) : dx};
+}
+
 template <class T>
 Tensor<T> softmax_impl(const char* op, const Tensor<T>& a, std::int64_t dim, bool log) {
   const RowLayout L = row_layout(a.shape(), dim, op);
@@ -155,7 +185,7 @@ Tensor<T> softmax_impl(const char* op, const Tensor<T>& a, std::int64_t dim, boo
     Array<T> dx = empty_array<T>(out.output_value().shape(), op);
     softmax_backward(out.output_value().data(), out.grad.data(), dx.data(), L, log);
     out.input(0).accumulate_grad(std::move(dx));
-  });
+  }, [dim, L, log](const BackwardArgs<T>& args) { return softmax_formula(args, dim, L, log); });
 }
 
 }  // namespace
