@@ -59,6 +59,12 @@ TEST_P(GradgradcheckList, Passes) {
   const xgrad::SecondOrderChecks second_order;
   const xgrad::GradcheckOutcome outcome = check.run(xgrad::GradcheckSizes{}, xgrad::GradcheckOptions{});
   EXPECT_FALSE(outcome.result.inputs.empty()) << check.name << ": nothing was checked";
+  // gradgradcheck reports the upstream gradient it differentiates too: an entry that calls
+  // gradcheck directly, bypassing SecondOrderChecks, has no such report.
+  bool second = false;
+  for (const auto& r : outcome.result.inputs) second = second || r.name == "grad_output";
+  EXPECT_TRUE(second) << check.name << ": its run did not check second derivatives (it calls gradcheck itself; use "
+                      << "the support functions or test SecondOrderChecks::active())";
   EXPECT_TRUE(outcome.result.passed) << check.name << " (" << check.what << ") on " << outcome.shapes
                                      << ", second derivatives\n"
                                      << outcome.result.summary();

@@ -296,7 +296,8 @@ class Tensor {
   // LibTorch's form: backward(gradient, retain_graph, create_graph). An undefined gradient seeds
   // a scalar with 1. With create_graph the gradients are built from differentiable ops (they
   // have a history: grad_tensor() can be differentiated again, see docs/higher_order.md), and
-  // retain_graph defaults to create_graph, as in PyTorch.
+  // retain_graph defaults to create_graph, as in PyTorch. As there, a leaf's gradient with history
+  // holds the leaf (a cycle): prefer autograd::grad, or zero_grad(true) the leaves when done.
   void backward(const Tensor<T>& gradient, std::optional<bool> retain_graph = std::nullopt,
                 bool create_graph = false) const;
 
