@@ -242,3 +242,39 @@ TEST(CreateGraphAttention, AttentionHeadsLayoutsPassGradgradcheck) {
   single.dropout_p = 0.2;
   expect_heads_gradgradcheck(single);
 }
+
+TEST(CreateGraphAttention, AnInputChangedInPlaceIsRefusedByName) {
+  // The differentiable backward reads q, k and v as the op saw them: k changed since is refused,
+  // even when only v's gradient is asked for.
+  for (AttentionPath path : {AttentionPath::Materialized, AttentionPath::Tiled}) {
+    PathGuard guard(path);
+    T64 q = input({2, 3, 2}, 1), k = input({2, 4, 2}, 2), v = input({2, 4, 2}, 3);
+    const T64 loss = sum(tanh(scaled_dot_product_attention<double>(q, k, v)));
+    k.mutable_value()(0, 0, 0) += 1.0;
+    const std::string error = error_of([&] { autograd::grad({loss}, {v}, {}, std::nullopt, /*create_graph=*/true); });
+    EXPECT_NE(error.find("modified by an inplace operation: scaled_dot_product_attention's input 1"), std::string::npos)
+        << error;
+  }
+}
+
+TEST(CreateGraphAttention, EmptyQueriesOrKeysGiveZeroSecondDerivatives) {
+  // S = 0: every query sees no key (O = 0); L = 0: no query. The gradients are zeros, and so
+  // are their derivatives.
+  for (AttentionPath path : {AttentionPath::Materialized, AttentionPath::Tiled}) {
+    for (const std::pair<std::size_t, std::size_t>& ls : {std::pair<std::size_t, std::size_t>{3, 0}, {0, 3}}) {
+      PathGuard guard(path);
+      const Inputs in = {input({2, ls.first, 2}, 1), input({2, ls.second, 2}, 2), input({2, ls.second, 2}, 3)};
+      const T64 o = scaled_dot_product_attention<double>(in[0], in[1], in[2], {}, 0.0, true);
+      const Inputs g = autograd::grad({sum(o * o)}, in, {}, std::nullopt, /*create_graph=*/true);
+      T64 total = sum(g[0]) + sum(g[1]) + sum(g[2]);
+      const Inputs h = autograd::grad({total}, in, {}, std::nullopt, false, /*allow_unused=*/true);
+      for (std::size_t i = 0; i < 3; ++i) {
+        EXPECT_EQ(g[i].shape(), in[i].shape());
+        for (double x : g[i].value()) EXPECT_EQ(x, 0.0);
+        if (h[i].defined()) {
+          for (double x : h[i].value()) EXPECT_EQ(x, 0.0);
+        }
+      }
+    }
+  }
+}
