@@ -18,8 +18,9 @@
 //   dP  = dPd * D                          <- Pd = P * D
 //   dA  = P * (dP - rowsum(dP * P))        <- P = softmax(A)
 //   dq  = scale dA k;  dk = scale dA^T q   <- A = scale q k^T
-// The kernels' care for Inf and NaN (a probability 0 reads nothing: attention_kernels.hpp) is not
-// repeated here: a 0 probability times an Inf value gives NaN, as IEEE has it.
+// The kernels' care for Inf and NaN (zeros pass nothing: attention_kernels.hpp) is not repeated
+// here: in the products a zero times a NaN or Inf (a masked key's, a value row's) gives NaN, as
+// IEEE has it.
 #include <xgrad/ops/attention_kernels.hpp>
 
 #include <algorithm>
