@@ -6,7 +6,8 @@
 // threads, and the node that joins them: the materialized path, which keeps P for the backward.
 // The node hands the call to the tiled path (attention_tiled.cpp, memory linear in L) when
 // set_attention_path says so, or by size under Auto, unless the weights are asked for. The mask
-// normaliser is in attention_mask.cpp; what the paths share is in attention_kernels.hpp.
+// normaliser is in attention_mask.cpp; what the paths share is in attention_kernels.hpp; the
+// differentiable backward both nodes carry for create_graph is in attention_formula.cpp.
 //
 // Per batch b (batch = product of the leading dims), q: (L, E), k: (S, E), v: (S, Ev):
 //   A  = scale * q k^T + M        (L, S)   M: the float mask, or -inf where masked (bool, causal)
@@ -361,7 +362,14 @@ Tensor<T> attention_node(std::vector<Tensor<T>> inputs, const NodeLayout& l, con
   if (!tiled) check_materialized_fits(n, sizeof(T), dropping, weights);
 
   const auto dropout = detail::AttentionDropout::draw(args.dropout_p, args.generator);
-  if (tiled) return detail::tiled_attention_node<T>(std::move(inputs), l, args.mask, dropout, alpha);
+  // The differentiable backward, which create_graph runs on either path (attention_formula.cpp);
+  // made only when the node is recorded (it copies the mask).
+  GradFormula<T> formula;
+  if (is_grad_enabled() &&
+      std::any_of(inputs.begin(), inputs.end(), [](const Tensor<T>& x) { return x.requires_grad(); }))
+    formula = detail::attention_formula<T>(l, args.mask, dropout, alpha, weights);
+  if (tiled)
+    return detail::tiled_attention_node<T>(std::move(inputs), l, args.mask, dropout, alpha, std::move(formula));
 
   Array<T> D;  // dropout multipliers (B, L, S), the decisions of AttentionDropout; unused when p = 0
   if (dropping) {
@@ -396,7 +404,8 @@ Tensor<T> attention_node(std::vector<Tensor<T>> inputs, const NodeLayout& l, con
                               dropping ? D.data() : nullptr, l.n, alpha, bf16);
         for (std::size_t i = 0; i < count; ++i)
           if (need[i]) node.input(i).accumulate_grad(std::move(g[i]));
-      });
+      },
+      std::move(formula));
 }
 
 // The leading dims of q, k and v, and the sizes they give.
@@ -545,7 +554,7 @@ std::pair<Tensor<T>, Tensor<T>> detail::attention_heads(const std::vector<Tensor
   const bool weights = args.need_weights;
   const std::size_t R = E + (weights ? H * S : 0);
   NodeLayout l{Dims{N * H, L, S, d, d}, batch_first ? Shape{N, L, R} : Shape{L, N, R}, blocks[0], blocks[1],
-               blocks[2], {}, {}};
+               blocks[2], {}, {}, H, batch_first};
   l.o = batch_first ? Place{0, 0, H, L * R, d, R} : Place{0, 0, H, R, d, N * R};
   l.w = batch_first ? Place{0, E, H, L * R, S, R} : Place{0, E, H, R, S, N * R};
   const Tensor<T> y = attention_node<T>(projections, l, args);

@@ -10,6 +10,14 @@
 //      holds the attention_forward / attention_backward kernel pair; attention_tiled.cpp the tiled
 //      path).
 // Beside them, attention_cached: the same attention for a KV cache's decode steps (inference).
+//
+// Higher-order gradients: both paths give their node one differentiable backward
+// (attention_formula.cpp), which a backward with create_graph runs instead of the fused kernels: it
+// recomputes P (B, L, S) from q and k with differentiable ops (softmax, matmul; the mask and the
+// dropout decisions as constants) and forms the gradients from it. So under create_graph the tiled
+// path switches to the materialized computation, and its memory is O(L S) per batch-head, not
+// O(L); the first-order backward (without create_graph) keeps each path's kernels. The cached
+// path records no node (forward_cached refuses grad mode): nothing to differentiate.
 #pragma once
 
 #include <cstddef>

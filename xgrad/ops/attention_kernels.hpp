@@ -3,7 +3,9 @@
 //                        return the weights; the dispatch between the paths;
 //   attention_tiled.cpp  the tiled path (FlashAttention-2's loop): blocks of queries against
 //                        blocks of keys with an online softmax, keeping only O and one log-sum-exp
-//                        per query row; the backward recomputes P block by block.
+//                        per query row; the backward recomputes P block by block;
+//   attention_formula.cpp  the differentiable backward both nodes carry (create_graph): P
+//                        recomputed whole, with differentiable ops.
 // Both read q, k, v, the mask and the dropout decisions through the types below, so that every
 // mask form and every dropout mask means the same on both.
 #pragma once
@@ -181,6 +183,12 @@ struct NodeLayout {
   AttentionDims n;
   Shape value;  // the node's value, holding O and, with need_weights, W
   Place q, k, v, o, w;
+  // The same blocks as tensors, for the differentiable backward (attention_formula), which reads
+  // them with shape ops: heads = 0, the inputs and the value are (lead..., rows, columns) and a
+  // block is columns [offset, offset + its width); heads = H, attention_heads' (N, len, C)
+  // (batch_first) or (len, N, C) tensors, a block being H heads side by side from column offset.
+  std::size_t heads = 0;
+  bool batch_first = true;
 };
 
 // q, k and v where l places them; data(i) is input i's values.
@@ -190,10 +198,19 @@ Qkv<const T*> read_qkv(const NodeLayout& l, Data data) {
 }
 
 // The tiled path's node (attention_tiled.cpp): the value is O alone (no weights), laid out as
-// l.value; alpha is the logits' scale. Same name, inputs and gradients as the materialized node.
+// l.value; alpha is the logits' scale. Same name, inputs and gradients as the materialized node,
+// and the same differentiable backward, `formula` (attention_formula).
 template <class T>
 Tensor<T> tiled_attention_node(std::vector<Tensor<T>> inputs, const NodeLayout& l, const AttentionMask<T>& mask,
-                               const AttentionDropout& dropout, T alpha);
+                               const AttentionDropout& dropout, T alpha, GradFormula<T> formula);
+
+// The node's differentiable backward, one for both paths (attention_formula.cpp): under
+// create_graph it recomputes P (B, L, S) from q and k with differentiable ops (softmax, matmul,
+// the mask and the dropout decisions as constants) and forms the gradients from it, whichever
+// path ran the forward, so that they can be differentiated again. Copies the mask.
+template <class T>
+GradFormula<T> attention_formula(const NodeLayout& l, const AttentionMask<T>& mask, const AttentionDropout& dropout,
+                                 T alpha, bool weights);
 
 // For tests: the tiled path's block sizes, rows of queries and rows of keys per block (0, 0: the
 // defaults). Tiny blocks exercise the block edges on small shapes.

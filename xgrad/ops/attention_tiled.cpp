@@ -252,8 +252,8 @@ void detail::set_attention_tiles(std::size_t query_rows, std::size_t key_rows) {
 }
 
 template <class T>
-Tensor<T> detail::tiled_attention_node(std::vector<Tensor<T>> inputs, const NodeLayout& l,
-                                       const AttentionMask<T>& mask, const AttentionDropout& dropout, T alpha) {
+Tensor<T> detail::tiled_attention_node(std::vector<Tensor<T>> inputs, const NodeLayout& l, const AttentionMask<T>& mask,
+                                       const AttentionDropout& dropout, T alpha, GradFormula<T> formula) {
   const Dims& n = l.n;
   const Tiles t = tiles();
   Array<T> out = empty_array<T>(l.value, kAttentionOp);
@@ -280,14 +280,15 @@ Tensor<T> detail::tiled_attention_node(std::vector<Tensor<T>> inputs, const Node
                           MaskView<T>(mask, l.n.L, l.n.S), dropout, l.n, alpha, bf16, t);
         for (std::size_t i = 0; i < count; ++i)
           if (need[i]) node.input(i).accumulate_grad(std::move(g[i]));
-      });
+      },
+      std::move(formula));
 }
 
 template Tensor<float> detail::tiled_attention_node<float>(std::vector<Tensor<float>>, const NodeLayout&,
                                                            const AttentionMask<float>&, const AttentionDropout&,
-                                                           float);
+                                                           float, GradFormula<float>);
 template Tensor<double> detail::tiled_attention_node<double>(std::vector<Tensor<double>>, const NodeLayout&,
                                                              const AttentionMask<double>&, const AttentionDropout&,
-                                                             double);
+                                                             double, GradFormula<double>);
 
 }  // namespace xgrad
