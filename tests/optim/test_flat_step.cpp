@@ -150,8 +150,8 @@ template <class T>
   return ::testing::AssertionSuccess();
 }
 
-// Steps one optimizer over kSizes' parameters 5 times (one parameter left without a gradient at
-// step 2, so that the step counts differ within the group), one optimizer per parameter over
+// Steps one optimizer over kSizes' parameters 3 times (one parameter left without a gradient at
+// step 1, so that the step counts differ within the group), one optimizer per parameter over
 // copies of them, and the plain loop beside both. After each step, every parameter and state array
 // equals its copy's bitwise (the flat step computes each element as a step of its tensor alone
 // does), and the plain loop's to `plain_tol` (0: bitwise).
@@ -170,9 +170,9 @@ void expect_flat_adam_equals_plain_loop(const AdamCase& c, int threads, double p
                      std::vector<T>(theta.size())});
   }
   std::unique_ptr<Optimizer<T>> opt = make_adam<T>(params, c);
-  for (int step = 0; step < 5; ++step) {
+  for (int step = 0; step < 3; ++step) {
     for (std::size_t k = 0; k < params.size(); ++k) {
-      if (step == 2 && k == 4) {
+      if (step == 1 && k == 4) {
         params[k].zero_grad(/*set_to_none=*/true);
         continue;
       }
@@ -212,6 +212,7 @@ void expect_every_adam_case(const char* type, double plain_tol) {
       for (bool maximize : {false, true})
         for (double wd : {0.0, 0.1})
           for (int threads : {1, 2}) {
+            if (threads == 1 && (amsgrad || maximize || wd != 0)) continue;  // the serial path: the plain cases
             SCOPED_TRACE(std::string(type) + (decoupled ? " AdamW" : " Adam") + (amsgrad ? " amsgrad" : "") +
                          (maximize ? " maximize" : "") + " weight_decay " + std::to_string(wd) + ", " +
                          std::to_string(threads) + " threads");
