@@ -83,9 +83,12 @@ int main(int argc, char** argv) {
   std::vector<char*> rest = {argv[0]};
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--threads" && i + 1 < argc) xgrad::set_num_threads(std::atoi(argv[++i]));
-    else if (arg.rfind("--threads=", 0) == 0) xgrad::set_num_threads(std::atoi(arg.c_str() + 10));
-    else rest.push_back(argv[i]);
+    if (arg == "--threads" && i + 1 < argc)
+      xgrad::set_num_threads(std::atoi(argv[++i]));
+    else if (arg.rfind("--threads=", 0) == 0)
+      xgrad::set_num_threads(std::atoi(arg.c_str() + 10));
+    else
+      rest.push_back(argv[i]);
   }
   int rest_argc = static_cast<int>(rest.size());
   benchmark::Initialize(&rest_argc, rest.data());

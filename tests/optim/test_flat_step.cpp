@@ -69,8 +69,8 @@ TEST(FlatUnits, PiecesCoverEveryElementOnceAndSplitTensorsOnUnitBoundaries) {
       for (std::size_t k = 0; k < sizes.size(); ++k)
         for (std::size_t i = 0; i < sizes[k]; ++i) {
           const std::size_t u = units.unit_of(k, i);
-          ASSERT_EQ(hits[k][i], (u >= u0 && u < u1) ? 1 : 0) << "tensor " << k << " element " << i << ", units ["
-                                                             << u0 << ", " << u1 << ")";
+          ASSERT_EQ(hits[k][i], (u >= u0 && u < u1) ? 1 : 0)
+              << "tensor " << k << " element " << i << ", units [" << u0 << ", " << u1 << ")";
         }
     }
   EXPECT_EQ(FlatUnits(std::vector<std::size_t>{}).units(), 0u);
@@ -103,8 +103,10 @@ struct PlainAdam {
     for (std::size_t i = 0; i < theta.size(); ++i) {
       T g = grad(i);
       if (c.maximize) g = -g;
-      if (c.decoupled) theta[i] = theta[i] * decay;
-      else if (c.weight_decay != 0) g = g + wd * theta[i];
+      if (c.decoupled)
+        theta[i] = theta[i] * decay;
+      else if (c.weight_decay != 0)
+        g = g + wd * theta[i];
       m[i] = m[i] * b1;
       m[i] = m[i] + omb1 * g;
       v[i] = v[i] * b2;
@@ -132,10 +134,18 @@ template <class T>
 std::unique_ptr<Optimizer<T>> make_adam(const std::vector<Tensor<T>>& params, const AdamCase& c) {
   const double lr = 1e-2, beta1 = 0.9, beta2 = 0.99, eps = 1e-6;
   if (c.decoupled)
-    return std::make_unique<AdamW<T>>(params, AdamWOptions(lr).betas({beta1, beta2}).eps(eps).weight_decay(
-                                                  c.weight_decay).amsgrad(c.amsgrad).maximize(c.maximize));
-  return std::make_unique<Adam<T>>(params, AdamOptions(lr).betas({beta1, beta2}).eps(eps).weight_decay(
-                                               c.weight_decay).amsgrad(c.amsgrad).maximize(c.maximize));
+    return std::make_unique<AdamW<T>>(params, AdamWOptions(lr)
+                                                  .betas({beta1, beta2})
+                                                  .eps(eps)
+                                                  .weight_decay(c.weight_decay)
+                                                  .amsgrad(c.amsgrad)
+                                                  .maximize(c.maximize));
+  return std::make_unique<Adam<T>>(params, AdamOptions(lr)
+                                               .betas({beta1, beta2})
+                                               .eps(eps)
+                                               .weight_decay(c.weight_decay)
+                                               .amsgrad(c.amsgrad)
+                                               .maximize(c.maximize));
 }
 
 // a == b bitwise when tol is 0, else |a - b| <= tol * max(1, |b|) element by element.
@@ -302,11 +312,15 @@ TEST(FlatClipGradNorm, TheNormIsAParallelReductionEqualAtEveryThreadCount) {
       long double per = 0;
       for (double x : g) {
         const long double a = std::abs(static_cast<long double>(x));
-        if (std::isinf(norm_type)) per = std::max(per, a);
-        else per += std::pow(a, static_cast<long double>(norm_type));
+        if (std::isinf(norm_type))
+          per = std::max(per, a);
+        else
+          per += std::pow(a, static_cast<long double>(norm_type));
       }
-      if (std::isinf(norm_type)) want = std::max(want, per);
-      else want += per;
+      if (std::isinf(norm_type))
+        want = std::max(want, per);
+      else
+        want += per;
     }
     if (!std::isinf(norm_type)) want = std::pow(want, 1.0L / static_cast<long double>(norm_type));
     EXPECT_NEAR(totals[0], static_cast<double>(want), 1e-12 * static_cast<double>(want));

@@ -383,8 +383,9 @@ TEST(Optimizer, AStepAfterTheDefaultZeroGradChangesNothingInAnyOptimizer) {
     if (kind == 0) opt = std::make_unique<SGD<double>>(params, SGDOptions(0.1).momentum(0.9).weight_decay(0.1));
     if (kind == 1) opt = std::make_unique<Adam<double>>(params, AdamOptions(0.1).weight_decay(0.1).amsgrad(true));
     if (kind == 2) opt = std::make_unique<AdamW<double>>(params, AdamWOptions(0.1));
-    if (kind == 3) opt = std::make_unique<RMSprop<double>>(params, RMSpropOptions(0.1).momentum(0.9).centered(true)
-                                                                       .weight_decay(0.1));
+    if (kind == 3)
+      opt =
+          std::make_unique<RMSprop<double>>(params, RMSpropOptions(0.1).momentum(0.9).centered(true).weight_decay(0.1));
     if (kind == 4) opt = std::make_unique<Adagrad<double>>(params, AdagradOptions(0.1).weight_decay(0.1));
     SCOPED_TRACE(opt->name());
     a.set_grad(Array<double>{1.0, -1.0, 1.0});

@@ -121,9 +121,12 @@ void adam_flat(const std::vector<AdamTensor<T>>& list, const flat::FlatUnits& un
 template <class T, bool kMaximize, bool kAmsgrad>
 void adam_dispatch_decay(Decay decay, const std::vector<AdamTensor<T>>& list, const flat::FlatUnits& units) {
   switch (decay) {
-    case Decay::kNone: return adam_flat<T, kMaximize, kAmsgrad, Decay::kNone>(list, units);
-    case Decay::kCoupled: return adam_flat<T, kMaximize, kAmsgrad, Decay::kCoupled>(list, units);
-    case Decay::kDecoupled: return adam_flat<T, kMaximize, kAmsgrad, Decay::kDecoupled>(list, units);
+    case Decay::kNone:
+      return adam_flat<T, kMaximize, kAmsgrad, Decay::kNone>(list, units);
+    case Decay::kCoupled:
+      return adam_flat<T, kMaximize, kAmsgrad, Decay::kCoupled>(list, units);
+    case Decay::kDecoupled:
+      return adam_flat<T, kMaximize, kAmsgrad, Decay::kDecoupled>(list, units);
   }
 }
 
@@ -181,11 +184,15 @@ void adam_step(ParamGroup<T>& group, const AdamConfig& c, StateOf state_of) {
   scratch.units.reset(scratch.sizes);
 
   if (c.maximize) {
-    if (c.amsgrad) adam_dispatch_decay<T, true, true>(decay, list, scratch.units);
-    else adam_dispatch_decay<T, true, false>(decay, list, scratch.units);
+    if (c.amsgrad)
+      adam_dispatch_decay<T, true, true>(decay, list, scratch.units);
+    else
+      adam_dispatch_decay<T, true, false>(decay, list, scratch.units);
   } else {
-    if (c.amsgrad) adam_dispatch_decay<T, false, true>(decay, list, scratch.units);
-    else adam_dispatch_decay<T, false, false>(decay, list, scratch.units);
+    if (c.amsgrad)
+      adam_dispatch_decay<T, false, true>(decay, list, scratch.units);
+    else
+      adam_dispatch_decay<T, false, false>(decay, list, scratch.units);
   }
 }
 

@@ -72,8 +72,10 @@ struct Gradients {
 
   template <class F>
   void walk_writing(const F& fn) const {
-    if (repeats) units.walk(0, units.units(), fn);
-    else units.parallel_walk(fn);
+    if (repeats)
+      units.walk(0, units.units(), fn);
+    else
+      units.parallel_walk(fn);
   }
 };
 

@@ -51,8 +51,9 @@ class FlatUnits {
   void walk(std::size_t u0, std::size_t u1, const F& fn) const {
     if (u0 >= u1) return;
     // The tensor holding unit u0: the last k with first_unit_[k] <= u0 and a unit of its own.
-    std::size_t k = static_cast<std::size_t>(std::upper_bound(first_unit_.begin(), first_unit_.end(), u0) -
-                                             first_unit_.begin()) - 1;
+    std::size_t k =
+        static_cast<std::size_t>(std::upper_bound(first_unit_.begin(), first_unit_.end(), u0) - first_unit_.begin()) -
+        1;
     for (; k < sizes_.size() && first_unit_[k] < u1; ++k) {
       if (sizes_[k] == 0) continue;
       const std::size_t a = std::max(u0, first_unit_[k]) - first_unit_[k];
