@@ -152,6 +152,14 @@ TEST(Module, ZeroGradForgetsOrZeroes) {
   for (const auto& p : net->parameters()) EXPECT_FALSE(p.has_grad());
 }
 
+TEST(Module, ZeroGradForgetsByDefaultAsPyTorch2) {
+  auto net = std::make_shared<Net>();
+  auto x = from_vector<double>({1, 2, -1, 0.5}, {2, 2});
+  sum(net->forward(x)).backward();
+  net->zero_grad();
+  for (const auto& [name, p] : net->named_parameters()) EXPECT_FALSE(p.has_grad()) << name;
+}
+
 TEST(Module, StateDictRoundTripKeepsParameterIdentity) {
   manual_seed(1);
   auto a = small_encoder(2, true);

@@ -349,26 +349,60 @@ TEST(Optimizer, ParametersWithoutGradientAreSkipped) {
   }
 }
 
-TEST(Optimizer, ZeroGradZeroesByDefaultAndForgetsWithSetToNone) {
+TEST(Optimizer, ZeroGradForgetsByDefaultAndZeroesWithSetToNoneFalse) {
   auto a = make_param();
   Adam<double> opt({a}, AdamOptions(0.1));
   a.set_grad(Array<double>{1.0, -1.0, 1.0});
   opt.step();
-  // PyTorch 1.13: zero_grad() keeps a zero gradient, so the next step still runs (momentum moves a)
+  // PyTorch 2: zero_grad() forgets the gradient, so the next step skips a
   opt.zero_grad();
+  EXPECT_FALSE(a.has_grad());
+  const Array<double> after = a.value();
+  opt.step();
+  EXPECT_EQ(opt.state(a).step, 1);
+  EXPECT_EQ(a.value(), after);
+  // PyTorch 1.13's default, asked for: a zero gradient, and the next step still runs (momentum moves a)
+  a.set_grad(Array<double>{1.0, -1.0, 1.0});
+  opt.zero_grad(/*set_to_none=*/false);
   ASSERT_TRUE(a.has_grad());
   EXPECT_EQ(a.grad(), (Array<double>{0.0, 0.0, 0.0}));
   const Array<double> before = a.value();
   opt.step();
   EXPECT_EQ(opt.state(a).step, 2);
   EXPECT_GT(max_abs_diff(a.value(), before), 1e-3);
-  // set_to_none: the gradient is gone, the next step skips a
-  opt.zero_grad(/*set_to_none=*/true);
-  EXPECT_FALSE(a.has_grad());
-  const Array<double> after = a.value();
-  opt.step();
-  EXPECT_EQ(opt.state(a).step, 2);
-  EXPECT_EQ(a.value(), after);
+}
+
+// PyTorch 2's training loop: step, zero_grad(), then a step without a new gradient leaves every
+// parameter and every optimizer's state as they were (with a zero gradient, momentum, weight decay
+// and Adam's moments would still move them).
+TEST(Optimizer, AStepAfterTheDefaultZeroGradChangesNothingInAnyOptimizer) {
+  for (int kind = 0; kind < 5; ++kind) {
+    auto a = make_param();
+    const std::vector<T64> params = {a};
+    std::unique_ptr<Optimizer<double>> opt;
+    if (kind == 0) opt = std::make_unique<SGD<double>>(params, SGDOptions(0.1).momentum(0.9).weight_decay(0.1));
+    if (kind == 1) opt = std::make_unique<Adam<double>>(params, AdamOptions(0.1).weight_decay(0.1).amsgrad(true));
+    if (kind == 2) opt = std::make_unique<AdamW<double>>(params, AdamWOptions(0.1));
+    if (kind == 3)
+      opt =
+          std::make_unique<RMSprop<double>>(params, RMSpropOptions(0.1).momentum(0.9).centered(true).weight_decay(0.1));
+    if (kind == 4) opt = std::make_unique<Adagrad<double>>(params, AdagradOptions(0.1).weight_decay(0.1));
+    SCOPED_TRACE(opt->name());
+    a.set_grad(Array<double>{1.0, -1.0, 1.0});
+    opt->step();
+    opt->zero_grad();
+    EXPECT_FALSE(a.has_grad());
+    const Array<double> value = a.value();
+    const ParamState<double> state = opt->state(a);
+    ASSERT_FALSE(state.empty());
+    opt->step();
+    EXPECT_EQ(a.value(), value);
+    const ParamState<double> now = opt->state(a);
+    EXPECT_EQ(now.step, state.step);
+    ASSERT_EQ(now.arrays().size(), state.arrays().size());
+    for (const auto& [name, array] : state.arrays()) EXPECT_EQ(now.at(name), array) << name;
+    EXPECT_FALSE(a.has_grad());
+  }
 }
 
 TEST(Optimizer, TwoGroupsWithTheirOwnOptions) {

@@ -131,7 +131,7 @@ class DistributedDataParallel {
   auto named_parameters() const { return module_->named_parameters(); }
   void train(bool on = true) { module_->train(on); }
   void eval() { module_->train(false); }
-  void zero_grad(bool set_to_none = false) { module_->zero_grad(set_to_none); }
+  void zero_grad(bool set_to_none = true) { module_->zero_grad(set_to_none); }
 
   // torch's `with ddp.no_sync():` as an RAII guard: forwards made while it is alive do not
   // synchronize their backward; gradients accumulate locally until the next synchronized one.

@@ -114,8 +114,9 @@ class Module : public std::enable_shared_from_this<Module<T>> {
   virtual void train(bool on = true);
   void eval() { train(false); }
   bool is_training() const { return training_; }
-  // Zeroes every parameter's gradient, or forgets it when set_to_none (torch 1.13's default: false).
-  void zero_grad(bool set_to_none = false);
+  // Forgets every parameter's gradient (PyTorch 2's default), or zeroes it when set_to_none is
+  // false (PyTorch 1.13's default).
+  void zero_grad(bool set_to_none = true);
 
   // ---- state ------------------------------------------------------------------------------------
   // Copies of every parameter and buffer value, keyed as PyTorch's state_dict: at each module,

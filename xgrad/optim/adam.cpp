@@ -5,8 +5,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
-#include <xgrad/backend/parallel.hpp>
+#include <xgrad/optim/flat_chunks.hpp>
 
 namespace xgrad::optim {
 
@@ -95,28 +96,52 @@ void adam_kernel(std::size_t n, const T* g, T* theta, T* m, T* v, T* vmax, const
   }
 }
 
-// The kernel over blocks of 4096 elements, split across threads (elementwise: the result does not
-// depend on the split).
-template <class T, bool kMaximize, bool kAmsgrad>
-void adam_dispatch_decay(Decay decay, std::size_t n, const T* g, T* theta, T* m, T* v, T* vmax,
-                         const AdamScalars<T>& s) {
-  constexpr std::size_t kBlock = 4096;
-  detail::parallel_for((n + kBlock - 1) / kBlock, 8, [&](std::size_t b0, std::size_t b1) {
-    const std::size_t i = b0 * kBlock, len = std::min(b1 * kBlock, n) - i;
-    T* vm = kAmsgrad ? vmax + i : nullptr;
-    switch (decay) {
-      case Decay::kNone:
-        return adam_kernel<T, kMaximize, kAmsgrad, Decay::kNone>(len, g + i, theta + i, m + i, v + i, vm, s);
-      case Decay::kCoupled:
-        return adam_kernel<T, kMaximize, kAmsgrad, Decay::kCoupled>(len, g + i, theta + i, m + i, v + i, vm, s);
-      case Decay::kDecoupled:
-        return adam_kernel<T, kMaximize, kAmsgrad, Decay::kDecoupled>(len, g + i, theta + i, m + i, v + i, vm, s);
-    }
+// One parameter's pointers and its per-step scalars (the step count, so the bias corrections, is
+// the parameter's own).
+template <class T>
+struct AdamTensor {
+  const T* g;
+  T *theta, *m, *v, *vmax;
+  AdamScalars<T> s;
+};
+
+// The kernel over every parameter of the list as one flat range (optim/flat_chunks.hpp): one
+// fork/join for the whole group, each thread a contiguous run of pieces. Elementwise, and pieces
+// split tensors at multiples of the SIMD width, so each element is computed exactly as by one
+// pass over its tensor alone.
+template <class T, bool kMaximize, bool kAmsgrad, Decay kDecay>
+void adam_flat(const std::vector<AdamTensor<T>>& list, const flat::FlatUnits& units) {
+  units.parallel_walk([&](std::size_t k, std::size_t i, std::size_t end) {
+    const AdamTensor<T>& t = list[k];
+    T* vm = kAmsgrad ? t.vmax + i : nullptr;
+    adam_kernel<T, kMaximize, kAmsgrad, kDecay>(end - i, t.g + i, t.theta + i, t.m + i, t.v + i, vm, t.s);
   });
 }
 
+template <class T, bool kMaximize, bool kAmsgrad>
+void adam_dispatch_decay(Decay decay, const std::vector<AdamTensor<T>>& list, const flat::FlatUnits& units) {
+  switch (decay) {
+    case Decay::kNone:
+      return adam_flat<T, kMaximize, kAmsgrad, Decay::kNone>(list, units);
+    case Decay::kCoupled:
+      return adam_flat<T, kMaximize, kAmsgrad, Decay::kCoupled>(list, units);
+    case Decay::kDecoupled:
+      return adam_flat<T, kMaximize, kAmsgrad, Decay::kDecoupled>(list, units);
+  }
+}
+
+// The lists one step builds, kept per thread so that a steady-state step allocates nothing.
+template <class T>
+struct AdamScratch {
+  std::vector<AdamTensor<T>> list;
+  std::vector<std::size_t> sizes;
+  flat::FlatUnits units;
+};
+
 // One step for every parameter of a group that has a gradient; state_of(p) returns the
 // parameter's (possibly new) state. The bias corrections are computed in double, as in Python.
+// First, serially, each parameter's state and scalars (the states are created and the steps
+// counted in parameter order, as before); then one parallel pass over all of them.
 template <class T, class StateOf>
 void adam_step(ParamGroup<T>& group, const AdamConfig& c, StateOf state_of) {
   AdamScalars<T> s{};
@@ -129,32 +154,45 @@ void adam_step(ParamGroup<T>& group, const AdamConfig& c, StateOf state_of) {
   s.decay = static_cast<T>(1.0 - c.lr * c.weight_decay);
   const Decay decay = c.decoupled ? Decay::kDecoupled : (c.weight_decay != 0.0 ? Decay::kCoupled : Decay::kNone);
 
+  thread_local AdamScratch<T> scratch;
+  std::vector<AdamTensor<T>>& list = scratch.list;
+  list.clear();
+  scratch.sizes.clear();
   for (Tensor<T>& p : group.params()) {
     if (!p.has_grad()) continue;
     const Array<T>& grad = p.grad();
     Array<T>& value = p.mutable_value();
     ParamState<T>& state = state_of(p);
-    T* m = state.zeros_if_absent("exp_avg", value).data();
-    T* v = state.zeros_if_absent("exp_avg_sq", value).data();
-    T* vmax = c.amsgrad ? state.zeros_if_absent("max_exp_avg_sq", value).data() : nullptr;
+    AdamTensor<T> t{};
+    t.m = state.zeros_if_absent("exp_avg", value).data();
+    t.v = state.zeros_if_absent("exp_avg_sq", value).data();
+    t.vmax = c.amsgrad ? state.zeros_if_absent("max_exp_avg_sq", value).data() : nullptr;
     state.step += 1;
 
     const double step = static_cast<double>(state.step);
     const double bias_correction1 = 1.0 - std::pow(c.beta1, step);
     const double bias_correction2 = 1.0 - std::pow(c.beta2, step);
-    s.neg_step_size = static_cast<T>(-(c.lr / bias_correction1));
-    s.bias_correction2_sqrt = static_cast<T>(std::sqrt(bias_correction2));
+    t.s = s;
+    t.s.neg_step_size = static_cast<T>(-(c.lr / bias_correction1));
+    t.s.bias_correction2_sqrt = static_cast<T>(std::sqrt(bias_correction2));
+    t.g = grad.data();
+    t.theta = value.data();
+    list.push_back(t);
+    scratch.sizes.push_back(value.size());
+  }
+  if (list.empty()) return;
+  scratch.units.reset(scratch.sizes);
 
-    const std::size_t n = value.size();
-    const T* g = grad.data();
-    T* theta = value.data();
-    if (c.maximize) {
-      if (c.amsgrad) adam_dispatch_decay<T, true, true>(decay, n, g, theta, m, v, vmax, s);
-      else adam_dispatch_decay<T, true, false>(decay, n, g, theta, m, v, vmax, s);
-    } else {
-      if (c.amsgrad) adam_dispatch_decay<T, false, true>(decay, n, g, theta, m, v, vmax, s);
-      else adam_dispatch_decay<T, false, false>(decay, n, g, theta, m, v, vmax, s);
-    }
+  if (c.maximize) {
+    if (c.amsgrad)
+      adam_dispatch_decay<T, true, true>(decay, list, scratch.units);
+    else
+      adam_dispatch_decay<T, true, false>(decay, list, scratch.units);
+  } else {
+    if (c.amsgrad)
+      adam_dispatch_decay<T, false, true>(decay, list, scratch.units);
+    else
+      adam_dispatch_decay<T, false, false>(decay, list, scratch.units);
   }
 }
 

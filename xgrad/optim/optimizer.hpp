@@ -293,15 +293,17 @@ class Optimizer {
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
 
-  // One update of every parameter that has a gradient; the others are skipped.
+  // One update of every parameter that has a gradient; the others are skipped (their values and
+  // state stay as they are).
   void step();
   // Evaluates the closure with grad mode on (it should zero the grads, compute the loss and
   // call backward), then steps; returns the closure's loss.
   Tensor<T> step(const std::function<Tensor<T>()>& closure);
 
-  // PyTorch 1.13's default zeros the gradients; set_to_none forgets them, so that the next step
-  // skips parameters that get no new gradient.
-  void zero_grad(bool set_to_none = false);
+  // Forgets the gradients (PyTorch 2's default), so that the next step skips parameters that get
+  // no new gradient and backward writes fresh ones instead of adding to zeros; set_to_none=false
+  // keeps them as zeros (PyTorch 1.13's default), and the next step then updates every parameter.
+  void zero_grad(bool set_to_none = true);
 
   // Validates the group's options (or gives it the defaults) and rejects parameters that are
   // undefined, non-leaf, or already in a group.
