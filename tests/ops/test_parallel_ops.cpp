@@ -1,6 +1,6 @@
 // The memory-bound ops on the pool (backend/parallel_loops.hpp): pointwise maps and their
 // backwards, broadcasting binary ops, sum_to, gradient accumulation, reductions, gathers and the
-// embedding's scatter. For each, at sizes below and above the 32K-element grain: the values and
+// embedding's scatter. For each, at sizes below and above the 64K-element grain: the values and
 // gradients are bit for bit the same at 1, 2 and 3 threads; the large sizes run as parallel jobs
 // and the small ones do not fork; folds split by output give the serial walk's result exactly.
 #include <atomic>

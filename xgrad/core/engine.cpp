@@ -141,7 +141,7 @@ void Node<T>::accumulate_grad(Array<T>&& g) {
   }
   T* dst = grad.data();
   const T* src = g.data();
-  detail::parallel_blocks(grad.size(), [&](std::size_t i0, std::size_t i1) {  // serial below 32K elements
+  detail::parallel_blocks(grad.size(), [&](std::size_t i0, std::size_t i1) {  // serial below 64K elements
     for (std::size_t i = i0; i < i1; ++i) dst[i] += src[i];
   });
   detail::recycle(g, /*reset=*/false);  // g is the caller's, about to be destroyed

@@ -37,7 +37,7 @@ inline std::vector<std::size_t> broadcast_strides(const Shape& shape, const Shap
 }
 
 // out[i] = f(a[i'], b[i'']) with a and b broadcast to a common shape. Split across the pool in
-// blocks of elements (same shapes) or ranges of rows (broadcast); serial below 32K elements.
+// blocks of elements (same shapes) or ranges of rows (broadcast); serial below 64K elements.
 template <class T, class F>
 Array<T> binary_map(const Array<T>& a, const Array<T>& b, const char* op, F f) {
   if (a.shape() == b.shape()) {

@@ -21,7 +21,7 @@ namespace {
 using detail::binary_map;
 
 // y = f(x) elementwise. Split across the pool in blocks (backend/parallel_loops.hpp): serial below
-// 32K elements. The pointwise backward below splits the same way.
+// 64K elements. The pointwise backward below splits the same way.
 template <class T, class F>
 Array<T> unary_map(const char* op, const Array<T>& a, F f) {
   Array<T> out = empty_array<T>(a.shape(), op);

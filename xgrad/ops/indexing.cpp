@@ -38,7 +38,7 @@ struct Rows {
 // dst (outer, size, inner), zero-filled by the caller: dst[o, index[j]] += src[o, j]. Split across
 // the pool by (o, block of 16 columns of inner), never by j: each destination element adds its
 // rows j in order on one thread, so repeated indices add up without a race and in the same order
-// at any thread count (serial below 32K elements of src).
+// at any thread count (serial below 64K elements of src).
 template <class T>
 void scatter_add_rows(const T* src, const Rows& r, T* dst) {
   const std::vector<std::size_t>& index = *r.index;
@@ -62,7 +62,7 @@ void scatter_add_rows(const T* src, const Rows& r, T* dst) {
 }
 
 // Calls copy(row) for each row in [0, rows) of `inner` elements each, split across the pool by
-// ranges of rows (serial below 32K elements): the gathers, each row a memcpy.
+// ranges of rows (serial below 64K elements): the gathers, each row a memcpy.
 template <class F>
 void for_each_row_parallel(std::size_t rows, std::size_t inner, const F& copy) {
   if (inner == 0) return;

@@ -116,7 +116,7 @@ void visit_elements(const ReducePlan& p, F f) {
   detail::parallel_for_each_index(p.shape, p.out_stride, f);
 }
 
-// acc_o += sum_{i: o(i) = o} x_i. A full reduction of 32K elements or more is summed in fixed
+// acc_o += sum_{i: o(i) = o} x_i. A full reduction of 64K elements or more is summed in fixed
 // chunks of detail::kChunk elements, each in order on one thread, and the chunks' partial sums
 // added in chunk order: the same result at any thread count.
 template <class T>
