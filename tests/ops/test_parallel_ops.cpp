@@ -69,8 +69,8 @@ void expect_thread_invariant(const std::string& name, const std::function<Arrays
     const Arrays got = f();
     ASSERT_EQ(want.size(), got.size()) << name;
     for (std::size_t i = 0; i < want.size(); ++i)
-      expect_bitwise(want[i], got[i], name + ": output " + std::to_string(i) + " at " + std::to_string(threads) +
-                                          " threads");
+      expect_bitwise(want[i], got[i],
+                     name + ": output " + std::to_string(i) + " at " + std::to_string(threads) + " threads");
   }
 }
 
@@ -125,32 +125,44 @@ std::vector<Case> cases() {
                 }};
   };
   const auto same = [](const Shape& s) { return s; };
-  const auto bias = [](const Shape& s) { return Shape{s.back()}; };                // (C): sum over (B*T, C)
-  const auto row_bcast = [](const Shape& s) { return Shape{s[0], 1, s[2]}; };     // (B, 1, C)
-  const auto col_bcast = [](const Shape& s) { return Shape{s[0], s[1], 1}; };     // (B, T, 1)
+  const auto bias = [](const Shape& s) { return Shape{s.back()}; };            // (C): sum over (B*T, C)
+  const auto row_bcast = [](const Shape& s) { return Shape{s[0], 1, s[2]}; };  // (B, 1, C)
+  const auto col_bcast = [](const Shape& s) { return Shape{s[0], s[1], 1}; };  // (B, T, 1)
   return {
       unary("exp", [](const F32& x) { return exp(x); }),
       unary("tanh", [](const F32& x) { return tanh(x); }),
       unary("sigmoid", [](const F32& x) { return sigmoid(x); }),
       unary("relu", [](const F32& x) { return relu(x); }),
       unary("silu", [](const F32& x) { return silu(x); }),
-      unary("log", [](const F32& x) { return log(x); }, true),
+      unary(
+          "log", [](const F32& x) { return log(x); }, true),
       unary("pow", [](const F32& x) { return pow(x, 3.0f); }),
       unary("mul scalar", [](const F32& x) { return mul(x, 0.3f); }),
       unary("clamp", [](const F32& x) { return clamp(x, Scalar<float>(-0.5f), Scalar<float>(0.5f)); }),
-      binary("add", [](const F32& a, const F32& b) { return add(a, b); }, same),
-      binary("sub", [](const F32& a, const F32& b) { return sub(a, b); }, same),
-      binary("mul", [](const F32& a, const F32& b) { return mul(a, b); }, same),
-      binary("div", [](const F32& a, const F32& b) { return div(a, b); }, same, true),
-      binary("add bias (C)", [](const F32& a, const F32& b) { return add(a, b); }, bias),
-      binary("sub (B,1,C)", [](const F32& a, const F32& b) { return sub(a, b); }, row_bcast),
-      binary("mul (B,T,1)", [](const F32& a, const F32& b) { return mul(a, b); }, col_bcast),
-      binary("div (C)", [](const F32& a, const F32& b) { return div(a, b); }, bias, true),
+      binary(
+          "add", [](const F32& a, const F32& b) { return add(a, b); }, same),
+      binary(
+          "sub", [](const F32& a, const F32& b) { return sub(a, b); }, same),
+      binary(
+          "mul", [](const F32& a, const F32& b) { return mul(a, b); }, same),
+      binary(
+          "div", [](const F32& a, const F32& b) { return div(a, b); }, same, true),
+      binary(
+          "add bias (C)", [](const F32& a, const F32& b) { return add(a, b); }, bias),
+      binary(
+          "sub (B,1,C)", [](const F32& a, const F32& b) { return sub(a, b); }, row_bcast),
+      binary(
+          "mul (B,T,1)", [](const F32& a, const F32& b) { return mul(a, b); }, col_bcast),
+      binary(
+          "div (C)", [](const F32& a, const F32& b) { return div(a, b); }, bias, true),
       // x reaches y by three paths: its gradient is accumulated (Node::accumulate_grad's add).
       unary("accumulate", [](const F32& x) { return add(mul(x, 2.0f), add(exp(x), tanh(x))); }),
       unary("sum", [](const F32& x) { return mul(sum(x), 1.0f); }),
       unary("mean", [](const F32& x) { return mean(x); }),
-      unary("sum dim 0,1", [](const F32& x) { return sum(x, {0, 1}); }),
+      unary("sum dim 0,1",
+            [](const F32& x) {
+              return sum(x, {0, 1});
+            }),
       unary("sum dim 2", [](const F32& x) { return sum(x, {2}, true); }),
       unary("mean dim 1", [](const F32& x) { return mean(x, {1}); }),
       unary("var dim 1", [](const F32& x) { return var(x, {1}); }),
@@ -159,24 +171,28 @@ std::vector<Case> cases() {
       unary("amax dim 2", [](const F32& x) { return amax(x, {2}); }),
       unary("max", [](const F32& x) { return max(x); }),
       unary("max dim 1", [](const F32& x) { return max(x, 1).first; }),
-      Case{"embedding", [](const Shape& s) {
+      Case{"embedding",
+           [](const Shape& s) {
              // (B*T) indices into a (C, C) table with many repeats, padding row 3.
              F32 w = leaf({s[2], s[2]}, 3);
              const IndexArray idx = indices(s[0] * s[1], static_cast<std::int64_t>(s[2]), 4);
              return value_and_grads(embedding(idx, w, std::int64_t(3)), {w});
            }},
-      Case{"index_select dim 1", [](const Shape& s) {
+      Case{"index_select dim 1",
+           [](const Shape& s) {
              F32 x = leaf(s, 1);
              return value_and_grads(index_select(x, 1, indices(2 * s[1], static_cast<std::int64_t>(s[1]), 5)), {x});
            }},
-      Case{"masked_fill", [](const Shape& s) {
+      Case{"masked_fill",
+           [](const Shape& s) {
              F32 x = leaf(s, 1);
              BoolArray mask = xt::zeros<bool>(std::vector<std::size_t>{s[1], s[2]});
              const IndexArray pick = indices(mask.size() / 3, static_cast<std::int64_t>(mask.size()), 6);
              for (auto p : pick) mask.data()[p] = true;
              return value_and_grads(masked_fill(x, mask, 0.25f), {x});
            }},
-      Case{"where", [](const Shape& s) {
+      Case{"where",
+           [](const Shape& s) {
              F32 a = leaf(s, 1), b = leaf({s[2]}, 2);
              BoolArray cond = xt::zeros<bool>(std::vector<std::size_t>{s[1], 1});
              for (std::size_t i = 0; i < cond.size(); i += 2) cond.data()[i] = true;
@@ -240,8 +256,7 @@ TEST(ParallelOps, SumToEqualsTheSerialSumExactly) {
           const std::size_t o0 = to.size() == 3 && to[0] != 1 ? a : 0;
           const std::size_t o1 = to.size() >= 2 && to[to.size() - 2] != 1 ? t : 0;
           const std::size_t o2 = to.back() != 1 ? c : 0;
-          const std::size_t o = to.size() == 3 ? (o0 * to[1] + o1) * to[2] + o2
-                                : to.size() == 2 ? o1 * to[1] + o2 : o2;
+          const std::size_t o = to.size() == 3 ? (o0 * to[1] + o1) * to[2] + o2 : to.size() == 2 ? o1 * to[1] + o2 : o2;
           out.data()[o] += g.data()[(a * gs[1] + t) * gs[2] + c];
         }
     return out;

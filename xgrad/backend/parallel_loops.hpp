@@ -45,9 +45,8 @@ void parallel_blocks(std::size_t n, const F& f) {
     if (n > 0) f(std::size_t(0), n);
     return;
   }
-  parallel_for((n + kBlock - 1) / kBlock, kChunk / kBlock, [&](std::size_t b0, std::size_t b1) {
-    f(b0 * kBlock, std::min(b1 * kBlock, n));
-  });
+  parallel_for((n + kBlock - 1) / kBlock, kChunk / kBlock,
+               [&](std::size_t b0, std::size_t b1) { f(b0 * kBlock, std::min(b1 * kBlock, n)); });
 }
 
 // for_each_index(shape, strides_0, ..., strides_{K-1}, f) split into ranges of whole rows (runs

@@ -57,7 +57,8 @@ Array<T> binary_map(const Array<T>& a, const Array<T>& b, const char* op, F f) {
   const T* pa = a.data();
   const T* pb = b.data();
   T* po = out.data();
-  parallel_for_each_index(so, ta, tb, [&](std::size_t i, std::size_t ia, std::size_t ib) { po[i] = f(pa[ia], pb[ib]); });
+  parallel_for_each_index(so, ta, tb,
+                          [&](std::size_t i, std::size_t ia, std::size_t ib) { po[i] = f(pa[ia], pb[ib]); });
   return out;
 }
 

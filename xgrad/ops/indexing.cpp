@@ -84,8 +84,10 @@ Tensor<T> gather_rows(const Tensor<T>& x, const Rows& r, const Shape& out_shape)
   for_each_row_parallel(r.outer * m, r.inner, [&](std::size_t row) {  // row = o * m + j
     const std::size_t o = row / m, j = row % m;
     T* d = y.data() + row * r.inner;
-    if (index[j] == r.skip) std::fill(d, d + r.inner, T(0));
-    else std::memcpy(d, x.value().data() + (o * r.size + index[j]) * r.inner, r.inner * sizeof(T));
+    if (index[j] == r.skip)
+      std::fill(d, d + r.inner, T(0));
+    else
+      std::memcpy(d, x.value().data() + (o * r.size + index[j]) * r.inner, r.inner * sizeof(T));
   });
   GradFormula<T> formula = [r](const BackwardArgs<T>& args) {
     return std::vector<Tensor<T>>{scatter_rows(args.grad(), r, args.input_shape(0))};
@@ -235,9 +237,9 @@ Tensor<T> where(const BoolArray& condition, const Tensor<T>& a, const Tensor<T>&
   const bool* pc = condition.data();
   const T* pa = a.value().data();
   const T* pb = b.value().data();
-  detail::parallel_for_each_index(out_shape, sc, sa, sb, [&](std::size_t i, std::size_t ic, std::size_t ia, std::size_t ib) {
-    py[i] = pc[ic] ? pa[ia] : pb[ib];
-  });
+  detail::parallel_for_each_index(
+      out_shape, sc, sa, sb,
+      [&](std::size_t i, std::size_t ic, std::size_t ia, std::size_t ib) { py[i] = pc[ic] ? pa[ia] : pb[ib]; });
   XGRAD_TRACE_NOTE("where", {"condition", condition});
   auto kept = std::make_shared<const BoolArray>(condition);  // one copy, for both backwards
   // Under create_graph: da = sum_to(where(condition, dy, 0)), db = sum_to(where(condition, 0, dy)).
@@ -257,9 +259,8 @@ Tensor<T> where(const BoolArray& condition, const Tensor<T>& a, const Tensor<T>&
       const bool take = k == 0;  // a receives where the condition holds, b where it does not
       Array<T> g = empty_array<T>(out_shape, "where (backward)");
       T* pgk = g.data();
-      detail::parallel_for_each_index(out_shape, sc, [&](std::size_t i, std::size_t ic) {
-        pgk[i] = pc[ic] == take ? pg[i] : T(0);
-      });
+      detail::parallel_for_each_index(out_shape, sc,
+                                      [&](std::size_t i, std::size_t ic) { pgk[i] = pc[ic] == take ? pg[i] : T(0); });
       out.input(k).accumulate_grad(sum_to(g, out.input_shape(k)));
     }
   }, std::move(formula));
