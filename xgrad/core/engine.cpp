@@ -6,6 +6,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include <xgrad/backend/parallel_loops.hpp>
 #include <xgrad/backend/signals.hpp>
 #include <xgrad/backend/strided.hpp>
 #include <xgrad/core/node_pool.hpp>
@@ -140,8 +141,9 @@ void Node<T>::accumulate_grad(Array<T>&& g) {
   }
   T* dst = grad.data();
   const T* src = g.data();
-  const std::size_t n = grad.size();
-  for (std::size_t i = 0; i < n; ++i) dst[i] += src[i];
+  detail::parallel_blocks(grad.size(), [&](std::size_t i0, std::size_t i1) {  // serial below 64K elements
+    for (std::size_t i = i0; i < i1; ++i) dst[i] += src[i];
+  });
   detail::recycle(g, /*reset=*/false);  // g is the caller's, about to be destroyed
 }
 
@@ -816,7 +818,9 @@ Array<T> sum_to(const Array<T>& grad, const Shape& shape) {
   Array<T> out = full_array<T>(shape, T(0), "sum_to (a broadcast operand's gradient)");
   T* dst = out.data();
   const T* src = grad.data();
-  detail::for_each_index(shape_of(grad), out_stride, [&](std::size_t i, std::size_t o) { dst[o] += src[i]; });
+  // Split by output (rows x column blocks of the kept dims), each output summing its elements in
+  // row-major order as the serial walk: the same result at any thread count (parallel_loops.hpp).
+  detail::parallel_reduce_visit(shape_of(grad), out_stride, [&](std::size_t i, std::size_t o) { dst[o] += src[i]; });
   return out;
 }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <vector>
 
+#include <xgrad/backend/parallel_loops.hpp>
 #include <xgrad/backend/strided.hpp>
 #include <xgrad/core/tensor.hpp>
 
@@ -35,7 +36,8 @@ inline std::vector<std::size_t> broadcast_strides(const Shape& shape, const Shap
   return strides;
 }
 
-// out[i] = f(a[i'], b[i'']) with a and b broadcast to a common shape.
+// out[i] = f(a[i'], b[i'']) with a and b broadcast to a common shape. Split across the pool in
+// blocks of elements (same shapes) or ranges of rows (broadcast); serial below 64K elements.
 template <class T, class F>
 Array<T> binary_map(const Array<T>& a, const Array<T>& b, const char* op, F f) {
   if (a.shape() == b.shape()) {
@@ -43,7 +45,9 @@ Array<T> binary_map(const Array<T>& a, const Array<T>& b, const char* op, F f) {
     const T* pa = a.data();
     const T* pb = b.data();
     T* po = out.data();
-    for (std::size_t i = 0, n = out.size(); i < n; ++i) po[i] = f(pa[i], pb[i]);
+    parallel_blocks(out.size(), [&](std::size_t i0, std::size_t i1) {
+      for (std::size_t i = i0; i < i1; ++i) po[i] = f(pa[i], pb[i]);
+    });
     return out;
   }
   const Shape sa = shape_of(a), sb = shape_of(b);
@@ -53,7 +57,8 @@ Array<T> binary_map(const Array<T>& a, const Array<T>& b, const char* op, F f) {
   const T* pa = a.data();
   const T* pb = b.data();
   T* po = out.data();
-  for_each_index(so, ta, tb, [&](std::size_t i, std::size_t ia, std::size_t ib) { po[i] = f(pa[ia], pb[ib]); });
+  parallel_for_each_index(so, ta, tb,
+                          [&](std::size_t i, std::size_t ia, std::size_t ib) { po[i] = f(pa[ia], pb[ib]); });
   return out;
 }
 

@@ -13,18 +13,23 @@
 #include <xgrad/core/profiler.hpp>
 #include <xgrad/core/trace.hpp>
 #include <xgrad/backend/parallel.hpp>
+#include <xgrad/backend/parallel_loops.hpp>
 
 namespace xgrad {
 
 namespace {
 using detail::binary_map;
 
+// y = f(x) elementwise. Split across the pool in blocks (backend/parallel_loops.hpp): serial below
+// 64K elements. The pointwise backward below splits the same way.
 template <class T, class F>
 Array<T> unary_map(const char* op, const Array<T>& a, F f) {
   Array<T> out = empty_array<T>(a.shape(), op);
   const T* pa = a.data();
   T* po = out.data();
-  for (std::size_t i = 0, n = out.size(); i < n; ++i) po[i] = f(pa[i]);
+  detail::parallel_blocks(out.size(), [&](std::size_t i0, std::size_t i1) {
+    for (std::size_t i = i0; i < i1; ++i) po[i] = f(pa[i]);
+  });
   return out;
 }
 
@@ -44,8 +49,9 @@ Tensor<T> pointwise(const char* op, const Tensor<T>& a, Saves saves, Fwd forward
         const T* py = saves & kY ? out.output_value().data() : nullptr;
         Array<T> gx = std::move(out.grad);  // dx = dy * dy/dx, in place
         T* pgx = gx.data();
-        for (std::size_t i = 0, n = gx.size(); i < n; ++i)
-          pgx[i] = pgx[i] * derivative(px ? px[i] : T(0), py ? py[i] : T(0));
+        detail::parallel_blocks(gx.size(), [&](std::size_t i0, std::size_t i1) {
+          for (std::size_t i = i0; i < i1; ++i) pgx[i] = pgx[i] * derivative(px ? px[i] : T(0), py ? py[i] : T(0));
+        });
         out.input(0).accumulate_grad(std::move(gx));
       },
       [saves, formula](const BackwardArgs<T>& args) {
@@ -173,7 +179,10 @@ Tensor<T> sub(const Tensor<T>& a, const Tensor<T>& b) {
                                         : sum_to(std::move(out.grad), out.input_shape(0)));
     if (out.input_needs_grad(1)) {
       Array<T> g = sum_to(std::move(out.grad), out.input_shape(1));
-      for (auto& v : g) v = -v;
+      T* pg = g.data();
+      detail::parallel_blocks(g.size(), [&](std::size_t i0, std::size_t i1) {
+        for (std::size_t i = i0; i < i1; ++i) pg[i] = -pg[i];
+      });
       out.input(1).accumulate_grad(std::move(g));
     }
   }, binary_formula<T>([](const BackwardArgs<T>& a) { return a.grad(); }, [](const BackwardArgs<T>& a) { return neg(a.grad()); }));

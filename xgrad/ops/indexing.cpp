@@ -11,6 +11,7 @@
 #include <xgrad/ops/ops.hpp>
 #include <xgrad/core/profiler.hpp>
 #include <xgrad/core/trace.hpp>
+#include <xgrad/backend/parallel_loops.hpp>
 #include <xgrad/backend/strided.hpp>
 
 namespace xgrad {
@@ -34,18 +35,40 @@ struct Rows {
   std::size_t skip = std::numeric_limits<std::size_t>::max();  // none
 };
 
-// dst (outer, size, inner), zero-filled by the caller: dst[o, index[j]] += src[o, j].
+// dst (outer, size, inner), zero-filled by the caller: dst[o, index[j]] += src[o, j]. Split across
+// the pool by (o, block of 16 columns of inner), never by j: each destination element adds its
+// rows j in order on one thread, so repeated indices add up without a race and in the same order
+// at any thread count (serial below 64K elements of src).
 template <class T>
 void scatter_add_rows(const T* src, const Rows& r, T* dst) {
   const std::vector<std::size_t>& index = *r.index;
   const std::size_t m = index.size();
-  for (std::size_t o = 0; o < r.outer; ++o)
-    for (std::size_t j = 0; j < m; ++j) {
-      if (index[j] == r.skip) continue;
-      T* d = dst + (o * r.size + index[j]) * r.inner;
-      const T* s = src + (o * m + j) * r.inner;
-      for (std::size_t c = 0; c < r.inner; ++c) d[c] += s[c];
+  constexpr std::size_t kCols = 16;
+  const std::size_t col_blocks = (r.inner + kCols - 1) / kCols;
+  const std::size_t grain = detail::grain_for_units(m * std::min(r.inner, kCols));
+  detail::parallel_for(r.outer * col_blocks, grain, [&](std::size_t u0, std::size_t u1) {
+    for (std::size_t u = u0; u < u1;) {  // the column blocks of one o at a time
+      const std::size_t o = u / col_blocks, cb = u % col_blocks, cb_end = std::min(col_blocks, cb + (u1 - u));
+      const std::size_t c0 = cb * kCols, c1 = std::min(r.inner, cb_end * kCols);
+      for (std::size_t j = 0; j < m; ++j) {
+        if (index[j] == r.skip) continue;
+        T* d = dst + (o * r.size + index[j]) * r.inner;
+        const T* s = src + (o * m + j) * r.inner;
+        for (std::size_t c = c0; c < c1; ++c) d[c] += s[c];
+      }
+      u += cb_end - cb;
     }
+  });
+}
+
+// Calls copy(row) for each row in [0, rows) of `inner` elements each, split across the pool by
+// ranges of rows (serial below 64K elements): the gathers, each row a memcpy.
+template <class F>
+void for_each_row_parallel(std::size_t rows, std::size_t inner, const F& copy) {
+  if (inner == 0) return;
+  detail::parallel_for(rows, detail::grain_for_units(inner), [&](std::size_t r0, std::size_t r1) {
+    for (std::size_t row = r0; row < r1; ++row) copy(row);
+  });
 }
 
 template <class T>
@@ -58,12 +81,14 @@ Tensor<T> gather_rows(const Tensor<T>& x, const Rows& r, const Shape& out_shape)
   Array<T> y = empty_array<T>(out_shape, "gather_rows");
   const std::vector<std::size_t>& index = *r.index;
   const std::size_t m = index.size();
-  for (std::size_t o = 0; o < r.outer && r.inner > 0; ++o)
-    for (std::size_t j = 0; j < m; ++j) {
-      T* d = y.data() + (o * m + j) * r.inner;
-      if (index[j] == r.skip) std::fill(d, d + r.inner, T(0));
-      else std::memcpy(d, x.value().data() + (o * r.size + index[j]) * r.inner, r.inner * sizeof(T));
-    }
+  for_each_row_parallel(r.outer * m, r.inner, [&](std::size_t row) {  // row = o * m + j
+    const std::size_t o = row / m, j = row % m;
+    T* d = y.data() + row * r.inner;
+    if (index[j] == r.skip)
+      std::fill(d, d + r.inner, T(0));
+    else
+      std::memcpy(d, x.value().data() + (o * r.size + index[j]) * r.inner, r.inner * sizeof(T));
+  });
   GradFormula<T> formula = [r](const BackwardArgs<T>& args) {
     return std::vector<Tensor<T>>{scatter_rows(args.grad(), r, args.input_shape(0))};
   };
@@ -110,9 +135,10 @@ Tensor<T> index_select(const Tensor<T>& a, std::int64_t dim, const IndexArray& i
   const std::vector<std::size_t>& rows = *r.index;
   Array<T> y = empty_array<T>(out_shape, "index_select");
   const T* src = a.value().data();
-  for (std::size_t o = 0; o < outer && inner > 0; ++o)
-    for (std::size_t j = 0; j < m; ++j)
-      std::memcpy(y.data() + (o * m + j) * inner, src + (o * size + rows[j]) * inner, inner * sizeof(T));
+  for_each_row_parallel(outer * m, inner, [&](std::size_t row) {  // row = o * m + j
+    const std::size_t o = row / m, j = row % m;
+    std::memcpy(y.data() + row * inner, src + (o * size + rows[j]) * inner, inner * sizeof(T));
+  });
   XGRAD_TRACE_NOTE("index_select", {"dim", k}, {"index", index});
   return make_result<T>("index_select", std::move(y), {a}, [r](Node<T>& out) {
     Array<T> g = full_array<T>(out.input_shape(0), T(0), "index_select (backward)");
@@ -147,8 +173,9 @@ Tensor<T> embedding(const IndexArray& indices, const Tensor<T>& weight, std::opt
   const T* w = weight.value().data();
   const std::size_t m = indices.size();
   const std::int64_t* idx = indices.data();
-  for (std::size_t j = 0; j < m && D > 0; ++j)
+  for_each_row_parallel(m, D, [&](std::size_t j) {
     std::memcpy(y.data() + j * D, w + static_cast<std::size_t>(idx[j]) * D, D * sizeof(T));
+  });
   XGRAD_TRACE_NOTE("embedding", {"indices", indices});
   // The rows of the (1, n, D) weight; the padding row's positions get no gradient.
   const Rows r{1, n, D, std::make_shared<const std::vector<std::size_t>>(idx, idx + m),
@@ -176,7 +203,7 @@ Tensor<T> masked_fill(const Tensor<T>& a, const BoolArray& mask, Scalar<T> value
   Array<T> y = copy_array(a.value(), "masked_fill");
   T* py = y.data();
   const bool* pm = mask.data();
-  detail::for_each_index(as, strides, [&](std::size_t i, std::size_t m) {
+  detail::parallel_for_each_index(as, strides, [&](std::size_t i, std::size_t m) {
     if (pm[m]) py[i] = value;
   });
   XGRAD_TRACE_NOTE("masked_fill", {"mask", mask}, {"value", static_cast<double>(value)});
@@ -185,7 +212,7 @@ Tensor<T> masked_fill(const Tensor<T>& a, const BoolArray& mask, Scalar<T> value
     Array<T> g = std::move(out.grad);  // in place: the engine hands the gradient over
     T* pg = g.data();
     const bool* pm = kept->data();
-    detail::for_each_index(shape_of(g), strides, [&](std::size_t i, std::size_t m) {
+    detail::parallel_for_each_index(shape_of(g), strides, [&](std::size_t i, std::size_t m) {
       if (pm[m]) pg[i] = T(0);
     });
     out.input(0).accumulate_grad(std::move(g));
@@ -210,9 +237,9 @@ Tensor<T> where(const BoolArray& condition, const Tensor<T>& a, const Tensor<T>&
   const bool* pc = condition.data();
   const T* pa = a.value().data();
   const T* pb = b.value().data();
-  detail::for_each_index(out_shape, sc, sa, sb, [&](std::size_t i, std::size_t ic, std::size_t ia, std::size_t ib) {
-    py[i] = pc[ic] ? pa[ia] : pb[ib];
-  });
+  detail::parallel_for_each_index(
+      out_shape, sc, sa, sb,
+      [&](std::size_t i, std::size_t ic, std::size_t ia, std::size_t ib) { py[i] = pc[ic] ? pa[ia] : pb[ib]; });
   XGRAD_TRACE_NOTE("where", {"condition", condition});
   auto kept = std::make_shared<const BoolArray>(condition);  // one copy, for both backwards
   // Under create_graph: da = sum_to(where(condition, dy, 0)), db = sum_to(where(condition, 0, dy)).
@@ -232,9 +259,8 @@ Tensor<T> where(const BoolArray& condition, const Tensor<T>& a, const Tensor<T>&
       const bool take = k == 0;  // a receives where the condition holds, b where it does not
       Array<T> g = empty_array<T>(out_shape, "where (backward)");
       T* pgk = g.data();
-      detail::for_each_index(out_shape, sc, [&](std::size_t i, std::size_t ic) {
-        pgk[i] = pc[ic] == take ? pg[i] : T(0);
-      });
+      detail::parallel_for_each_index(out_shape, sc,
+                                      [&](std::size_t i, std::size_t ic) { pgk[i] = pc[ic] == take ? pg[i] : T(0); });
       out.input(k).accumulate_grad(sum_to(g, out.input_shape(k)));
     }
   }, std::move(formula));

@@ -12,6 +12,7 @@
 #include <xgrad/ops/ops.hpp>
 #include <xgrad/core/profiler.hpp>
 #include <xgrad/core/trace.hpp>
+#include <xgrad/backend/parallel_loops.hpp>
 #include <xgrad/backend/strided.hpp>
 
 namespace xgrad {
@@ -98,10 +99,43 @@ std::vector<V> scratch_vector(std::size_t n, V value, const char* who) {
   }
 }
 
-// Calls f(i, o) for every input element in row-major order: i its flat index, o = o(i).
+// Calls f(i, o) for every input element: i its flat index, o = o(i). Split across the pool by
+// output (rows x column blocks of the kept dims, backend/parallel_loops.hpp), each output seeing
+// its elements in row-major order as a serial walk, so f may fold into o (a sum, a max, the
+// first argmax) and the result does not depend on the thread count. A full reduction (one
+// output) runs serially here; scaled_sum splits it in fixed chunks.
 template <class F>
 void visit(const ReducePlan& p, F f) {
-  detail::for_each_index(p.shape, p.out_stride, f);
+  detail::parallel_reduce_visit(p.shape, p.out_stride, f);
+}
+
+// Calls f(i, o) for every input element, for an f that writes element i only (a backward that
+// spreads dy_o(i) back): split by element blocks or whole rows, any output count.
+template <class F>
+void visit_elements(const ReducePlan& p, F f) {
+  detail::parallel_for_each_index(p.shape, p.out_stride, f);
+}
+
+// acc_o += sum_{i: o(i) = o} x_i. A full reduction of 64K elements or more is summed in fixed
+// chunks of detail::kChunk elements, each in order on one thread, and the chunks' partial sums
+// added in chunk order: the same result at any thread count.
+template <class T>
+void sum_into(const ReducePlan& p, const T* px, std::vector<Acc>& acc) {
+  const std::size_t n = detail::numel(p.shape);
+  if (p.out_size != 1 || n < detail::kSerialBelow) {
+    visit(p, [&](std::size_t i, std::size_t o) { acc[o] += px[i]; });
+    return;
+  }
+  const std::size_t chunks = (n + detail::kChunk - 1) / detail::kChunk;
+  std::vector<Acc> partial = scratch_vector<Acc>(chunks, Acc(0), "sum");
+  detail::parallel_for(chunks, 1, [&](std::size_t c0, std::size_t c1) {
+    for (std::size_t c = c0; c < c1; ++c) {
+      Acc s = 0;
+      for (std::size_t i = c * detail::kChunk, e = std::min(n, i + detail::kChunk); i < e; ++i) s += px[i];
+      partial[c] = s;
+    }
+  });
+  for (const Acc s : partial) acc[0] += s;
 }
 
 // y_o = scale * sum_{i: o(i) = o} x_i;  dx_i = scale * dy_o(i)
@@ -109,7 +143,7 @@ template <class T>
 Tensor<T> scaled_sum(const char* op, const Tensor<T>& a, ReducePlan plan, Acc scale) {
   const T* px = a.value().data();
   std::vector<Acc> acc = scratch_vector<Acc>(plan.out_size, Acc(0), op);
-  visit(plan, [&](std::size_t i, std::size_t o) { acc[o] += px[i]; });
+  sum_into(plan, px, acc);
   Array<T> y = empty_array<T>(plan.out_shape, op);
   for (std::size_t o = 0; o < plan.out_size; ++o) y.data()[o] = static_cast<T>(acc[o] * scale);
   // Under create_graph: dx = scale * expand(dy viewed with the reduced dims kept). The reduced
@@ -141,7 +175,7 @@ Tensor<T> scaled_sum(const char* op, const Tensor<T>& a, ReducePlan plan, Acc sc
     const T* pg = out.grad.data();
     T* pgx = gx.data();
     const T s = static_cast<T>(scale);
-    visit(plan, [&](std::size_t i, std::size_t o) { pgx[i] = pg[o] * s; });
+    visit_elements(plan, [&](std::size_t i, std::size_t o) { pgx[i] = pg[o] * s; });
     out.input(0).accumulate_grad(std::move(gx));
   }, std::move(formula));
 }
@@ -183,7 +217,7 @@ Tensor<T> variance(const Tensor<T>& a, ReducePlan plan, bool unbiased) {
     const T* pg = out.grad.data();
     T* pgx = gx.data();
     const Acc k = Acc(2) / divisor;
-    visit(plan, [&](std::size_t i, std::size_t o) { pgx[i] = static_cast<T>(pg[o] * k * (px[i] - mean[o])); });
+    visit_elements(plan, [&](std::size_t i, std::size_t o) { pgx[i] = static_cast<T>(pg[o] * k * (px[i] - mean[o])); });
     out.input(0).accumulate_grad(std::move(gx));
   }, std::move(formula));
 }
@@ -233,7 +267,7 @@ Tensor<T> max_shared(const char* op, const Tensor<T>& a, ReducePlan plan) {
     visit(plan, [&](std::size_t i, std::size_t o) { n_ties[o] += ties(px[i], py[o]); });
     Array<T> gx = empty_array<T>(x.shape(), op);
     T* pgx = gx.data();
-    visit(plan, [&](std::size_t i, std::size_t o) {
+    visit_elements(plan, [&](std::size_t i, std::size_t o) {
       pgx[i] = ties(px[i], py[o]) ? pg[o] / static_cast<T>(n_ties[o]) : T(0);
     });
     out.input(0).accumulate_grad(std::move(gx));
