@@ -59,10 +59,13 @@ int main(int argc, char** argv) {
     out = model.generate(prompt, tokens, options, &generator, !no_cache);
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const char* precision = !bf16 ? "" : no_cast_cache ? "\"precision\": \"bf16, no cast cache\", " : "\"precision\": \"bf16\", ";
-  std::printf("{%s\"framework\": \"xgrad\", \"mode\": \"%s\", \"context\": %d, \"tokens\": %d, \"seconds\": %.4f, "
-              "\"tokens_per_s\": %.2f, \"peak_rss_mib\": %.1f, \"generated\": %zu}\n",
-              precision, no_cache ? "recompute" : "cache", context, tokens, seconds, tokens / seconds, peak_rss_mib(),
-              out.shape(1) - std::size_t(context));
+  const char* precision = !bf16           ? ""
+                          : no_cast_cache ? "\"precision\": \"bf16, no cast cache\", "
+                                          : "\"precision\": \"bf16\", ";
+  std::printf(
+      "{%s\"framework\": \"xgrad\", \"mode\": \"%s\", \"context\": %d, \"tokens\": %d, \"seconds\": %.4f, "
+      "\"tokens_per_s\": %.2f, \"peak_rss_mib\": %.1f, \"generated\": %zu}\n",
+      precision, no_cache ? "recompute" : "cache", context, tokens, seconds, tokens / seconds, peak_rss_mib(),
+      out.shape(1) - std::size_t(context));
   return 0;
 }

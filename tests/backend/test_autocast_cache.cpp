@@ -66,9 +66,11 @@ TEST(AutocastCache, LinearCachedEqualsUncachedBitForBit) {
   nn::Linear<float> lin(64, 96);
   const Tensor<float> x = rand_float({2, 48, 64}, 2), target = rand_float({2, 48, 96}, 3);
   const std::uint64_t before = detail::to_bf16_calls();
-  const Outcome cached = two_forwards(lin, [&] { return lin.forward(x); }, target, true);
+  const Outcome cached = two_forwards(
+      lin, [&] { return lin.forward(x); }, target, true);
   const std::uint64_t cached_calls = detail::to_bf16_calls() - before;
-  const Outcome uncached = two_forwards(lin, [&] { return lin.forward(x); }, target, false);
+  const Outcome uncached = two_forwards(
+      lin, [&] { return lin.forward(x); }, target, false);
   const std::uint64_t uncached_calls = detail::to_bf16_calls() - before - cached_calls;
   EXPECT_TRUE(cached == uncached);
   EXPECT_FALSE(same_bits(cached.values[0], lin.forward(x).value())) << "the forward did not cast";

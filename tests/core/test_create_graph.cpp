@@ -29,7 +29,7 @@ TEST(CreateGraph, SecondAndThirdDerivativeOfACube) {
   auto g = autograd::grad({y}, {x}, {}, std::nullopt, /*create_graph=*/true)[0];  // 3 x^2
   ASSERT_TRUE(g.requires_grad());
   auto h = autograd::grad({sum(g)}, {x}, {}, std::nullopt, /*create_graph=*/true)[0];  // 6 x
-  auto t = autograd::grad({sum(h)}, {x})[0];                                          // 6
+  auto t = autograd::grad({sum(h)}, {x})[0];                                           // 6
   for (std::size_t i = 0; i < 3; ++i) {
     const double xi = x.value()(i);
     EXPECT_DOUBLE_EQ(g.value()(i), 3 * xi * xi);
@@ -57,8 +57,8 @@ TEST(CreateGraph, BackwardWithCreateGraphGivesALeafAGradWithHistory) {
   y.backward(T64(), std::nullopt, /*create_graph=*/true);
   EXPECT_NEAR(x.grad()(1), std::exp(2.0), 1e-12);  // the value as always
   T64 gx = x.grad_tensor();
-  ASSERT_TRUE(gx.requires_grad());                 // d/dx of exp(x): exp(x), with history
-  auto penalty = sum(gx * gx);                     // sum exp(2x)
+  ASSERT_TRUE(gx.requires_grad());  // d/dx of exp(x): exp(x), with history
+  auto penalty = sum(gx * gx);      // sum exp(2x)
   x.zero_grad(true);
   penalty.backward();
   EXPECT_NEAR(x.grad()(0), 2 * std::exp(2.0), 1e-12);
@@ -67,11 +67,11 @@ TEST(CreateGraph, BackwardWithCreateGraphGivesALeafAGradWithHistory) {
 
 TEST(CreateGraph, AGradAccumulatedTwiceKeepsBothHistories) {
   auto x = vec({1.5});
-  sum(x * x).backward(T64(), std::nullopt, true);        // 2x
-  sum(x * x * x).backward(T64(), std::nullopt, true);    // + 3x^2
+  sum(x * x).backward(T64(), std::nullopt, true);      // 2x
+  sum(x * x * x).backward(T64(), std::nullopt, true);  // + 3x^2
   auto g = x.grad_tensor();
   EXPECT_DOUBLE_EQ(g.value()(0), 2 * 1.5 + 3 * 1.5 * 1.5);
-  auto d = autograd::grad({sum(g)}, {x})[0];             // 2 + 6x
+  auto d = autograd::grad({sum(g)}, {x})[0];  // 2 + 6x
   EXPECT_DOUBLE_EQ(d.value()(0), 2 + 6 * 1.5);
   x.zero_grad(true);
   EXPECT_FALSE(x.grad_tensor().defined());
@@ -105,7 +105,9 @@ TEST(CreateGraph, LibTorchArgumentOrderAllowUnusedIsSixth) {
   EXPECT_FALSE(g[1].defined());
   EXPECT_FALSE(g[0].requires_grad());
   // The fifth argument is create_graph: the old order's allow_unused=true now means create_graph.
-  EXPECT_TRUE(contains(error_of([&] { autograd::grad({loss}, {x, unused}, {}, true, true); }),
+  EXPECT_TRUE(contains(error_of([&] {
+                         autograd::grad({loss}, {x, unused}, {}, true, true);
+                       }),
                        "appears to not have been used"));
 }
 
@@ -175,11 +177,12 @@ TEST(CreateGraph, OnceDifferentiableFunctionRefusesASecondDifferentiationByName)
 TEST(CreateGraph, FunctionWithATensorBackwardIsDifferentiatedAgain) {
   auto x = vec({1.5, -2});
   auto g = autograd::grad({sum(TensorSquare::apply(x))}, {x}, {}, std::nullopt, true)[0];  // 2x
-  auto h = autograd::grad({sum(g * x)}, {x})[0];  // d/dx (2 x^2) = 4x
+  auto h = autograd::grad({sum(g * x)}, {x})[0];                                           // d/dx (2 x^2) = 4x
   EXPECT_DOUBLE_EQ(h.value()(0), 6.0);
   EXPECT_DOUBLE_EQ(h.value()(1), -8.0);
-  const auto r = gradgradcheck([](const std::vector<T64>& in) { return TwoOutputs::apply(in[0])[1] * TwoOutputs::apply(in[0])[0]; },
-                               {input({4}, 3)});
+  const auto r = gradgradcheck(
+      [](const std::vector<T64>& in) { return TwoOutputs::apply(in[0])[1] * TwoOutputs::apply(in[0])[0]; },
+      {input({4}, 3)});
   EXPECT_TRUE(r.passed) << r.summary();
 }
 

@@ -38,8 +38,8 @@ void expect_close(const std::string& what, const Array<T>& a, const Array<T>& b)
     diff = std::max(diff, std::abs(double(a.data()[i]) - double(b.data()[i])));
     scale = std::max(scale, std::abs(double(b.data()[i])));
   }
-  EXPECT_LE(diff / (scale > 0 ? scale : 1.0), tolerance<T>()) << what << ": max abs diff " << diff
-                                                              << ", max abs " << scale;
+  EXPECT_LE(diff / (scale > 0 ? scale : 1.0), tolerance<T>())
+      << what << ": max abs diff " << diff << ", max abs " << scale;
 }
 
 template <class T>
@@ -149,8 +149,7 @@ void maml_case() {
   const std::vector<std::string> keys = {"0.weight", "0.bias", "2.weight", "2.bias"};
   std::vector<Tensor<T>> theta;
   for (const auto& k : keys) theta.push_back(f.tensor<T>("param." + k, /*requires_grad=*/true));
-  const Tensor<T> inner_loss =
-      mse_loss(maml_forward(theta, f.tensor<T>("support_x")), f.tensor<T>("support_y"));
+  const Tensor<T> inner_loss = mse_loss(maml_forward(theta, f.tensor<T>("support_x")), f.tensor<T>("support_y"));
   const std::vector<Tensor<T>> inner_grad = autograd::grad({inner_loss}, theta, {}, std::nullopt, true);
   std::vector<Tensor<T>> adapted;
   for (std::size_t k = 0; k < theta.size(); ++k) adapted.push_back(theta[k] - inner_grad[k] * inner_lr);

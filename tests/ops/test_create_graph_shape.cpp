@@ -29,9 +29,7 @@ using Jvp = std::function<Array<double>(const T64& x, const T64& v)>;
 void expect_three_levels(const Op& f, const T64& x, const Jvp& jvp = nullptr) {
   const Shape out_shape = f(x).shape();
   const T64 u = input(out_shape, 11), v = input(x.shape(), 12), w = input(out_shape, 13);
-  const auto first_order = [&](const T64& seed) {
-    return autograd::grad({f(x)}, {x}, {T64(seed.value())})[0].value();
-  };
+  const auto first_order = [&](const T64& seed) { return autograd::grad({f(x)}, {x}, {T64(seed.value())})[0].value(); };
   const T64 g = autograd::grad({f(x)}, {x}, {u}, std::nullopt, /*create_graph=*/true)[0];
   ASSERT_TRUE(g.requires_grad());
   EXPECT_EQ(max_abs_diff(g.value(), first_order(u)), 0.0);
@@ -96,7 +94,7 @@ TEST(CreateGraphShape, EmbeddingPaddingRowGetsNoGradientAtAnyOrder) {
   const T64 u = input({2, 3, 5}, 15);
   const T64 g = autograd::grad({f(weight)}, {weight}, {u}, std::nullopt, true)[0];
   for (std::size_t c = 0; c < 5; ++c) EXPECT_EQ(g.value()(3, c), 0.0);
-  EXPECT_EQ(g.value()(1, 2), u.value()(0, 0, 2) + u.value()(0, 2, 2));  // a repeated index adds up
+  EXPECT_EQ(g.value()(1, 2), u.value()(0, 0, 2) + u.value()(0, 2, 2));                       // a repeated index adds up
   expect_three_levels([&](const T64& w) { return embedding<double>(indices, w); }, weight);  // no padding
 }
 
@@ -147,7 +145,7 @@ TEST(CreateGraphShape, AmaxSplitsAmongTiesAtEveryOrder) {
   EXPECT_EQ(gy.value()(1), 2.0);
   EXPECT_EQ(gy.value()(0), 0.0);
   const auto second = autograd::grad({sum(gy * gy)}, {y, s}, {}, std::nullopt, false, /*allow_unused=*/true);
-  EXPECT_FALSE(second[0].defined());  // no path from y: the mask is a constant
+  EXPECT_FALSE(second[0].defined());                   // no path from y: the mask is a constant
   EXPECT_DOUBLE_EQ(second[1].value()(), 2 * 4.0 / 2);  // d/ds of 2 (s/2)^2
 }
 

@@ -59,8 +59,8 @@ Bf16Matrix autocast_cached_bf16(const std::shared_ptr<const void>& owner, std::u
   CachedCast& entry = cached_casts[owner.get()];
   // The same control block as owner's (which our weak_ptr keeps from being reused): the same tensor.
   const bool same_owner = !entry.owner.owner_before(owner) && !owner.owner_before(entry.owner);
-  const bool hit = same_owner && entry.version == version && entry.src == src && entry.bits.rows == rows &&
-                   entry.bits.cols == cols;
+  const bool hit =
+      same_owner && entry.version == version && entry.src == src && entry.bits.rows == rows && entry.bits.cols == cols;
   if (!hit) entry = CachedCast{owner, version, src, to_bf16(src, rows, cols, cols)};
   return entry.bits;
 }

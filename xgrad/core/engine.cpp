@@ -371,8 +371,10 @@ void run_node_backward(Node<T>& node) {
   running_backward_op = node.op;
   try {
     const profiler::detail::Range profiled(node.op, profiler::Event::Kind::Backward);
-    if (creating_graph) run_node_formula(node);
-    else E<T>::backward_fn(node)(node);
+    if (creating_graph)
+      run_node_formula(node);
+    else
+      E<T>::backward_fn(node)(node);
   } catch (const OutOfMemoryError&) {  // from empty_array: names the op, the shape, the bytes
     running_backward_op = nullptr;
     throw;
@@ -682,9 +684,11 @@ std::vector<Tensor<T>> grad_of(const std::vector<Tensor<T>>& outputs, const std:
                   "output ", i, " has shape ", out.shape(), " (pass grad_outputs)");
       seed = Tensor<T>(full_array<T>(out.value().shape(), T(1), "autograd::grad"));
     } else {
-      XGRAD_CHECK(grad_outputs[i].value().shape() == out.value().shape(), "autograd::grad: Mismatch in shape: "
-                  "grad_output[", i, "] has a shape of ", grad_outputs[i].value().shape(), " and output[", i,
-                  "] has a shape of ", out.value().shape());
+      XGRAD_CHECK(grad_outputs[i].value().shape() == out.value().shape(),
+                  "autograd::grad: Mismatch in shape: "
+                  "grad_output[",
+                  i, "] has a shape of ", grad_outputs[i].value().shape(), " and output[", i, "] has a shape of ",
+                  out.value().shape());
       seed = grad_outputs[i];
     }
     seeds.push_back(copy_array(seed.value(), "autograd::grad"));
@@ -705,8 +709,7 @@ std::vector<Tensor<T>> grad_of(const std::vector<Tensor<T>>& outputs, const std:
     }
     slot_of[j] = it->second;
   }
-  with_backward_callbacks(
-      [&] { traverse<T>(roots, std::move(seeds), std::move(seed_graphs), retain_graph, capture); });
+  with_backward_callbacks([&] { traverse<T>(roots, std::move(seeds), std::move(seed_graphs), retain_graph, capture); });
   std::vector<Tensor<T>> result(inputs.size());
   for (std::size_t j = 0; j < inputs.size(); ++j) {
     const std::size_t s = slot_of[j];
@@ -717,8 +720,10 @@ std::vector<Tensor<T>> grad_of(const std::vector<Tensor<T>>& outputs, const std:
       continue;
     }
     // An input listed twice gets the same gradient (under create_graph, the same tensor).
-    if (create_graph && capture.graphs[s]) result[j] = Tensor<T>(capture.graphs[s]);
-    else result[j] = Tensor<T>(capture.grads[s]);
+    if (create_graph && capture.graphs[s])
+      result[j] = Tensor<T>(capture.graphs[s]);
+    else
+      result[j] = Tensor<T>(capture.grads[s]);
   }
   return result;
 }
@@ -767,7 +772,7 @@ void adopt_history(Node<T>& x, Node<T>& result, std::shared_ptr<Node<T>> prev) {
 }  // namespace detail
 
 namespace autograd {
-#define XGRAD_GRAD(T)                                                                                                \
+#define XGRAD_GRAD(T)                                                                                               \
   std::vector<Tensor<T>> grad(const std::vector<Tensor<T>>& outputs, const std::vector<Tensor<T>>& inputs,          \
                               const std::vector<Tensor<T>>& grad_outputs, std::optional<bool> retain_graph,         \
                               bool create_graph, bool allow_unused) {                                               \
@@ -824,19 +829,19 @@ Array<T> sum_to(const Array<T>& grad, const Shape& shape) {
   return out;
 }
 
-#define XGRAD_INSTANTIATE(T)                                                                                         \
-  template struct Node<T>;                                                                                           \
-  template class BackwardArgs<T>;                                                                                    \
-  template std::function<void(Node<T>&)> backward_from_formula<T>(GradFormula<T>);                                                                                    \
-  template Tensor<T> make_result<T>(const char*, Array<T>&&, std::vector<Tensor<T>>, std::function<void(Node<T>&)>,  \
-                                    GradFormula<T>);                                                                 \
-  template Tensor<T> make_result<T>(const char*, Array<T>&&, std::initializer_list<Tensor<T>>,                       \
-                                    std::function<void(Node<T>&)>, GradFormula<T>);                                  \
-  template void run_backward<T>(const Tensor<T>&, Array<T>, bool);                                                   \
-  template void run_backward<T>(const Tensor<T>&, const Tensor<T>&, bool, bool);                                     \
-  template std::shared_ptr<Node<T>> detail::split_history<T>(Node<T>&, const char*);                                 \
-  template void detail::adopt_history<T>(Node<T>&, Node<T>&, std::shared_ptr<Node<T>>);                              \
-  template Array<T> sum_to<T>(const Array<T>&, const Shape&);                                                        \
+#define XGRAD_INSTANTIATE(T)                                                                                        \
+  template struct Node<T>;                                                                                          \
+  template class BackwardArgs<T>;                                                                                   \
+  template std::function<void(Node<T>&)> backward_from_formula<T>(GradFormula<T>);                                  \
+  template Tensor<T> make_result<T>(const char*, Array<T>&&, std::vector<Tensor<T>>, std::function<void(Node<T>&)>, \
+                                    GradFormula<T>);                                                                \
+  template Tensor<T> make_result<T>(const char*, Array<T>&&, std::initializer_list<Tensor<T>>,                      \
+                                    std::function<void(Node<T>&)>, GradFormula<T>);                                 \
+  template void run_backward<T>(const Tensor<T>&, Array<T>, bool);                                                  \
+  template void run_backward<T>(const Tensor<T>&, const Tensor<T>&, bool, bool);                                    \
+  template std::shared_ptr<Node<T>> detail::split_history<T>(Node<T>&, const char*);                                \
+  template void detail::adopt_history<T>(Node<T>&, Node<T>&, std::shared_ptr<Node<T>>);                             \
+  template Array<T> sum_to<T>(const Array<T>&, const Shape&);                                                       \
   template Array<T> sum_to<T>(Array<T>&&, const Shape&);
 XGRAD_INSTANTIATE(float)
 XGRAD_INSTANTIATE(double)

@@ -155,7 +155,8 @@ template <class A, class... R> struct first_tensor<A, R...> {
   using type = std::conditional_t<std::is_void_v<head>, typename first_tensor<R...>::type, head>;
 };
 // Whether X declares `static constexpr bool once_differentiable = true;`.
-template <class X, class = void> struct once_differentiable : std::false_type {};
+template <class X, class = void>
+struct once_differentiable : std::false_type {};
 template <class X>
 struct once_differentiable<X, std::void_t<decltype(X::once_differentiable)>>
     : std::bool_constant<X::once_differentiable> {};
@@ -313,12 +314,14 @@ struct Function {
       const auto refuse = [](auto&&...) -> std::vector<Tensor<T>> {
         throw std::runtime_error(::xgrad::detail::concat(
             "trying to differentiate twice a function that was marked with once_differentiable: ",
-            detail::function_name<X>(), " (its backward computes on raw arrays; write it with Tensor ops and drop "
+            detail::function_name<X>(),
+            " (its backward computes on raw arrays; write it with Tensor ops and drop "
             "once_differentiable to differentiate it again)"));
       };
       for (auto& g : gi)
         if (g.defined())
-          g = make_result<T>(name.c_str(), take_value(g), over, [refuse](Node<T>&) { refuse(); }, refuse);
+          g = make_result<T>(
+              name.c_str(), take_value(g), over, [refuse](Node<T>&) { refuse(); }, refuse);
       return gi;
     }
   }
@@ -384,8 +387,9 @@ struct Function {
     slots->graphs.resize(outs.size());
     slots->has.assign(outs.size(), false);
     for (const auto& o : outs) slots->shapes.push_back(o.shape());
-    Tensor<T> fn =
-        make_result<T>(detail::node_name<X>(), Array<T>(T(0)), inputs, [ctx, slots, args = &arg_slots](Node<T>& node) {
+    Tensor<T> fn = make_result<T>(
+        detail::node_name<X>(), Array<T>(T(0)), inputs,
+        [ctx, slots, args = &arg_slots](Node<T>& node) {
           std::vector<Tensor<T>> grads;
           for (std::size_t k = 0; k < slots->grads.size(); ++k) {
             if (!slots->has[k])
@@ -398,9 +402,9 @@ struct Function {
         [ctx, slots, args = &arg_slots](const BackwardArgs<T>& a) {
           std::vector<Tensor<T>> grads;
           for (std::size_t k = 0; k < slots->graphs.size(); ++k) {
-            grads.push_back(slots->has[k] ? std::move(slots->graphs[k])
-                                          : Tensor<T>(full_array<T>(slots->shapes[k], T(0),
-                                                                    "autograd::Function (backward)")));
+            grads.push_back(slots->has[k]
+                                ? std::move(slots->graphs[k])
+                                : Tensor<T>(full_array<T>(slots->shapes[k], T(0), "autograd::Function (backward)")));
             slots->graphs[k] = Tensor<T>();
             slots->has[k] = false;
           }

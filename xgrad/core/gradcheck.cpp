@@ -139,9 +139,9 @@ namespace {
 
 // The second-order check over `tensors` (leaves that require grad, read by `function` by handle)
 // and the upstream gradient u; `names` labels the reports (empty: by position).
-GradcheckResult second_order_check(const std::function<Tensor<double>()>& function,
-                                   std::vector<Tensor<double>> tensors, const std::vector<std::size_t>& positions,
-                                   const std::vector<std::string>& names, const GradcheckOptions& options) {
+GradcheckResult second_order_check(const std::function<Tensor<double>()>& function, std::vector<Tensor<double>> tensors,
+                                   const std::vector<std::size_t>& positions, const std::vector<std::string>& names,
+                                   const GradcheckOptions& options) {
   const GradGuard enabled(true);
   Tensor<double> y = function();
   XGRAD_CHECK(y.defined(), "gradgradcheck: the function returned an undefined tensor");
@@ -151,8 +151,7 @@ GradcheckResult second_order_check(const std::function<Tensor<double>()>& functi
   const auto first_order = [&](bool create_graph) {
     Tensor<double> out = function();
     std::vector<Tensor<double>> g(tensors.size());
-    if (out.requires_grad())
-      g = autograd::grad({out}, tensors, {u}, std::nullopt, create_graph, /*allow_unused=*/true);
+    if (out.requires_grad()) g = autograd::grad({out}, tensors, {u}, std::nullopt, create_graph, /*allow_unused=*/true);
     return g;
   };
   std::vector<Tensor<double>> g = first_order(/*create_graph=*/true);

@@ -117,8 +117,7 @@ std::vector<Tensor<float>> grad(const std::vector<Tensor<float>>& outputs, const
                                 const std::vector<Tensor<float>>& grad_outputs = {},
                                 std::optional<bool> retain_graph = std::nullopt, bool create_graph = false,
                                 bool allow_unused = false);
-std::vector<Tensor<double>> grad(const std::vector<Tensor<double>>& outputs,
-                                 const std::vector<Tensor<double>>& inputs,
+std::vector<Tensor<double>> grad(const std::vector<Tensor<double>>& outputs, const std::vector<Tensor<double>>& inputs,
                                  const std::vector<Tensor<double>>& grad_outputs = {},
                                  std::optional<bool> retain_graph = std::nullopt, bool create_graph = false,
                                  bool allow_unused = false);

@@ -171,8 +171,8 @@ void Tensor<T>::backward(const Tensor<T>& gradient, std::optional<bool> retain_g
               "value and no graph)");
   Tensor<T> seed = gradient;
   if (!seed.defined()) {
-    XGRAD_CHECK(numel() == 1, "backward: grad can be implicitly created only for scalar outputs; got shape ",
-                shape(), " (pass a gradient of that shape)");
+    XGRAD_CHECK(numel() == 1, "backward: grad can be implicitly created only for scalar outputs; got shape ", shape(),
+                " (pass a gradient of that shape)");
     seed = Tensor<T>(full_array<T>(value().shape(), T(1), "backward"));
   }
   XGRAD_CHECK(seed.value().shape() == value().shape(), "backward: expected a gradient of shape ", shape(), ", got ",

@@ -553,8 +553,15 @@ std::pair<Tensor<T>, Tensor<T>> detail::attention_heads(const std::vector<Tensor
   // The value (N, L, R) or (L, N, R): row (n, i) holds O's heads side by side, then W's.
   const bool weights = args.need_weights;
   const std::size_t R = E + (weights ? H * S : 0);
-  NodeLayout l{Dims{N * H, L, S, d, d}, batch_first ? Shape{N, L, R} : Shape{L, N, R}, blocks[0], blocks[1],
-               blocks[2], {}, {}, H, batch_first};
+  NodeLayout l{Dims{N * H, L, S, d, d},
+               batch_first ? Shape{N, L, R} : Shape{L, N, R},
+               blocks[0],
+               blocks[1],
+               blocks[2],
+               {},
+               {},
+               H,
+               batch_first};
   l.o = batch_first ? Place{0, 0, H, L * R, d, R} : Place{0, 0, H, R, d, N * R};
   l.w = batch_first ? Place{0, E, H, L * R, S, R} : Place{0, E, H, R, S, N * R};
   const Tensor<T> y = attention_node<T>(projections, l, args);

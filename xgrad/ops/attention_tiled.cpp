@@ -285,8 +285,8 @@ Tensor<T> detail::tiled_attention_node(std::vector<Tensor<T>> inputs, const Node
 }
 
 template Tensor<float> detail::tiled_attention_node<float>(std::vector<Tensor<float>>, const NodeLayout&,
-                                                           const AttentionMask<float>&, const AttentionDropout&,
-                                                           float, GradFormula<float>);
+                                                           const AttentionMask<float>&, const AttentionDropout&, float,
+                                                           GradFormula<float>);
 template Tensor<double> detail::tiled_attention_node<double>(std::vector<Tensor<double>>, const NodeLayout&,
                                                              const AttentionMask<double>&, const AttentionDropout&,
                                                              double, GradFormula<double>);

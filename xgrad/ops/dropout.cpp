@@ -38,16 +38,19 @@ Tensor<T> dropout(const Tensor<T>& a, double p, bool training, Generator* genera
   // Kept by both backwards: the kernel below and, under create_graph, the formula dx = dy * m with
   // m a constant (no history).
   auto saved = std::make_shared<const Array<T>>(std::move(mask));
-  return make_result<T>("dropout", std::move(y), {a}, [saved](Node<T>& out) {
-    // dx = dy * m (the same mask, scale included)
-    const Array<T>& mask = *saved;
-    Array<T> gx = empty_array<T>(mask.shape(), "dropout (backward)");
-    const T* pg = out.grad.data();
-    const T* pmask = mask.data();
-    T* pgx = gx.data();
-    for (std::size_t i = 0, n = gx.size(); i < n; ++i) pgx[i] = pg[i] * pmask[i];
-    out.input(0).accumulate_grad(std::move(gx));
-  }, [saved](const BackwardArgs<T>& args) { return std::vector<Tensor<T>>{mul(args.grad(), Tensor<T>(*saved))}; });
+  return make_result<T>(
+      "dropout", std::move(y), {a},
+      [saved](Node<T>& out) {
+        // dx = dy * m (the same mask, scale included)
+        const Array<T>& mask = *saved;
+        Array<T> gx = empty_array<T>(mask.shape(), "dropout (backward)");
+        const T* pg = out.grad.data();
+        const T* pmask = mask.data();
+        T* pgx = gx.data();
+        for (std::size_t i = 0, n = gx.size(); i < n; ++i) pgx[i] = pg[i] * pmask[i];
+        out.input(0).accumulate_grad(std::move(gx));
+      },
+      [saved](const BackwardArgs<T>& args) { return std::vector<Tensor<T>>{mul(args.grad(), Tensor<T>(*saved))}; });
 }
 
 template Tensor<float> dropout<float>(const Tensor<float>&, double, bool, Generator*);

@@ -157,75 +157,89 @@ template <class T>
 Tensor<T> add(const Tensor<T>& a, const Tensor<T>& b) {
   XGRAD_PROFILE_OP("add");
   Array<T> y = binary_map(a.value(), b.value(), "add", [](T x, T z) { return x + z; });
-  return make_result<T>("add", std::move(y), {a, b}, [](Node<T>& out) {
-    // y = a + b: da = dy, db = dy (summed over broadcast dims); the last use takes dy over.
-    const bool both = out.input_needs_grad(0) && out.input_needs_grad(1);
-    if (out.input_needs_grad(0))
-      out.input(0).accumulate_grad(both ? sum_to(out.grad, out.input_shape(0))
-                                        : sum_to(std::move(out.grad), out.input_shape(0)));
-    if (out.input_needs_grad(1)) out.input(1).accumulate_grad(sum_to(std::move(out.grad), out.input_shape(1)));
-  }, binary_formula<T>([](const BackwardArgs<T>& a) { return a.grad(); }, [](const BackwardArgs<T>& a) { return a.grad(); }));
+  return make_result<T>(
+      "add", std::move(y), {a, b},
+      [](Node<T>& out) {
+        // y = a + b: da = dy, db = dy (summed over broadcast dims); the last use takes dy over.
+        const bool both = out.input_needs_grad(0) && out.input_needs_grad(1);
+        if (out.input_needs_grad(0))
+          out.input(0).accumulate_grad(both ? sum_to(out.grad, out.input_shape(0))
+                                            : sum_to(std::move(out.grad), out.input_shape(0)));
+        if (out.input_needs_grad(1)) out.input(1).accumulate_grad(sum_to(std::move(out.grad), out.input_shape(1)));
+      },
+      binary_formula<T>([](const BackwardArgs<T>& a) { return a.grad(); },
+                        [](const BackwardArgs<T>& a) { return a.grad(); }));
 }
 
 template <class T>
 Tensor<T> sub(const Tensor<T>& a, const Tensor<T>& b) {
   XGRAD_PROFILE_OP("sub");
   Array<T> y = binary_map(a.value(), b.value(), "sub", [](T x, T z) { return x - z; });
-  return make_result<T>("sub", std::move(y), {a, b}, [](Node<T>& out) {
-    // y = a - b: da = dy, db = -dy; the last use takes dy over.
-    const bool both = out.input_needs_grad(0) && out.input_needs_grad(1);
-    if (out.input_needs_grad(0))
-      out.input(0).accumulate_grad(both ? sum_to(out.grad, out.input_shape(0))
-                                        : sum_to(std::move(out.grad), out.input_shape(0)));
-    if (out.input_needs_grad(1)) {
-      Array<T> g = sum_to(std::move(out.grad), out.input_shape(1));
-      T* pg = g.data();
-      detail::parallel_blocks(g.size(), [&](std::size_t i0, std::size_t i1) {
-        for (std::size_t i = i0; i < i1; ++i) pg[i] = -pg[i];
-      });
-      out.input(1).accumulate_grad(std::move(g));
-    }
-  }, binary_formula<T>([](const BackwardArgs<T>& a) { return a.grad(); }, [](const BackwardArgs<T>& a) { return neg(a.grad()); }));
+  return make_result<T>(
+      "sub", std::move(y), {a, b},
+      [](Node<T>& out) {
+        // y = a - b: da = dy, db = -dy; the last use takes dy over.
+        const bool both = out.input_needs_grad(0) && out.input_needs_grad(1);
+        if (out.input_needs_grad(0))
+          out.input(0).accumulate_grad(both ? sum_to(out.grad, out.input_shape(0))
+                                            : sum_to(std::move(out.grad), out.input_shape(0)));
+        if (out.input_needs_grad(1)) {
+          Array<T> g = sum_to(std::move(out.grad), out.input_shape(1));
+          T* pg = g.data();
+          detail::parallel_blocks(g.size(), [&](std::size_t i0, std::size_t i1) {
+            for (std::size_t i = i0; i < i1; ++i) pg[i] = -pg[i];
+          });
+          out.input(1).accumulate_grad(std::move(g));
+        }
+      },
+      binary_formula<T>([](const BackwardArgs<T>& a) { return a.grad(); },
+                        [](const BackwardArgs<T>& a) { return neg(a.grad()); }));
 }
 
 template <class T>
 Tensor<T> mul(const Tensor<T>& a, const Tensor<T>& b) {
   XGRAD_PROFILE_OP("mul");
   Array<T> y = binary_map(a.value(), b.value(), "mul", [](T x, T z) { return x * z; });
-  return make_result<T>("mul", std::move(y), {a, b}, [](Node<T>& out) {
-    // y = a * b: da = dy * b, db = dy * a
-    for (std::size_t i = 0; i < 2; ++i) {
-      if (!out.input_needs_grad(i)) continue;
-      const Array<T>& other = out.input_value(1 - i);
-      Array<T> g = binary_map(out.grad, other, "mul", [](T dy, T o) { return dy * o; });
-      out.input(i).accumulate_grad(sum_to(std::move(g), out.input_shape(i)));
-    }
-  }, binary_formula<T>([](const BackwardArgs<T>& a) { return mul(a.grad(), a.input(1)); },
-                       [](const BackwardArgs<T>& a) { return mul(a.grad(), a.input(0)); }));
+  return make_result<T>(
+      "mul", std::move(y), {a, b},
+      [](Node<T>& out) {
+        // y = a * b: da = dy * b, db = dy * a
+        for (std::size_t i = 0; i < 2; ++i) {
+          if (!out.input_needs_grad(i)) continue;
+          const Array<T>& other = out.input_value(1 - i);
+          Array<T> g = binary_map(out.grad, other, "mul", [](T dy, T o) { return dy * o; });
+          out.input(i).accumulate_grad(sum_to(std::move(g), out.input_shape(i)));
+        }
+      },
+      binary_formula<T>([](const BackwardArgs<T>& a) { return mul(a.grad(), a.input(1)); },
+                        [](const BackwardArgs<T>& a) { return mul(a.grad(), a.input(0)); }));
 }
 
 template <class T>
 Tensor<T> div(const Tensor<T>& a, const Tensor<T>& b) {
   XGRAD_PROFILE_OP("div");
   Array<T> y = binary_map(a.value(), b.value(), "div", [](T x, T z) { return x / z; });
-  return make_result<T>("div", std::move(y), {a, b}, [](Node<T>& out) {
-    const Array<T>& bv = out.input_value(1);
-    // y = a / b: da = dy / b
-    if (out.input_needs_grad(0)) {
-      Array<T> g = binary_map(out.grad, bv, "div", [](T dy, T z) { return dy / z; });
-      out.input(0).accumulate_grad(sum_to(std::move(g), out.input_shape(0)));
-    }
-    // db = -dy * a / b^2 = -dy * y / b
-    if (out.input_needs_grad(1)) {
-      Array<T> dy_y = binary_map(out.grad, out.output_value(), "div", [](T dy, T q) { return -dy * q; });
-      Array<T> g = binary_map(dy_y, bv, "div", [](T v, T z) { return v / z; });
-      out.input(1).accumulate_grad(sum_to(std::move(g), out.input_shape(1)));
-    }
-  }, binary_formula<T>([](const BackwardArgs<T>& a) { return div(a.grad(), a.input(1)); },
-                       [](const BackwardArgs<T>& a) {  // -dy a / b^2
-                         const Tensor<T> b = a.input(1);
-                         return neg(div(mul(a.grad(), a.input(0)), mul(b, b)));
-                       }));
+  return make_result<T>(
+      "div", std::move(y), {a, b},
+      [](Node<T>& out) {
+        const Array<T>& bv = out.input_value(1);
+        // y = a / b: da = dy / b
+        if (out.input_needs_grad(0)) {
+          Array<T> g = binary_map(out.grad, bv, "div", [](T dy, T z) { return dy / z; });
+          out.input(0).accumulate_grad(sum_to(std::move(g), out.input_shape(0)));
+        }
+        // db = -dy * a / b^2 = -dy * y / b
+        if (out.input_needs_grad(1)) {
+          Array<T> dy_y = binary_map(out.grad, out.output_value(), "div", [](T dy, T q) { return -dy * q; });
+          Array<T> g = binary_map(dy_y, bv, "div", [](T v, T z) { return v / z; });
+          out.input(1).accumulate_grad(sum_to(std::move(g), out.input_shape(1)));
+        }
+      },
+      binary_formula<T>([](const BackwardArgs<T>& a) { return div(a.grad(), a.input(1)); },
+                        [](const BackwardArgs<T>& a) {  // -dy a / b^2
+                          const Tensor<T> b = a.input(1);
+                          return neg(div(mul(a.grad(), a.input(0)), mul(b, b)));
+                        }));
 }
 
 // ---- with a scalar ----------------------------------------------------------------------------
@@ -234,24 +248,27 @@ template <class T>
 Tensor<T> add(const Tensor<T>& a, Scalar<T> s) {
   XGRAD_PROFILE_OP("add");
   XGRAD_TRACE_NOTE("add", {"other", static_cast<double>(s)});
-  return pointwise<T>("add", a, kNone, [s](T x) { return x + s; }, [](T, T) { return T(1); },
-                      [](const Tensor<T>& g, const Tensor<T>&, const Tensor<T>&) { return g; });
+  return pointwise<T>(
+      "add", a, kNone, [s](T x) { return x + s; }, [](T, T) { return T(1); },
+      [](const Tensor<T>& g, const Tensor<T>&, const Tensor<T>&) { return g; });
 }
 
 template <class T>
 Tensor<T> mul(const Tensor<T>& a, Scalar<T> s) {
   XGRAD_PROFILE_OP("mul");
   XGRAD_TRACE_NOTE("mul", {"other", static_cast<double>(s)});
-  return pointwise<T>("mul", a, kNone, [s](T x) { return x * s; }, [s](T, T) { return s; },
-                      [s](const Tensor<T>& g, const Tensor<T>&, const Tensor<T>&) { return mul(g, s); });
+  return pointwise<T>(
+      "mul", a, kNone, [s](T x) { return x * s; }, [s](T, T) { return s; },
+      [s](const Tensor<T>& g, const Tensor<T>&, const Tensor<T>&) { return mul(g, s); });
 }
 
 template <class T>
 Tensor<T> rsub(const Tensor<T>& a, Scalar<T> s) {
   XGRAD_PROFILE_OP("rsub");
   XGRAD_TRACE_NOTE("rsub", {"other", static_cast<double>(s)});
-  return pointwise<T>("rsub", a, kNone, [s](T x) { return s - x; }, [](T, T) { return T(-1); },
-                      [](const Tensor<T>& g, const Tensor<T>&, const Tensor<T>&) { return neg(g); });
+  return pointwise<T>(
+      "rsub", a, kNone, [s](T x) { return s - x; }, [](T, T) { return T(-1); },
+      [](const Tensor<T>& g, const Tensor<T>&, const Tensor<T>&) { return neg(g); });
 }
 
 template <class T>
@@ -259,8 +276,9 @@ Tensor<T> rdiv(const Tensor<T>& a, Scalar<T> s) {
   XGRAD_PROFILE_OP("rdiv");
   XGRAD_TRACE_NOTE("rdiv", {"other", static_cast<double>(s)});
   // y = s / x: dy/dx = -s / x^2 = -y / x
-  return pointwise<T>("rdiv", a, kXY, [s](T x) { return s / x; }, [](T x, T y) { return -y / x; },
-                      [](const Tensor<T>& g, const Tensor<T>& x, const Tensor<T>& y) { return neg(div(mul(g, y), x)); });
+  return pointwise<T>(
+      "rdiv", a, kXY, [s](T x) { return s / x; }, [](T x, T y) { return -y / x; },
+      [](const Tensor<T>& g, const Tensor<T>& x, const Tensor<T>& y) { return neg(div(mul(g, y), x)); });
 }
 
 // ---- pointwise functions ----------------------------------------------------------------------
@@ -268,8 +286,9 @@ Tensor<T> rdiv(const Tensor<T>& a, Scalar<T> s) {
 template <class T>
 Tensor<T> neg(const Tensor<T>& a) {
   XGRAD_PROFILE_OP("neg");
-  return pointwise<T>("neg", a, kNone, [](T x) { return -x; }, [](T, T) { return T(-1); },
-                      [](const Tensor<T>& g, const Tensor<T>&, const Tensor<T>&) { return neg(g); });
+  return pointwise<T>(
+      "neg", a, kNone, [](T x) { return -x; }, [](T, T) { return T(-1); },
+      [](const Tensor<T>& g, const Tensor<T>&, const Tensor<T>&) { return neg(g); });
 }
 
 template <class T>
@@ -277,52 +296,59 @@ Tensor<T> pow(const Tensor<T>& a, Scalar<T> p) {
   XGRAD_PROFILE_OP("pow");
   XGRAD_TRACE_NOTE("pow", {"exponent", static_cast<double>(p)});
   // y = x^p: dy/dx = p x^(p-1)
-  if (p == T(2)) return pointwise<T>("pow", a, kX, [](T x) { return x * x; }, [](T x, T) { return 2 * x; },
-                                       [](const Tensor<T>& g, const Tensor<T>& x, const Tensor<T>&) { return mul(g, mul(x, Scalar<T>(2))); });
-  return pointwise<T>("pow", a, kX, [p](T x) { return std::pow(x, p); },
-                      [p](T x, T) { return p == T(0) ? T(0) : p * std::pow(x, p - 1); },
-                      [p](const Tensor<T>& g, const Tensor<T>& x, const Tensor<T>&) {
-                        return p == T(0) ? mul(g, Scalar<T>(0)) : mul(g, mul(pow(x, p - 1), p));
-                      });
+  if (p == T(2))
+    return pointwise<T>(
+        "pow", a, kX, [](T x) { return x * x; }, [](T x, T) { return 2 * x; },
+        [](const Tensor<T>& g, const Tensor<T>& x, const Tensor<T>&) { return mul(g, mul(x, Scalar<T>(2))); });
+  return pointwise<T>(
+      "pow", a, kX, [p](T x) { return std::pow(x, p); },
+      [p](T x, T) { return p == T(0) ? T(0) : p * std::pow(x, p - 1); },
+      [p](const Tensor<T>& g, const Tensor<T>& x, const Tensor<T>&) {
+        return p == T(0) ? mul(g, Scalar<T>(0)) : mul(g, mul(pow(x, p - 1), p));
+      });
 }
 
 template <class T>
 Tensor<T> exp(const Tensor<T>& a) {
   XGRAD_PROFILE_OP("exp");
-  return pointwise<T>("exp", a, kY, [](T x) { return std::exp(x); }, [](T, T y) { return y; },
-                      [](const Tensor<T>& g, const Tensor<T>&, const Tensor<T>& y) { return mul(g, y); });
+  return pointwise<T>(
+      "exp", a, kY, [](T x) { return std::exp(x); }, [](T, T y) { return y; },
+      [](const Tensor<T>& g, const Tensor<T>&, const Tensor<T>& y) { return mul(g, y); });
 }
 
 template <class T>
 Tensor<T> log(const Tensor<T>& a) {
   XGRAD_PROFILE_OP("log");
-  return pointwise<T>("log", a, kX, [](T x) { return std::log(x); }, [](T x, T) { return 1 / x; },
-                      [](const Tensor<T>& g, const Tensor<T>& x, const Tensor<T>&) { return div(g, x); });
+  return pointwise<T>(
+      "log", a, kX, [](T x) { return std::log(x); }, [](T x, T) { return 1 / x; },
+      [](const Tensor<T>& g, const Tensor<T>& x, const Tensor<T>&) { return div(g, x); });
 }
 
 template <class T>
 Tensor<T> sqrt(const Tensor<T>& a) {
   XGRAD_PROFILE_OP("sqrt");
   // y = sqrt(x): dy/dx = 1 / (2 y)
-  return pointwise<T>("sqrt", a, kY, [](T x) { return std::sqrt(x); }, [](T, T y) { return T(0.5) / y; },
-                      [](const Tensor<T>& g, const Tensor<T>&, const Tensor<T>& y) { return div(g, mul(y, Scalar<T>(2))); });
+  return pointwise<T>(
+      "sqrt", a, kY, [](T x) { return std::sqrt(x); }, [](T, T y) { return T(0.5) / y; },
+      [](const Tensor<T>& g, const Tensor<T>&, const Tensor<T>& y) { return div(g, mul(y, Scalar<T>(2))); });
 }
 
 template <class T>
 Tensor<T> abs(const Tensor<T>& a) {
   XGRAD_PROFILE_OP("abs");
-  return pointwise<T>("abs", a, kX, [](T x) { return std::abs(x); },
-                      [](T x, T) { return x > 0 ? T(1) : (x < 0 ? T(-1) : T(0)); },
-                      [](const Tensor<T>& g, const Tensor<T>& x, const Tensor<T>&) {
-                        return mul(g, constant_derivative(x, [](T v) { return v > 0 ? T(1) : (v < 0 ? T(-1) : T(0)); }));
-                      });
+  return pointwise<T>(
+      "abs", a, kX, [](T x) { return std::abs(x); }, [](T x, T) { return x > 0 ? T(1) : (x < 0 ? T(-1) : T(0)); },
+      [](const Tensor<T>& g, const Tensor<T>& x, const Tensor<T>&) {
+        return mul(g, constant_derivative(x, [](T v) { return v > 0 ? T(1) : (v < 0 ? T(-1) : T(0)); }));
+      });
 }
 
 template <class T>
 Tensor<T> tanh(const Tensor<T>& a) {
   XGRAD_PROFILE_OP("tanh");
-  return pointwise<T>("tanh", a, kY, [](T x) { return std::tanh(x); }, [](T, T y) { return 1 - y * y; },
-                      [](const Tensor<T>& g, const Tensor<T>&, const Tensor<T>& y) { return mul(g, rsub(mul(y, y), Scalar<T>(1))); });
+  return pointwise<T>(
+      "tanh", a, kY, [](T x) { return std::tanh(x); }, [](T, T y) { return 1 - y * y; },
+      [](const Tensor<T>& g, const Tensor<T>&, const Tensor<T>& y) { return mul(g, rsub(mul(y, y), Scalar<T>(1))); });
 }
 
 template <class T>
@@ -364,10 +390,11 @@ Tensor<T> silu(const Tensor<T>& a) {
 template <class T>
 Tensor<T> relu(const Tensor<T>& a) {
   XGRAD_PROFILE_OP("relu");
-  return pointwise<T>("relu", a, kX, [](T x) { return x > 0 ? x : T(0); }, [](T x, T) { return x > 0 ? T(1) : T(0); },
-                      [](const Tensor<T>& g, const Tensor<T>& x, const Tensor<T>&) {
-                        return mul(g, constant_derivative(x, [](T v) { return v > 0 ? T(1) : T(0); }));
-                      });
+  return pointwise<T>(
+      "relu", a, kX, [](T x) { return x > 0 ? x : T(0); }, [](T x, T) { return x > 0 ? T(1) : T(0); },
+      [](const Tensor<T>& g, const Tensor<T>& x, const Tensor<T>&) {
+        return mul(g, constant_derivative(x, [](T v) { return v > 0 ? T(1) : T(0); }));
+      });
 }
 
 template <class T>

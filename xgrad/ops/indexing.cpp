@@ -140,13 +140,16 @@ Tensor<T> index_select(const Tensor<T>& a, std::int64_t dim, const IndexArray& i
     std::memcpy(y.data() + row * inner, src + (o * size + rows[j]) * inner, inner * sizeof(T));
   });
   XGRAD_TRACE_NOTE("index_select", {"dim", k}, {"index", index});
-  return make_result<T>("index_select", std::move(y), {a}, [r](Node<T>& out) {
-    Array<T> g = full_array<T>(out.input_shape(0), T(0), "index_select (backward)");
-    scatter_add_rows(out.grad.data(), r, g.data());
-    out.input(0).accumulate_grad(std::move(g));
-  }, [r](const BackwardArgs<T>& args) {
-    return std::vector<Tensor<T>>{scatter_rows(args.grad(), r, args.input_shape(0))};
-  });
+  return make_result<T>(
+      "index_select", std::move(y), {a},
+      [r](Node<T>& out) {
+        Array<T> g = full_array<T>(out.input_shape(0), T(0), "index_select (backward)");
+        scatter_add_rows(out.grad.data(), r, g.data());
+        out.input(0).accumulate_grad(std::move(g));
+      },
+      [r](const BackwardArgs<T>& args) {
+        return std::vector<Tensor<T>>{scatter_rows(args.grad(), r, args.input_shape(0))};
+      });
 }
 
 // ---- embedding ----------------------------------------------------------------------------------
@@ -180,13 +183,16 @@ Tensor<T> embedding(const IndexArray& indices, const Tensor<T>& weight, std::opt
   // The rows of the (1, n, D) weight; the padding row's positions get no gradient.
   const Rows r{1, n, D, std::make_shared<const std::vector<std::size_t>>(idx, idx + m),
                pad < 0 ? std::numeric_limits<std::size_t>::max() : static_cast<std::size_t>(pad)};
-  return make_result<T>("embedding", std::move(y), {weight}, [r](Node<T>& out) {
-    Array<T> g = full_array<T>(out.input_shape(0), T(0), "embedding (backward)");
-    scatter_add_rows(out.grad.data(), r, g.data());
-    out.input(0).accumulate_grad(std::move(g));
-  }, [r](const BackwardArgs<T>& args) {
-    return std::vector<Tensor<T>>{scatter_rows(args.grad(), r, args.input_shape(0))};
-  });
+  return make_result<T>(
+      "embedding", std::move(y), {weight},
+      [r](Node<T>& out) {
+        Array<T> g = full_array<T>(out.input_shape(0), T(0), "embedding (backward)");
+        scatter_add_rows(out.grad.data(), r, g.data());
+        out.input(0).accumulate_grad(std::move(g));
+      },
+      [r](const BackwardArgs<T>& args) {
+        return std::vector<Tensor<T>>{scatter_rows(args.grad(), r, args.input_shape(0))};
+      });
 }
 
 // ---- masked_fill, where -------------------------------------------------------------------------
@@ -208,17 +214,20 @@ Tensor<T> masked_fill(const Tensor<T>& a, const BoolArray& mask, Scalar<T> value
   });
   XGRAD_TRACE_NOTE("masked_fill", {"mask", mask}, {"value", static_cast<double>(value)});
   auto kept = std::make_shared<const BoolArray>(mask);  // one copy, for both backwards
-  return make_result<T>("masked_fill", std::move(y), {a}, [kept, strides](Node<T>& out) {
-    Array<T> g = std::move(out.grad);  // in place: the engine hands the gradient over
-    T* pg = g.data();
-    const bool* pm = kept->data();
-    detail::parallel_for_each_index(shape_of(g), strides, [&](std::size_t i, std::size_t m) {
-      if (pm[m]) pg[i] = T(0);
-    });
-    out.input(0).accumulate_grad(std::move(g));
-  }, [kept](const BackwardArgs<T>& args) {  // da = masked_fill(dy, mask, 0)
-    return std::vector<Tensor<T>>{xgrad::masked_fill(args.grad(), *kept, T(0))};
-  });
+  return make_result<T>(
+      "masked_fill", std::move(y), {a},
+      [kept, strides](Node<T>& out) {
+        Array<T> g = std::move(out.grad);  // in place: the engine hands the gradient over
+        T* pg = g.data();
+        const bool* pm = kept->data();
+        detail::parallel_for_each_index(shape_of(g), strides, [&](std::size_t i, std::size_t m) {
+          if (pm[m]) pg[i] = T(0);
+        });
+        out.input(0).accumulate_grad(std::move(g));
+      },
+      [kept](const BackwardArgs<T>& args) {  // da = masked_fill(dy, mask, 0)
+        return std::vector<Tensor<T>>{xgrad::masked_fill(args.grad(), *kept, T(0))};
+      });
 }
 
 // y = condition ? a : b, the three broadcast together;
@@ -250,20 +259,23 @@ Tensor<T> where(const BoolArray& condition, const Tensor<T>& a, const Tensor<T>&
     if (args.needs(1)) g[1] = sum_to(xgrad::where(*kept, zero, args.grad()), args.input_shape(1));
     return g;
   };
-  return make_result<T>("where", std::move(y), {a, b}, [kept, sc](Node<T>& out) {
-    const Shape out_shape = shape_of(out.grad);
-    const T* pg = out.grad.data();
-    const bool* pc = kept->data();
-    for (std::size_t k = 0; k < 2; ++k) {
-      if (!out.input_needs_grad(k)) continue;
-      const bool take = k == 0;  // a receives where the condition holds, b where it does not
-      Array<T> g = empty_array<T>(out_shape, "where (backward)");
-      T* pgk = g.data();
-      detail::parallel_for_each_index(out_shape, sc,
-                                      [&](std::size_t i, std::size_t ic) { pgk[i] = pc[ic] == take ? pg[i] : T(0); });
-      out.input(k).accumulate_grad(sum_to(g, out.input_shape(k)));
-    }
-  }, std::move(formula));
+  return make_result<T>(
+      "where", std::move(y), {a, b},
+      [kept, sc](Node<T>& out) {
+        const Shape out_shape = shape_of(out.grad);
+        const T* pg = out.grad.data();
+        const bool* pc = kept->data();
+        for (std::size_t k = 0; k < 2; ++k) {
+          if (!out.input_needs_grad(k)) continue;
+          const bool take = k == 0;  // a receives where the condition holds, b where it does not
+          Array<T> g = empty_array<T>(out_shape, "where (backward)");
+          T* pgk = g.data();
+          detail::parallel_for_each_index(
+              out_shape, sc, [&](std::size_t i, std::size_t ic) { pgk[i] = pc[ic] == take ? pg[i] : T(0); });
+          out.input(k).accumulate_grad(sum_to(g, out.input_shape(k)));
+        }
+      },
+      std::move(formula));
 }
 
 #define XGRAD_INSTANTIATE(T)                                                                         \

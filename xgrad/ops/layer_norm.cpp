@@ -260,41 +260,44 @@ Tensor<T> layer_norm(const Tensor<T>& x, const ShapeArg& normalized_shape_arg, c
   });
 
   XGRAD_TRACE_NOTE("layer_norm", {"normalized_dims", nn}, {"eps", eps}, {"has_weight", weight.defined()});
-  return make_result<T>("layer_norm", std::move(y), std::move(inputs), [saved](Node<T>& out) {
-    const LayerNormSaved& s = *saved;
-    const std::size_t D = s.d, pieces = row_pieces(s.rows, D);
-    const bool need_x = out.input_needs_grad(0);
-    const bool need_w = s.weight >= 0 && out.input_needs_grad(s.weight);
-    const bool need_b = s.bias >= 0 && out.input_needs_grad(s.bias);
-    const T* px = out.input_value(0).data();
-    const T* pw = s.weight >= 0 && need_x ? out.input_value(s.weight).data() : nullptr;  // dx reads w
-    const T* pdy = out.grad.data();
-    Array<T> dx;
-    if (need_x) dx = empty_array<T>(out.input_shape(0), "layer_norm (backward)");
-    // dw, db per piece of rows: (pieces, D) each, summed over pieces below.
-    std::vector<double> dw(need_w ? pieces * D : 0, 0.0), db(need_b ? pieces * D : 0, 0.0);
-    detail::parallel_for(pieces, 1, [&](std::size_t p0, std::size_t p1) {
-      for (std::size_t p = p0; p < p1; ++p)
-        for (std::size_t r = s.rows * p / pieces; r < s.rows * (p + 1) / pieces; ++r)
-          backward_row(px + r * D, pdy + r * D, pw, s.mean[r], s.rstd[r], D, need_x ? dx.data() + r * D : nullptr,
-                       need_w ? dw.data() + p * D : nullptr, need_b ? db.data() + p * D : nullptr);
-    });
-    if (need_x) out.input(0).accumulate_grad(std::move(dx));
-    const auto to_array = [&out, pieces, D](const std::vector<double>& v, int input) {
-      Array<T> a = empty_array<T>(out.input_shape(static_cast<std::size_t>(input)), "layer_norm (backward)");
-      T* pa = a.data();
-      for (std::size_t j = 0; j < D; ++j) {
-        double sum = v[j];
-        for (std::size_t p = 1; p < pieces; ++p) sum += v[p * D + j];
-        pa[j] = static_cast<T>(sum);
-      }
-      return a;
-    };
-    if (need_w) out.input(static_cast<std::size_t>(s.weight)).accumulate_grad(to_array(dw, s.weight));
-    if (need_b) out.input(static_cast<std::size_t>(s.bias)).accumulate_grad(to_array(db, s.bias));
-  }, [nn, eps, w = s.weight, b = s.bias](const BackwardArgs<T>& args) {
-    return layer_norm_formula(args, nn, eps, w, b);
-  });
+  return make_result<T>(
+      "layer_norm", std::move(y), std::move(inputs),
+      [saved](Node<T>& out) {
+        const LayerNormSaved& s = *saved;
+        const std::size_t D = s.d, pieces = row_pieces(s.rows, D);
+        const bool need_x = out.input_needs_grad(0);
+        const bool need_w = s.weight >= 0 && out.input_needs_grad(s.weight);
+        const bool need_b = s.bias >= 0 && out.input_needs_grad(s.bias);
+        const T* px = out.input_value(0).data();
+        const T* pw = s.weight >= 0 && need_x ? out.input_value(s.weight).data() : nullptr;  // dx reads w
+        const T* pdy = out.grad.data();
+        Array<T> dx;
+        if (need_x) dx = empty_array<T>(out.input_shape(0), "layer_norm (backward)");
+        // dw, db per piece of rows: (pieces, D) each, summed over pieces below.
+        std::vector<double> dw(need_w ? pieces * D : 0, 0.0), db(need_b ? pieces * D : 0, 0.0);
+        detail::parallel_for(pieces, 1, [&](std::size_t p0, std::size_t p1) {
+          for (std::size_t p = p0; p < p1; ++p)
+            for (std::size_t r = s.rows * p / pieces; r < s.rows * (p + 1) / pieces; ++r)
+              backward_row(px + r * D, pdy + r * D, pw, s.mean[r], s.rstd[r], D, need_x ? dx.data() + r * D : nullptr,
+                           need_w ? dw.data() + p * D : nullptr, need_b ? db.data() + p * D : nullptr);
+        });
+        if (need_x) out.input(0).accumulate_grad(std::move(dx));
+        const auto to_array = [&out, pieces, D](const std::vector<double>& v, int input) {
+          Array<T> a = empty_array<T>(out.input_shape(static_cast<std::size_t>(input)), "layer_norm (backward)");
+          T* pa = a.data();
+          for (std::size_t j = 0; j < D; ++j) {
+            double sum = v[j];
+            for (std::size_t p = 1; p < pieces; ++p) sum += v[p * D + j];
+            pa[j] = static_cast<T>(sum);
+          }
+          return a;
+        };
+        if (need_w) out.input(static_cast<std::size_t>(s.weight)).accumulate_grad(to_array(dw, s.weight));
+        if (need_b) out.input(static_cast<std::size_t>(s.bias)).accumulate_grad(to_array(db, s.bias));
+      },
+      [nn, eps, w = s.weight, b = s.bias](const BackwardArgs<T>& args) {
+        return layer_norm_formula(args, nn, eps, w, b);
+      });
 }
 
 #define XGRAD_INSTANTIATE(T) \

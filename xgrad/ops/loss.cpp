@@ -68,40 +68,45 @@ Tensor<T> mse_loss(const Tensor<T>& input, const Tensor<T>& target, const std::s
     y = scalar_array<T>("mse_loss", red == Reduction::sum ? s : s / static_cast<double>(n));
   }
 
-  return make_result<T>("mse_loss", std::move(y), {input, target}, [red](Node<T>& out) {
-    // d loss / d input = 2 (input - target) * dy * (1/n for mean);  d loss / d target = -that
-    Array<T> g = detail::binary_map(out.input_value(0), out.input_value(1), "mse_loss",
-                                    [](T a, T b) { return a - b; });
-    T* pg = g.data();
-    const std::size_t n = g.size();
-    if (red == Reduction::none) {
-      const T* dy = out.grad.data();
-      for (std::size_t i = 0; i < n; ++i) pg[i] *= T(2) * dy[i];
-    } else {
-      T scale = T(2) * *out.grad.data();
-      if (red == Reduction::mean) scale /= static_cast<T>(n);
-      for (std::size_t i = 0; i < n; ++i) pg[i] *= scale;
-    }
-    if (out.input_needs_grad(1)) {
-      Array<T> gt = sum_to(g, out.input_shape(1));
-      for (auto& v : gt) v = -v;
-      out.input(1).accumulate_grad(std::move(gt));
-    }
-    if (out.input_needs_grad(0)) {
-      const Shape si = out.input_shape(0);
-      if (si == shape_of(g)) out.input(0).accumulate_grad(std::move(g));
-      else out.input(0).accumulate_grad(sum_to(g, si));
-    }
-  }, [red](const BackwardArgs<T>& args) {
-    // Under create_graph, the same in differentiable ops: g = 2 (input - target) dy [/ n].
-    const Tensor<T> d = sub(args.input(0), args.input(1));
-    Tensor<T> g = mul(mul(d, args.grad()), T(2));
-    if (red == Reduction::mean) g = mul(g, T(1) / static_cast<T>(d.numel()));
-    std::vector<Tensor<T>> grads(2);
-    if (args.needs(0)) grads[0] = sum_to(g, args.input_shape(0));
-    if (args.needs(1)) grads[1] = neg(sum_to(g, args.input_shape(1)));
-    return grads;
-  });
+  return make_result<T>(
+      "mse_loss", std::move(y), {input, target},
+      [red](Node<T>& out) {
+        // d loss / d input = 2 (input - target) * dy * (1/n for mean);  d loss / d target = -that
+        Array<T> g =
+            detail::binary_map(out.input_value(0), out.input_value(1), "mse_loss", [](T a, T b) { return a - b; });
+        T* pg = g.data();
+        const std::size_t n = g.size();
+        if (red == Reduction::none) {
+          const T* dy = out.grad.data();
+          for (std::size_t i = 0; i < n; ++i) pg[i] *= T(2) * dy[i];
+        } else {
+          T scale = T(2) * *out.grad.data();
+          if (red == Reduction::mean) scale /= static_cast<T>(n);
+          for (std::size_t i = 0; i < n; ++i) pg[i] *= scale;
+        }
+        if (out.input_needs_grad(1)) {
+          Array<T> gt = sum_to(g, out.input_shape(1));
+          for (auto& v : gt) v = -v;
+          out.input(1).accumulate_grad(std::move(gt));
+        }
+        if (out.input_needs_grad(0)) {
+          const Shape si = out.input_shape(0);
+          if (si == shape_of(g))
+            out.input(0).accumulate_grad(std::move(g));
+          else
+            out.input(0).accumulate_grad(sum_to(g, si));
+        }
+      },
+      [red](const BackwardArgs<T>& args) {
+        // Under create_graph, the same in differentiable ops: g = 2 (input - target) dy [/ n].
+        const Tensor<T> d = sub(args.input(0), args.input(1));
+        Tensor<T> g = mul(mul(d, args.grad()), T(2));
+        if (red == Reduction::mean) g = mul(g, T(1) / static_cast<T>(d.numel()));
+        std::vector<Tensor<T>> grads(2);
+        if (args.needs(0)) grads[0] = sum_to(g, args.input_shape(0));
+        if (args.needs(1)) grads[1] = neg(sum_to(g, args.input_shape(1)));
+        return grads;
+      });
 }
 
 // ---- cross_entropy -----------------------------------------------------------------------------
@@ -249,38 +254,41 @@ Tensor<T> cross_entropy(const Tensor<T>& logits, const IndexArray& target, std::
           ? std::move(losses)
           : scalar_array<T>("cross_entropy", red == Reduction::sum ? total : total / static_cast<double>(s.count));
 
-  return make_result<T>("cross_entropy", std::move(y), {logits}, [saved](Node<T>& out) {
-    if (!out.input_needs_grad(0)) return;
-    const CrossEntropySaved<T>& s = *saved;
-    const std::size_t C = s.classes, inner = s.inner;
-    const T* px = out.input_value(0).data();
-    const std::int64_t* pt = s.target.data();
-    const T* dy = out.grad.data();
-    // d loss / d x_c = scale * (p_c - (1 - ls) [c == t] - ls / C), p_c = exp(x_c - max) / sum_exp
-    Array<T> dx = full_array<T>(out.input_shape(0), T(0), "cross_entropy (backward)");
-    T* pdx = dx.data();
-    const double ls = s.label_smoothing;
-    const double uniform = ls / static_cast<double>(C);
-    for (std::size_t p = 0; p < s.positions; ++p) {
-      const std::int64_t t = pt[p];
-      if (t == s.ignore_index) continue;
-      double scale = s.reduction == Reduction::none ? dy[p] : dy[0];
-      if (s.reduction == Reduction::mean) scale /= static_cast<double>(s.count);
-      const std::size_t base = (p / inner) * C * inner + p % inner;
-      const T* x = px + base;
-      T* g = pdx + base;
-      const T mx = s.max[p];
-      const T sc = static_cast<T>(scale / s.sum_exp[p]), off = static_cast<T>(scale * uniform);
-      if (inner == 1) {
-        detail::simd_exp_sub_sum(x, mx, g, C);
-        for (std::size_t c = 0; c < C; ++c) g[c] = sc * g[c] - off;
-      } else {
-        for (std::size_t c = 0; c < C; ++c) g[c * inner] = sc * std::exp(x[c * inner] - mx) - off;
-      }
-      g[static_cast<std::size_t>(t) * inner] -= static_cast<T>(scale * (1 - ls));
-    }
-    out.input(0).accumulate_grad(std::move(dx));
-  }, [saved](const BackwardArgs<T>& args) { return cross_entropy_formula(args, *saved); });
+  return make_result<T>(
+      "cross_entropy", std::move(y), {logits},
+      [saved](Node<T>& out) {
+        if (!out.input_needs_grad(0)) return;
+        const CrossEntropySaved<T>& s = *saved;
+        const std::size_t C = s.classes, inner = s.inner;
+        const T* px = out.input_value(0).data();
+        const std::int64_t* pt = s.target.data();
+        const T* dy = out.grad.data();
+        // d loss / d x_c = scale * (p_c - (1 - ls) [c == t] - ls / C), p_c = exp(x_c - max) / sum_exp
+        Array<T> dx = full_array<T>(out.input_shape(0), T(0), "cross_entropy (backward)");
+        T* pdx = dx.data();
+        const double ls = s.label_smoothing;
+        const double uniform = ls / static_cast<double>(C);
+        for (std::size_t p = 0; p < s.positions; ++p) {
+          const std::int64_t t = pt[p];
+          if (t == s.ignore_index) continue;
+          double scale = s.reduction == Reduction::none ? dy[p] : dy[0];
+          if (s.reduction == Reduction::mean) scale /= static_cast<double>(s.count);
+          const std::size_t base = (p / inner) * C * inner + p % inner;
+          const T* x = px + base;
+          T* g = pdx + base;
+          const T mx = s.max[p];
+          const T sc = static_cast<T>(scale / s.sum_exp[p]), off = static_cast<T>(scale * uniform);
+          if (inner == 1) {
+            detail::simd_exp_sub_sum(x, mx, g, C);
+            for (std::size_t c = 0; c < C; ++c) g[c] = sc * g[c] - off;
+          } else {
+            for (std::size_t c = 0; c < C; ++c) g[c * inner] = sc * std::exp(x[c * inner] - mx) - off;
+          }
+          g[static_cast<std::size_t>(t) * inner] -= static_cast<T>(scale * (1 - ls));
+        }
+        out.input(0).accumulate_grad(std::move(dx));
+      },
+      [saved](const BackwardArgs<T>& args) { return cross_entropy_formula(args, *saved); });
 }
 
 #define XGRAD_INSTANTIATE(T)                                                                             \

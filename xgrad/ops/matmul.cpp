@@ -140,41 +140,44 @@ Tensor<T> matmul(const Tensor<T>& a, const Tensor<T>& b) {
                        p.n, T(0), c.data() + i * mn, p.n);
   }
 
-  return make_result<T>("matmul", std::move(c), {a, b}, [plan, bf16](Node<T>& out) {
-    const MatmulPlan& p = *plan;
-    const std::size_t mk = p.m * p.k, kn = p.k * p.n, mn = p.m * p.n;
-    const T* pa = out.input_needs_grad(1) ? out.input_value(0).data() : nullptr;  // dB reads A
-    const T* pb = out.input_needs_grad(0) ? out.input_value(1).data() : nullptr;  // dA reads B
-    const T* dc = out.grad.data();
-    const bool fold = p.b_count == 1 && p.a_count == p.batch;
-    // dA = dC B^T: (m, n) (n, k); summed over the batches that share one A matrix.
-    if (out.input_needs_grad(0)) {
-      const bool shared = p.a_count != p.batch;  // (or batch = 0: no gemm runs)
-      Array<T> da = grad_buffer<T>(out.input_shape(0), shared);
-      if (fold) {
-        gemm_autocast<T>(bf16, false, true, p.batch * p.m, p.k, p.n, T(1), dc, p.n, pb, p.n, T(0), da.data(), p.k);
-      } else {
-        for (std::size_t i = 0; i < p.batch; ++i)
-          gemm_autocast<T>(bf16, false, true, p.m, p.k, p.n, T(1), dc + i * mn, p.n, pb + p.b_off[i] * kn, p.n,
-                           shared ? T(1) : T(0), da.data() + p.a_off[i] * mk, p.k);
-      }
-      out.input(0).accumulate_grad(std::move(da));
-    }
-    // dB = A^T dC: (k, m) (m, n); summed over the batches that share one B matrix.
-    if (out.input_needs_grad(1)) {
-      const bool shared = p.b_count != p.batch;
-      Array<T> db = grad_buffer<T>(out.input_shape(1), shared);
-      if (fold) {
-        // sum_i A_i^T dC_i = [A_0; A_1; ...]^T [dC_0; dC_1; ...]: one gemm over the stacked rows.
-        gemm_autocast<T>(bf16, true, false, p.k, p.n, p.batch * p.m, T(1), pa, p.k, dc, p.n, T(0), db.data(), p.n);
-      } else {
-        for (std::size_t i = 0; i < p.batch; ++i)
-          gemm_autocast<T>(bf16, true, false, p.k, p.n, p.m, T(1), pa + p.a_off[i] * mk, p.k, dc + i * mn, p.n,
-                           shared ? T(1) : T(0), db.data() + p.b_off[i] * kn, p.n);
-      }
-      out.input(1).accumulate_grad(std::move(db));
-    }
-  }, matmul_formula<T>);
+  return make_result<T>(
+      "matmul", std::move(c), {a, b},
+      [plan, bf16](Node<T>& out) {
+        const MatmulPlan& p = *plan;
+        const std::size_t mk = p.m * p.k, kn = p.k * p.n, mn = p.m * p.n;
+        const T* pa = out.input_needs_grad(1) ? out.input_value(0).data() : nullptr;  // dB reads A
+        const T* pb = out.input_needs_grad(0) ? out.input_value(1).data() : nullptr;  // dA reads B
+        const T* dc = out.grad.data();
+        const bool fold = p.b_count == 1 && p.a_count == p.batch;
+        // dA = dC B^T: (m, n) (n, k); summed over the batches that share one A matrix.
+        if (out.input_needs_grad(0)) {
+          const bool shared = p.a_count != p.batch;  // (or batch = 0: no gemm runs)
+          Array<T> da = grad_buffer<T>(out.input_shape(0), shared);
+          if (fold) {
+            gemm_autocast<T>(bf16, false, true, p.batch * p.m, p.k, p.n, T(1), dc, p.n, pb, p.n, T(0), da.data(), p.k);
+          } else {
+            for (std::size_t i = 0; i < p.batch; ++i)
+              gemm_autocast<T>(bf16, false, true, p.m, p.k, p.n, T(1), dc + i * mn, p.n, pb + p.b_off[i] * kn, p.n,
+                               shared ? T(1) : T(0), da.data() + p.a_off[i] * mk, p.k);
+          }
+          out.input(0).accumulate_grad(std::move(da));
+        }
+        // dB = A^T dC: (k, m) (m, n); summed over the batches that share one B matrix.
+        if (out.input_needs_grad(1)) {
+          const bool shared = p.b_count != p.batch;
+          Array<T> db = grad_buffer<T>(out.input_shape(1), shared);
+          if (fold) {
+            // sum_i A_i^T dC_i = [A_0; A_1; ...]^T [dC_0; dC_1; ...]: one gemm over the stacked rows.
+            gemm_autocast<T>(bf16, true, false, p.k, p.n, p.batch * p.m, T(1), pa, p.k, dc, p.n, T(0), db.data(), p.n);
+          } else {
+            for (std::size_t i = 0; i < p.batch; ++i)
+              gemm_autocast<T>(bf16, true, false, p.k, p.n, p.m, T(1), pa + p.a_off[i] * mk, p.k, dc + i * mn, p.n,
+                               shared ? T(1) : T(0), db.data() + p.b_off[i] * kn, p.n);
+          }
+          out.input(1).accumulate_grad(std::move(db));
+        }
+      },
+      matmul_formula<T>);
 }
 
 // ---- linear --------------------------------------------------------------------------------
@@ -268,39 +271,43 @@ Tensor<T> linear(const Tensor<T>& x, const Tensor<T>& weight, const Tensor<T>& b
 
   std::vector<Tensor<T>> inputs{x, weight};
   if (has_bias) inputs.push_back(bias);
-  return make_result<T>("linear", std::move(y), std::move(inputs), [rows_total, in, outf, bf16, packed, xb, wb](Node<T>& out) {
-    const T* dy = out.grad.data();
-    // Packed: dy is rounded to bf16 once for both products.
-    detail::Bf16Matrix dyb;
-    if constexpr (std::is_same_v<T, float>) {
-      if (packed && (out.input_needs_grad(0) || out.input_needs_grad(1))) dyb = detail::to_bf16(dy, rows_total, outf, outf);
-    }
-    // dx = dy W: (rows, out) (out, in)
-    if (out.input_needs_grad(0)) {
-      Array<T> dx = empty_array<T>(out.input_shape(0), "linear (backward)");
-      linear_gemm<T>(bf16, packed, false, false, rows_total, in, outf, dy, outf, dyb, out.input_value(1).data(), in,
-                     wb, T(0), dx.data(), in);
-      out.input(0).accumulate_grad(std::move(dx));
-    }
-    // dW = dy^T x: (out, rows) (rows, in)
-    if (out.input_needs_grad(1)) {
-      Array<T> dw = empty_array<T>(out.input_shape(1), "linear (backward)");
-      linear_gemm<T>(bf16, packed, true, false, outf, in, rows_total, dy, outf, dyb, out.input_value(0).data(), in,
-                     xb, T(0), dw.data(), in);
-      out.input(1).accumulate_grad(std::move(dw));
-    }
-    // db = sum over rows of dy
-    if (out.inputs.size() > 2 && out.input_needs_grad(2)) {
-      Array<T> db = empty_array<T>({outf}, "linear (backward)");
-      T* pdb = db.data();
-      std::fill(pdb, pdb + outf, T(0));
-      for (std::size_t r = 0; r < rows_total; ++r) {
-        const T* row = dy + r * outf;
-        for (std::size_t j = 0; j < outf; ++j) pdb[j] += row[j];
-      }
-      out.input(2).accumulate_grad(std::move(db));
-    }
-  }, linear_formula<T>);
+  return make_result<T>(
+      "linear", std::move(y), std::move(inputs),
+      [rows_total, in, outf, bf16, packed, xb, wb](Node<T>& out) {
+        const T* dy = out.grad.data();
+        // Packed: dy is rounded to bf16 once for both products.
+        detail::Bf16Matrix dyb;
+        if constexpr (std::is_same_v<T, float>) {
+          if (packed && (out.input_needs_grad(0) || out.input_needs_grad(1)))
+            dyb = detail::to_bf16(dy, rows_total, outf, outf);
+        }
+        // dx = dy W: (rows, out) (out, in)
+        if (out.input_needs_grad(0)) {
+          Array<T> dx = empty_array<T>(out.input_shape(0), "linear (backward)");
+          linear_gemm<T>(bf16, packed, false, false, rows_total, in, outf, dy, outf, dyb, out.input_value(1).data(), in,
+                         wb, T(0), dx.data(), in);
+          out.input(0).accumulate_grad(std::move(dx));
+        }
+        // dW = dy^T x: (out, rows) (rows, in)
+        if (out.input_needs_grad(1)) {
+          Array<T> dw = empty_array<T>(out.input_shape(1), "linear (backward)");
+          linear_gemm<T>(bf16, packed, true, false, outf, in, rows_total, dy, outf, dyb, out.input_value(0).data(), in,
+                         xb, T(0), dw.data(), in);
+          out.input(1).accumulate_grad(std::move(dw));
+        }
+        // db = sum over rows of dy
+        if (out.inputs.size() > 2 && out.input_needs_grad(2)) {
+          Array<T> db = empty_array<T>({outf}, "linear (backward)");
+          T* pdb = db.data();
+          std::fill(pdb, pdb + outf, T(0));
+          for (std::size_t r = 0; r < rows_total; ++r) {
+            const T* row = dy + r * outf;
+            for (std::size_t j = 0; j < outf; ++j) pdb[j] += row[j];
+          }
+          out.input(2).accumulate_grad(std::move(db));
+        }
+      },
+      linear_formula<T>);
 }
 
 #define XGRAD_INSTANTIATE(T)                                                \

@@ -81,7 +81,8 @@ template <class T> Tensor<T> sum(const Tensor<T>& a, const std::vector<std::int6
 template <class T> Tensor<T> mean(const Tensor<T>& a, const std::vector<std::int64_t>& dims, bool keepdim = false);
 // Sums a (broadcast) tensor back to `shape`, the reverse of broadcasting (torch's sum_to_size), as
 // differentiable ops: what a broadcasting op's differentiable backward (create_graph) calls.
-template <class T> Tensor<T> sum_to(const Tensor<T>& a, const Shape& shape);
+template <class T>
+Tensor<T> sum_to(const Tensor<T>& a, const Shape& shape);
 // unbiased=true divides by n - 1 (torch.var's default), else by n.
 template <class T> Tensor<T> var(const Tensor<T>& a, bool unbiased = true);
 template <class T>

@@ -168,16 +168,21 @@ Tensor<T> scaled_sum(const char* op, const Tensor<T>& a, ReducePlan plan, Acc sc
     };
   } else {
     std::vector<std::int64_t> kept(plan.kept_shape.begin(), plan.kept_shape.end());
-    formula = [kept = std::move(kept), differentiable](const BackwardArgs<T>& args) { return differentiable(args, kept); };
+    formula = [kept = std::move(kept), differentiable](const BackwardArgs<T>& args) {
+      return differentiable(args, kept);
+    };
   }
-  return make_result<T>(op, std::move(y), {a}, [op, plan = std::move(plan), scale](Node<T>& out) {
-    Array<T> gx = empty_array<T>(out.input_shape(0), op);
-    const T* pg = out.grad.data();
-    T* pgx = gx.data();
-    const T s = static_cast<T>(scale);
-    visit_elements(plan, [&](std::size_t i, std::size_t o) { pgx[i] = pg[o] * s; });
-    out.input(0).accumulate_grad(std::move(gx));
-  }, std::move(formula));
+  return make_result<T>(
+      op, std::move(y), {a},
+      [op, plan = std::move(plan), scale](Node<T>& out) {
+        Array<T> gx = empty_array<T>(out.input_shape(0), op);
+        const T* pg = out.grad.data();
+        T* pgx = gx.data();
+        const T s = static_cast<T>(scale);
+        visit_elements(plan, [&](std::size_t i, std::size_t o) { pgx[i] = pg[o] * s; });
+        out.input(0).accumulate_grad(std::move(gx));
+      },
+      std::move(formula));
 }
 
 // Two passes for accuracy under a large common offset:
@@ -209,17 +214,20 @@ Tensor<T> variance(const Tensor<T>& a, ReducePlan plan, bool unbiased) {
     const Tensor<T> dy = expand(reshape(args.grad(), std::vector<std::int64_t>(kept.begin(), kept.end())), in_sizes);
     return std::vector<Tensor<T>>{mul(mul(dy, centered), static_cast<T>(Acc(2) / divisor))};
   };
-  return make_result<T>("var", std::move(y), {a},
-                        [plan = std::move(plan), mean = std::move(mean), divisor](Node<T>& out) {
-    const Array<T>& x = out.input_value(0);
-    Array<T> gx = empty_array<T>(x.shape(), "var (backward)");
-    const T* px = x.data();
-    const T* pg = out.grad.data();
-    T* pgx = gx.data();
-    const Acc k = Acc(2) / divisor;
-    visit_elements(plan, [&](std::size_t i, std::size_t o) { pgx[i] = static_cast<T>(pg[o] * k * (px[i] - mean[o])); });
-    out.input(0).accumulate_grad(std::move(gx));
-  }, std::move(formula));
+  return make_result<T>(
+      "var", std::move(y), {a},
+      [plan = std::move(plan), mean = std::move(mean), divisor](Node<T>& out) {
+        const Array<T>& x = out.input_value(0);
+        Array<T> gx = empty_array<T>(x.shape(), "var (backward)");
+        const T* px = x.data();
+        const T* pg = out.grad.data();
+        T* pgx = gx.data();
+        const Acc k = Acc(2) / divisor;
+        visit_elements(plan,
+                       [&](std::size_t i, std::size_t o) { pgx[i] = static_cast<T>(pg[o] * k * (px[i] - mean[o])); });
+        out.input(0).accumulate_grad(std::move(gx));
+      },
+      std::move(formula));
 }
 
 // NaN wins (torch.amax propagates NaN); a NaN ties with a NaN result.
@@ -253,25 +261,28 @@ Tensor<T> max_shared(const char* op, const Tensor<T>& a, ReducePlan plan) {
       share.data()[i] = ties(px[i], py[o]) ? T(1) / static_cast<T>(n_ties[o]) : T(0);
     });
     const Shape in = x.shape();
-    const Tensor<T> dy = expand(reshape(args.grad(), std::vector<std::int64_t>(plan.kept_shape.begin(),
-                                                                              plan.kept_shape.end())),
-                                std::vector<std::int64_t>(in.begin(), in.end()));
+    const Tensor<T> dy =
+        expand(reshape(args.grad(), std::vector<std::int64_t>(plan.kept_shape.begin(), plan.kept_shape.end())),
+               std::vector<std::int64_t>(in.begin(), in.end()));
     return std::vector<Tensor<T>>{mul(dy, Tensor<T>(std::move(share)))};
   };
-  return make_result<T>(op, std::move(y), {a}, [op, plan = std::move(plan)](Node<T>& out) {
-    const Array<T>& x = out.input_value(0);
-    const T* px = x.data();
-    const T* py = out.output_value().data();
-    const T* pg = out.grad.data();
-    std::vector<std::size_t> n_ties = scratch_vector<std::size_t>(plan.out_size, 0, op);
-    visit(plan, [&](std::size_t i, std::size_t o) { n_ties[o] += ties(px[i], py[o]); });
-    Array<T> gx = empty_array<T>(x.shape(), op);
-    T* pgx = gx.data();
-    visit_elements(plan, [&](std::size_t i, std::size_t o) {
-      pgx[i] = ties(px[i], py[o]) ? pg[o] / static_cast<T>(n_ties[o]) : T(0);
-    });
-    out.input(0).accumulate_grad(std::move(gx));
-  }, std::move(formula));
+  return make_result<T>(
+      op, std::move(y), {a},
+      [op, plan = std::move(plan)](Node<T>& out) {
+        const Array<T>& x = out.input_value(0);
+        const T* px = x.data();
+        const T* py = out.output_value().data();
+        const T* pg = out.grad.data();
+        std::vector<std::size_t> n_ties = scratch_vector<std::size_t>(plan.out_size, 0, op);
+        visit(plan, [&](std::size_t i, std::size_t o) { n_ties[o] += ties(px[i], py[o]); });
+        Array<T> gx = empty_array<T>(x.shape(), op);
+        T* pgx = gx.data();
+        visit_elements(plan, [&](std::size_t i, std::size_t o) {
+          pgx[i] = ties(px[i], py[o]) ? pg[o] / static_cast<T>(n_ties[o]) : T(0);
+        });
+        out.input(0).accumulate_grad(std::move(gx));
+      },
+      std::move(formula));
 }
 
 }  // namespace
@@ -398,26 +409,29 @@ std::pair<Tensor<T>, IndexArray> max(const Tensor<T>& a, std::int64_t dim, bool 
                                 std::vector<std::int64_t>(in.begin(), in.end()));
     return std::vector<Tensor<T>>{mul(dy, Tensor<T>(std::move(mask)))};
   };
-  Tensor<T> values = make_result<T>("max", std::move(y), {a}, [args_max](Node<T>& out) {
-    const std::vector<std::size_t>& arg = *args_max;
-    Array<T> gx = full_array<T>(out.input_shape(0), T(0), "max (backward)");
-    const T* pg = out.grad.data();
-    for (std::size_t o = 0; o < arg.size(); ++o) gx.data()[arg[o]] += pg[o];
-    out.input(0).accumulate_grad(std::move(gx));
-  }, std::move(formula));
+  Tensor<T> values = make_result<T>(
+      "max", std::move(y), {a},
+      [args_max](Node<T>& out) {
+        const std::vector<std::size_t>& arg = *args_max;
+        Array<T> gx = full_array<T>(out.input_shape(0), T(0), "max (backward)");
+        const T* pg = out.grad.data();
+        for (std::size_t o = 0; o < arg.size(); ++o) gx.data()[arg[o]] += pg[o];
+        out.input(0).accumulate_grad(std::move(gx));
+      },
+      std::move(formula));
   return {std::move(values), std::move(indices)};
 }
 
-#define XGRAD_INSTANTIATE(T)                                                                  \
-  template Tensor<T> sum<T>(const Tensor<T>&);                                                \
-  template Tensor<T> mean<T>(const Tensor<T>&);                                               \
-  template Tensor<T> sum<T>(const Tensor<T>&, const std::vector<std::int64_t>&, bool);                 \
-  template Tensor<T> mean<T>(const Tensor<T>&, const std::vector<std::int64_t>&, bool);                \
-  template Tensor<T> sum_to<T>(const Tensor<T>&, const Shape&);                                        \
-  template Tensor<T> var<T>(const Tensor<T>&, bool);                                          \
-  template Tensor<T> var<T>(const Tensor<T>&, const std::vector<std::int64_t>&, bool, bool);           \
-  template Tensor<T> amax<T>(const Tensor<T>&, const std::vector<std::int64_t>&, bool);                \
-  template Tensor<T> max<T>(const Tensor<T>&);                                                \
+#define XGRAD_INSTANTIATE(T)                                                                 \
+  template Tensor<T> sum<T>(const Tensor<T>&);                                               \
+  template Tensor<T> mean<T>(const Tensor<T>&);                                              \
+  template Tensor<T> sum<T>(const Tensor<T>&, const std::vector<std::int64_t>&, bool);       \
+  template Tensor<T> mean<T>(const Tensor<T>&, const std::vector<std::int64_t>&, bool);      \
+  template Tensor<T> sum_to<T>(const Tensor<T>&, const Shape&);                              \
+  template Tensor<T> var<T>(const Tensor<T>&, bool);                                         \
+  template Tensor<T> var<T>(const Tensor<T>&, const std::vector<std::int64_t>&, bool, bool); \
+  template Tensor<T> amax<T>(const Tensor<T>&, const std::vector<std::int64_t>&, bool);      \
+  template Tensor<T> max<T>(const Tensor<T>&);                                               \
   template std::pair<Tensor<T>, IndexArray> max<T>(const Tensor<T>&, std::int64_t, bool);
 XGRAD_INSTANTIATE(float)
 XGRAD_INSTANTIATE(double)

@@ -98,15 +98,18 @@ Tensor<T> take_along(const char* op, const Tensor<T>& a, const AlongDim& v, std:
         ps[i] = v.at(o, static_cast<std::size_t>(pi[i]), c);
         y.data()[i] = pa[ps[i]];
       }
-  return make_result<T>(op, std::move(y), {a}, [op, source](Node<T>& out) {
-    Array<T> g = full_array<T>(out.input_shape(0), T(0), op);
-    const T* pg = out.grad.data();
-    const std::size_t* ps = source->data();
-    for (std::size_t i = 0; i < source->size(); ++i) g.data()[ps[i]] += pg[i];
-    out.input(0).accumulate_grad(std::move(g));
-  }, [source = Positions(source)](const BackwardArgs<T>& args) {
-    return std::vector<Tensor<T>>{put_positions(args.grad(), source, args.input_shape(0))};
-  });
+  return make_result<T>(
+      op, std::move(y), {a},
+      [op, source](Node<T>& out) {
+        Array<T> g = full_array<T>(out.input_shape(0), T(0), op);
+        const T* pg = out.grad.data();
+        const std::size_t* ps = source->data();
+        for (std::size_t i = 0; i < source->size(); ++i) g.data()[ps[i]] += pg[i];
+        out.input(0).accumulate_grad(std::move(g));
+      },
+      [source = Positions(source)](const BackwardArgs<T>& args) {
+        return std::vector<Tensor<T>>{put_positions(args.grad(), source, args.input_shape(0))};
+      });
 }
 
 // tril (lower = true) keeps a[..., i, j] where j - i <= diagonal, triu where j - i >= diagonal;
@@ -128,13 +131,16 @@ Tensor<T> triangle(const char* op, const Tensor<T>& a, std::int64_t diagonal, bo
   };
   Array<T> y = copy_array(a.value(), op);
   zero_outside(y);
-  return make_result<T>(op, std::move(y), {a}, [zero_outside](Node<T>& out) {
-    Array<T> g = std::move(out.grad);  // in place: the engine hands the gradient over
-    zero_outside(g);
-    out.input(0).accumulate_grad(std::move(g));
-  }, [diagonal, lower](const BackwardArgs<T>& args) {  // da = the same triangle of dy
-    return std::vector<Tensor<T>>{lower ? xgrad::tril(args.grad(), diagonal) : xgrad::triu(args.grad(), diagonal)};
-  });
+  return make_result<T>(
+      op, std::move(y), {a},
+      [zero_outside](Node<T>& out) {
+        Array<T> g = std::move(out.grad);  // in place: the engine hands the gradient over
+        zero_outside(g);
+        out.input(0).accumulate_grad(std::move(g));
+      },
+      [diagonal, lower](const BackwardArgs<T>& args) {  // da = the same triangle of dy
+        return std::vector<Tensor<T>>{lower ? xgrad::tril(args.grad(), diagonal) : xgrad::triu(args.grad(), diagonal)};
+      });
 }
 
 }  // namespace

@@ -59,15 +59,18 @@ Array<T> permute_array(const char* op, const Array<T>& x, const std::vector<std:
 template <class T>
 Tensor<T> permuted(const char* op, const Tensor<T>& a, std::vector<std::size_t> perm) {
   XGRAD_TRACE_NOTE(op, {"perm", perm});
-  return make_result<T>(op, permute_array(op, a.value(), perm), {a}, [op, perm](Node<T>& out) {
-    std::vector<std::size_t> inverse(perm.size());
-    for (std::size_t d = 0; d < perm.size(); ++d) inverse[perm[d]] = d;
-    out.input(0).accumulate_grad(permute_array(op, out.grad, inverse));
-  }, [perm](const BackwardArgs<T>& args) {
-    std::vector<std::int64_t> inverse(perm.size());
-    for (std::size_t d = 0; d < perm.size(); ++d) inverse[perm[d]] = static_cast<std::int64_t>(d);
-    return std::vector<Tensor<T>>{permute(args.grad(), inverse)};
-  });
+  return make_result<T>(
+      op, permute_array(op, a.value(), perm), {a},
+      [op, perm](Node<T>& out) {
+        std::vector<std::size_t> inverse(perm.size());
+        for (std::size_t d = 0; d < perm.size(); ++d) inverse[perm[d]] = d;
+        out.input(0).accumulate_grad(permute_array(op, out.grad, inverse));
+      },
+      [perm](const BackwardArgs<T>& args) {
+        std::vector<std::int64_t> inverse(perm.size());
+        for (std::size_t d = 0; d < perm.size(); ++d) inverse[perm[d]] = static_cast<std::int64_t>(d);
+        return std::vector<Tensor<T>>{permute(args.grad(), inverse)};
+      });
 }
 
 // The same elements in the same order under a new shape;  dx = dy reshaped to x's shape.
@@ -75,14 +78,17 @@ template <class T>
 Tensor<T> reshaped(const char* op, const Tensor<T>& a, const Shape& shape) {
   Array<T> y = empty_array<T>(shape, op);
   std::copy(a.value().data(), a.value().data() + a.value().size(), y.data());
-  return make_result<T>(op, std::move(y), {a}, [](Node<T>& out) {
-    Array<T> g = std::move(out.grad);
-    g.reshape(out.input_shape(0));
-    out.input(0).accumulate_grad(std::move(g));
-  }, [](const BackwardArgs<T>& args) {
-    const Shape in = args.input_shape(0);
-    return std::vector<Tensor<T>>{reshape(args.grad(), std::vector<std::int64_t>(in.begin(), in.end()))};
-  });
+  return make_result<T>(
+      op, std::move(y), {a},
+      [](Node<T>& out) {
+        Array<T> g = std::move(out.grad);
+        g.reshape(out.input_shape(0));
+        out.input(0).accumulate_grad(std::move(g));
+      },
+      [](const BackwardArgs<T>& args) {
+        const Shape in = args.input_shape(0);
+        return std::vector<Tensor<T>>{reshape(args.grad(), std::vector<std::int64_t>(in.begin(), in.end()))};
+      });
 }
 
 // Joins tensors along one axis: tensor k is viewed as (outer, chunk[k]) and the result as
@@ -117,18 +123,21 @@ Tensor<T> join(const char* op, const std::vector<Tensor<T>>& tensors, std::size_
     }
     return g;
   };
-  return make_result<T>(op, std::move(y), tensors, [op, outer, row, chunk = std::move(chunk)](Node<T>& out) {
-    std::size_t col = 0;
-    for (std::size_t k = 0; k < chunk.size(); ++k) {
-      if (out.input_needs_grad(k)) {
-        Array<T> g = empty_array<T>(out.input_shape(k), op);
-        for (std::size_t o = 0; o < outer && chunk[k] > 0; ++o)
-          std::memcpy(g.data() + o * chunk[k], out.grad.data() + o * row + col, chunk[k] * sizeof(T));
-        out.input(k).accumulate_grad(std::move(g));
-      }
-      col += chunk[k];
-    }
-  }, std::move(formula));
+  return make_result<T>(
+      op, std::move(y), tensors,
+      [op, outer, row, chunk = std::move(chunk)](Node<T>& out) {
+        std::size_t col = 0;
+        for (std::size_t k = 0; k < chunk.size(); ++k) {
+          if (out.input_needs_grad(k)) {
+            Array<T> g = empty_array<T>(out.input_shape(k), op);
+            for (std::size_t o = 0; o < outer && chunk[k] > 0; ++o)
+              std::memcpy(g.data() + o * chunk[k], out.grad.data() + o * row + col, chunk[k] * sizeof(T));
+            out.input(k).accumulate_grad(std::move(g));
+          }
+          col += chunk[k];
+        }
+      },
+      std::move(formula));
 }
 
 // Python's slice clamping of one bound against a dim of the given size.
@@ -142,8 +151,13 @@ std::int64_t clamp_bound(std::int64_t b, std::int64_t size) {
 struct SliceSpec {
   std::size_t dim, outer, size, inner, start, length, step;
   SliceSpec(const Shape& in, std::size_t k, std::size_t start_, std::size_t length_, std::size_t step_)
-      : dim(k), outer(numel(in, 0, k)), size(in[k]), inner(numel(in, k + 1, in.size())), start(start_),
-        length(length_), step(step_) {}
+      : dim(k),
+        outer(numel(in, 0, k)),
+        size(in[k]),
+        inner(numel(in, k + 1, in.size())),
+        start(start_),
+        length(length_),
+        step(step_) {}
   // Flat offset of slice row j of block o in the full tensor, and in the slice.
   std::size_t full(std::size_t o, std::size_t j) const { return (o * size + start + j * step) * inner; }
   std::size_t part(std::size_t o, std::size_t j) const { return (o * length + j) * inner; }
@@ -153,8 +167,7 @@ struct SliceSpec {
 template <class T>
 void slice_copy(const T* src, const SliceSpec& s, T* dst) {
   for (std::size_t o = 0; o < s.outer && s.inner > 0; ++o)
-    for (std::size_t j = 0; j < s.length; ++j)
-      std::memcpy(dst + s.part(o, j), src + s.full(o, j), s.inner * sizeof(T));
+    for (std::size_t j = 0; j < s.length; ++j) std::memcpy(dst + s.part(o, j), src + s.full(o, j), s.inner * sizeof(T));
 }
 
 // The full tensor of shape `in`: zeros, and src (the slice) at the slice's positions.
@@ -182,11 +195,14 @@ Tensor<T> strided_slice(const char* op, const Tensor<T>& a, std::size_t k, std::
   XGRAD_TRACE_NOTE(op, {"dim", k}, {"start", start}, {"length", length}, {"step", step});
   Array<T> y = empty_array<T>(out_shape, op);
   slice_copy(a.value().data(), spec, y.data());
-  return make_result<T>(op, std::move(y), {a}, [op, spec](Node<T>& out) {
-    out.input(0).accumulate_grad(pad_array<T>(op, out.grad.data(), out.input_shape(0), spec));
-  }, [spec](const BackwardArgs<T>& args) {
-    return std::vector<Tensor<T>>{slice_backward(args.grad(), args.input_shape(0), spec)};
-  });
+  return make_result<T>(
+      op, std::move(y), {a},
+      [op, spec](Node<T>& out) {
+        out.input(0).accumulate_grad(pad_array<T>(op, out.grad.data(), out.input_shape(0), spec));
+      },
+      [spec](const BackwardArgs<T>& args) {
+        return std::vector<Tensor<T>>{slice_backward(args.grad(), args.input_shape(0), spec)};
+      });
 }
 
 // A slice's gradient as an op of its own, so that it can be differentiated again:
@@ -347,9 +363,10 @@ Tensor<T> expand(const Tensor<T>& a, const std::vector<std::int64_t>& sizes) {
   }
   Array<T> y = empty_array<T>(out, "expand");
   gather_strided(a.value().data(), out, detail::broadcast_strides(in, out), y.data());
-  return make_result<T>("expand", std::move(y), {a}, [](Node<T>& node) {
-    node.input(0).accumulate_grad(sum_to(std::move(node.grad), node.input_shape(0)));
-  }, [](const BackwardArgs<T>& args) { return std::vector<Tensor<T>>{sum_to(args.grad(), args.input_shape(0))}; });
+  return make_result<T>(
+      "expand", std::move(y), {a},
+      [](Node<T>& node) { node.input(0).accumulate_grad(sum_to(std::move(node.grad), node.input_shape(0))); },
+      [](const BackwardArgs<T>& args) { return std::vector<Tensor<T>>{sum_to(args.grad(), args.input_shape(0))}; });
 }
 
 // ---- cat, stack ---------------------------------------------------------------------------------

@@ -180,12 +180,15 @@ Tensor<T> softmax_impl(const char* op, const Tensor<T>& a, std::int64_t dim, boo
   Array<T> y = empty_array<T>(a.shape(), op);
   softmax_forward(a.value().data(), y.data(), L, log);
   XGRAD_TRACE_NOTE(op, {"dim", dim});
-  return make_result<T>(op, std::move(y), {a}, [op, L, log](Node<T>& out) {
-    if (!out.input_needs_grad(0)) return;
-    Array<T> dx = empty_array<T>(out.output_value().shape(), op);
-    softmax_backward(out.output_value().data(), out.grad.data(), dx.data(), L, log);
-    out.input(0).accumulate_grad(std::move(dx));
-  }, [dim, L, log](const BackwardArgs<T>& args) { return softmax_formula(args, dim, L, log); });
+  return make_result<T>(
+      op, std::move(y), {a},
+      [op, L, log](Node<T>& out) {
+        if (!out.input_needs_grad(0)) return;
+        Array<T> dx = empty_array<T>(out.output_value().shape(), op);
+        softmax_backward(out.output_value().data(), out.grad.data(), dx.data(), L, log);
+        out.input(0).accumulate_grad(std::move(dx));
+      },
+      [dim, L, log](const BackwardArgs<T>& args) { return softmax_formula(args, dim, L, log); });
 }
 
 }  // namespace
