@@ -232,3 +232,17 @@ TEST(Gradgradcheck, PassesForSmoothElementwiseOpsAndCatchesAWrongSecondDerivativ
   EXPECT_TRUE(gradcheck([](In in) { return Wrong::apply(in[0]); }, one).passed);
   EXPECT_FALSE(run([](In in) { return Wrong::apply(in[0]); }, one).passed);
 }
+
+TEST(CreateGraph, AFailedCreateGraphBackwardFreesItsGraph) {
+  // tanh's gradient graph holds tanh's output, and it waits on the node below (which refuses):
+  // unless the failed pass drops it, node -> its gradient's graph -> tanh's output -> node.
+  std::weak_ptr<Node<double>> weak;
+  {
+    auto x = vec({0.5, 1.5});
+    auto t = tanh(square_without_formula(x));
+    weak = t.node();
+    auto y = sum(t);
+    EXPECT_FALSE(error_of([&] { autograd::grad({y}, {x}, {}, std::nullopt, true); }).empty());
+  }
+  EXPECT_TRUE(weak.expired());
+}

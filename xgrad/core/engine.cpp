@@ -1,5 +1,6 @@
 // The engine: grad mode, anomaly mode, graph construction, sum_to and backward.
 #include <algorithm>
+#include <exception>
 #include <atomic>
 #include <cmath>
 #include <optional>
@@ -462,6 +463,20 @@ void traverse(const std::vector<std::shared_ptr<Node<T>>>& roots, std::vector<Ar
   // The backward's oneDNN calls on this thread block the asynchronous signals once, at the first
   // of them, until the pass ends (signals.hpp): a signal that arrives meanwhile is delivered then.
   const detail::AsyncSignalScope one_signal_block;
+  // A backward that throws leaves no gradient on the non-leaf nodes: under create_graph a node's
+  // gradient graph may hold its consumer's output, which holds the node (a cycle, never freed).
+  struct DropPartialGradients {
+    const std::vector<Node<T>*>& order;
+    const int exceptions = std::uncaught_exceptions();
+    ~DropPartialGradients() {
+      if (std::uncaught_exceptions() <= exceptions) return;
+      for (Node<T>* node : order) {
+        E<T>::grad_graph(*node) = nullptr;
+        detail::recycle(node->grad);
+        node->has_grad = false;
+      }
+    }
+  } const drop_partial{order, std::uncaught_exceptions()};
   std::size_t k = 0;
   for (auto it = order.rbegin(); it != order.rend(); ++it, ++k) {
     Node<T>& node = **it;
