@@ -21,16 +21,6 @@ using namespace xgrad::testing;
 
 namespace {
 
-// Restores the thread count on scope exit.
-class ThreadCountGuard {
- public:
-  ThreadCountGuard() : saved_(get_num_threads()) {}
-  ~ThreadCountGuard() { set_num_threads(saved_); }
-
- private:
-  int saved_;
-};
-
 template <class T>
 using Arrays = std::vector<Array<T>>;
 

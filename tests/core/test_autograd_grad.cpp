@@ -9,10 +9,6 @@ using namespace xgrad;
 using namespace xgrad::testing;
 
 namespace {
-T64 vec(std::vector<double> v, bool requires_grad = true) {
-  const std::size_t n = v.size();
-  return from_vector<double>(v, {n}, requires_grad);
-}
 Array<double> arr(std::vector<double> v) {
   const std::size_t n = v.size();
   return from_vector<double>(v, {n}).value();

@@ -16,10 +16,6 @@ using namespace xgrad;
 using namespace xgrad::testing;
 
 namespace {
-T64 vec(std::vector<double> v, bool requires_grad = true) {
-  const std::size_t n = v.size();
-  return from_vector<double>(v, {n}, requires_grad);
-}
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 }  // namespace
 

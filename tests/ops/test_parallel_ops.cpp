@@ -15,15 +15,6 @@ using namespace xgrad::testing;
 
 namespace {
 
-class ThreadCountGuard {
- public:
-  ThreadCountGuard() : saved_(get_num_threads()) {}
-  ~ThreadCountGuard() { set_num_threads(saved_); }
-
- private:
-  int saved_;
-};
-
 using F32 = Tensor<float>;
 using Arrays = std::vector<Array<float>>;
 

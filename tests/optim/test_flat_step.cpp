@@ -18,15 +18,6 @@ using namespace xgrad::optim;
 
 namespace {
 
-class ThreadCountGuard {
- public:
-  ThreadCountGuard() : saved_(get_num_threads()) {}
-  ~ThreadCountGuard() { set_num_threads(saved_); }
-
- private:
-  int saved_;
-};
-
 // Parameter sizes: a scalar, tails of every SIMD width, sizes around the unit, and a tensor large
 // enough that the list is split across threads (and within that tensor).
 const std::vector<std::size_t> kSizes = {1, 7, 17, 1000, 1023, 1024, 1025, 3, 70001, 2048, 5};
@@ -39,9 +30,6 @@ Array<T> random_values(std::size_t n, std::uint64_t seed) {
 
 bool bitwise_equal(const Array<double>& a, const Array<double>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0;
-}
-bool bitwise_equal(const Array<float>& a, const Array<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 // ---- the split ------------------------------------------------------------------------------------

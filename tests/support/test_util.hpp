@@ -13,8 +13,26 @@
 
 namespace xgrad::testing {
 
+// Restores the thread count (set_num_threads) on scope exit.
+class ThreadCountGuard {
+ public:
+  ThreadCountGuard() : saved_(get_num_threads()) {}
+  ~ThreadCountGuard() { set_num_threads(saved_); }
+  ThreadCountGuard(const ThreadCountGuard&) = delete;
+  ThreadCountGuard& operator=(const ThreadCountGuard&) = delete;
+
+ private:
+  int saved_;
+};
+
 using T64 = Tensor<double>;
 using Inputs = std::vector<T64>;
+
+// A 1-D double tensor of the given values.
+inline T64 vec(std::vector<double> v, bool requires_grad = true) {
+  const std::size_t n = v.size();
+  return from_vector<double>(v, {n}, requires_grad);
+}
 
 // Random double input of the given shape, requiring grad; values away from 0 when
 // `away_from_zero` (for abs, relu, sqrt, log and other kinks).
