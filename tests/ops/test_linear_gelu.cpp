@@ -120,14 +120,18 @@ int jobs_at_two_threads(const std::function<void()>& f) {
   return g_jobs.load();
 }
 
-// The forward of a product the gemm cuts by rows is one fork/join: bias, gemm and GELU in each
-// block (linear then gelu took two, and a serial bias fill before them). Linear's bias gradient
+// The forward is one fork/join: bias, gemm and GELU in each of the gemm's blocks (linear then gelu
+// take two, and linear filled the bias serially before its gemm). Linear's bias gradient
 // alone is one parallel job (a serial loop before).
 TEST(LinearGelu, ForwardIsOneForkJoinAndTheBiasGradientRunsOnThePool) {
   const Tensor<float> x = leaf<float>({1024, 64}, 1), w = leaf<float>({256, 64}, 2), b = leaf<float>({256}, 3);
   EXPECT_EQ(jobs_at_two_threads([&] { gelu(linear(x, w, b)); }), 2);
   EXPECT_EQ(jobs_at_two_threads([&] { detail::linear_gelu(x, w, b); }), 1);
   EXPECT_EQ(jobs_at_two_threads([&] { linear(x, w, b); }), 1);
+  // More columns than rows: the gemm's 16-column tiles, bias and GELU in each.
+  const Tensor<float> xw = leaf<float>({64, 64}, 1), ww = leaf<float>({1024, 64}, 2), bw = leaf<float>({1024}, 3);
+  EXPECT_EQ(jobs_at_two_threads([&] { detail::linear_gelu(xw, ww, bw); }), 1);
+  EXPECT_EQ(jobs_at_two_threads([&] { linear(xw, ww, bw); }), 1);
   const Tensor<float> xc = x.detach(), wc = w.detach();
   const Tensor<float> y = linear(xc, wc, b);  // only the bias needs a gradient
   Generator g(5);

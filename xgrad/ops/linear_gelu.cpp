@@ -41,7 +41,8 @@ std::vector<Tensor<T>> linear_gelu_formula(const BackwardArgs<T>& args, bool tan
 }  // namespace
 
 // x: (*, in), W: (out, in), b: (out) -> g: (*, out);  h = x W^T + b,  g = gelu(h).
-// Forward: linear's row blocks (16-row tiles over the pool), each block's GELU right after its gemm.
+// Forward: linear's blocks (16-row or 16-column tiles over the pool), each block's GELU right after
+// its gemm.
 // Backward: one pass over column blocks of 64 (each column's rows in order, one thread) computing
 // dh = dy * gelu'(h) in place and db = sum of dh over the rows, then dx = dh W and dW = dh^T x.
 template <class T>
@@ -58,9 +59,15 @@ Tensor<T> linear_gelu(const Tensor<T>& x, const Tensor<T>& weight, const Tensor<
   const std::size_t outf = sy.back();
   T* ph = h.data();
   T* pg = g.data();
-  const LinearGemms s = linear_forward<T>(x, weight, bias, ph, [&](std::size_t r0, std::size_t r1) {
-    gelu_kernel<T, false>(tanh_form, ph + r0 * outf, nullptr, pg + r0 * outf, (r1 - r0) * outf);
-  });
+  const LinearGemms s =
+      linear_forward<T>(x, weight, bias, ph, [&](std::size_t r0, std::size_t r1, std::size_t c0, std::size_t c1) {
+        if (c0 == 0 && c1 == outf) {  // whole rows: one contiguous run
+          gelu_kernel<T, false>(tanh_form, ph + r0 * outf, nullptr, pg + r0 * outf, (r1 - r0) * outf);
+          return;
+        }
+        for (std::size_t r = r0; r < r1; ++r)
+          gelu_kernel<T, false>(tanh_form, ph + r * outf + c0, nullptr, pg + r * outf + c0, c1 - c0);
+      });
   auto saved_h = std::make_shared<const Array<T>>(std::move(h));
   std::vector<Tensor<T>> inputs{x, weight};
   if (bias.defined()) inputs.push_back(bias);

@@ -23,15 +23,20 @@ struct LinearGemms {
 template <class T>
 Shape linear_output_shape(const char* op, const Tensor<T>& x, const Tensor<T>& weight, const Tensor<T>& bias);
 
-// y (rows, out) = x W^T + b, block by block of rows: each block is filled with the bias, gets its
-// gemm (beta = 1; beta = 0 without a bias), then epilogue(r0, r1) on its rows while they are in
-// cache. The blocks are the 16-row tiles the gemm backend cuts such a product into (gemm.cpp,
-// onednn.cpp), one fork/join in all, so y has the bits of one gemm call on a bias-filled y. Where
-// the backend would cut columns instead (more columns than rows, fp32/fp64), the bias fill and the
-// epilogue run over the pool by rows before and after that one call.
+// epilogue(r0, r1, c0, c1): work on the block of rows [r0, r1) and columns [c0, c1) of y just
+// computed.
+using LinearEpilogue = std::function<void(std::size_t, std::size_t, std::size_t, std::size_t)>;
+
+// y (rows, out) = x W^T + b, block by block: each block is filled with the bias, gets its gemm
+// (beta = 1; beta = 0 without a bias), then the epilogue while it is in cache. The blocks are those
+// the gemm backend cuts such a product into (gemm.cpp, onednn.cpp: 16-row tiles, or 16-column tiles
+// for fp32/fp64 with more columns than rows, from 2^20 multiply-adds), one fork/join in all, each a
+// single-threaded call: y has the bits of one gemm call on a bias-filled y. Only bf16's portable
+// path (no bf16 matmul here, or the OpenBLAS backend) fills and runs the epilogue by rows over the
+// pool before and after its one call.
 template <class T>
 LinearGemms linear_forward(const Tensor<T>& x, const Tensor<T>& weight, const Tensor<T>& bias, T* y,
-                           const std::function<void(std::size_t, std::size_t)>& epilogue);
+                           const LinearEpilogue& epilogue);
 
 // The backward's products for an upstream gradient dy (rows, out): dx = dy W into input 0 and
 // dW = dy^T x into input 1, each when needed.

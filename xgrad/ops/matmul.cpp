@@ -248,7 +248,7 @@ Shape linear_output_shape(const char* op, const Tensor<T>& x, const Tensor<T>& w
 
 template <class T>
 LinearGemms linear_forward(const Tensor<T>& x, const Tensor<T>& weight, const Tensor<T>& bias, T* py,
-                           const std::function<void(std::size_t, std::size_t)>& epilogue) {
+                           const LinearEpilogue& epilogue) {
   const Shape sx = x.shape(), sw = weight.shape();
   LinearGemms s;
   s.in = sw[1];
@@ -270,42 +270,44 @@ LinearGemms linear_forward(const Tensor<T>& x, const Tensor<T>& weight, const Te
   const T* px = x.value().data();
   const T* pw = weight.value().data();
   const T* pb = bias.defined() && outf > 0 ? bias.value().data() : nullptr;  // out 0: nothing to copy
-  // Rows [r0, r1): y starts as the bias, then the gemm adds x W^T (beta = 1).
-  auto fill = [&](std::size_t r0, std::size_t r1) {
+  const T beta = pb != nullptr ? T(1) : T(0);
+  // The block of rows [r0, r1) and columns [c0, c1) of y: the bias, then the gemm adds x W^T
+  // (beta = 1), then the epilogue while the block is in cache.
+  auto block = [&](std::size_t r0, std::size_t r1, std::size_t c0, std::size_t c1) {
     if (pb != nullptr)
-      for (std::size_t r = r0; r < r1; ++r) std::memcpy(py + r * outf, pb, outf * sizeof(T));
-  };
-  auto product = [&](std::size_t r0, std::size_t r1) {
-    const T beta = pb != nullptr ? T(1) : T(0);
+      for (std::size_t r = r0; r < r1; ++r) std::memcpy(py + r * outf + c0, pb + c0, (c1 - c0) * sizeof(T));
     if constexpr (std::is_same_v<T, float>) {
-      if (s.packed) {  // rows r0.. of the packed x: the same buffer, offset (an aliasing shared_ptr)
+      if (s.packed) {  // rows r0.. of the packed x: the same buffer, offset (an aliasing shared_ptr); c: all
         const Bf16Matrix xr{std::shared_ptr<const std::uint16_t[]>(s.xb.bits, s.xb.bits.get() + r0 * in), r1 - r0, in};
         gemm_bf16(false, true, r1 - r0, outf, in, 1.0f, xr, s.wb, beta, py + r0 * outf, outf);
+        if (epilogue) epilogue(r0, r1, c0, c1);
         return;
       }
     }
-    gemm_autocast<T>(s.bf16, false, true, r1 - r0, outf, in, T(1), px + r0 * in, in, pw, in, beta, py + r0 * outf,
-                     outf);
-  };
-  auto block = [&](std::size_t r0, std::size_t r1) {
-    fill(r0, r1);
-    product(r0, r1);
-    if (epilogue) epilogue(r0, r1);
+    gemm_autocast<T>(s.bf16, false, true, r1 - r0, c1 - c0, in, T(1), px + r0 * in, in, pw + c0 * in, in, beta,
+                     py + r0 * outf + c0, outf);
+    if (epilogue) epilogue(r0, r1, c0, c1);
   };
   // The backends' split (gemm.cpp, onednn.cpp): from 2^20 multiply-adds, blocks of whole 16-row
-  // tiles, at least 2 tiles each; fp32/fp64 cut columns instead when there are more columns than
-  // rows. A gemm called inside a chunk runs as one call on its thread.
+  // tiles, at least 2 tiles each, or, for fp32/fp64 with more columns than rows, of 16-column
+  // tiles. A gemm called inside a chunk runs as one call on its thread: the same calls as one gemm.
   constexpr std::size_t kTile = 16, kMinBlockTiles = 2, kMinMacs = std::size_t(1) << 20;
   if (rows * outf * in < kMinMacs) {
-    block(0, rows);
+    block(0, rows, 0, outf);
   } else if (s.packed || (!s.bf16 && rows >= outf)) {
     parallel_for((rows + kTile - 1) / kTile, kMinBlockTiles,
-                 [&](std::size_t t0, std::size_t t1) { block(t0 * kTile, std::min(t1 * kTile, rows)); });
-  } else {  // the gemm splits columns (or rounds its operands first: bf16's portable path)
+                 [&](std::size_t t0, std::size_t t1) { block(t0 * kTile, std::min(t1 * kTile, rows), 0, outf); });
+  } else if (!s.bf16) {
+    parallel_for((outf + kTile - 1) / kTile, kMinBlockTiles,
+                 [&](std::size_t t0, std::size_t t1) { block(0, rows, t0 * kTile, std::min(t1 * kTile, outf)); });
+  } else {  // bf16's portable path (rounds its operands, then a float gemm): bias and epilogue by rows
     const std::size_t grain = grain_for_units(outf);
-    parallel_for(rows, grain, fill);
-    product(0, rows);
-    if (epilogue) parallel_for(rows, grain, epilogue);
+    if (pb != nullptr)
+      parallel_for(rows, grain, [&](std::size_t r0, std::size_t r1) {
+        for (std::size_t r = r0; r < r1; ++r) std::memcpy(py + r * outf, pb, outf * sizeof(T));
+      });
+    gemm_autocast<T>(true, false, true, rows, outf, in, T(1), px, in, pw, in, beta, py, outf);
+    if (epilogue) parallel_for(rows, grain, [&](std::size_t r0, std::size_t r1) { epilogue(r0, r1, 0, outf); });
   }
   return s;
 }
@@ -378,7 +380,7 @@ Tensor<T> linear(const Tensor<T>& x, const Tensor<T>& weight, const Tensor<T>& b
   template Tensor<T> linear<T>(const Tensor<T>&, const Tensor<T>&, const Tensor<T>&);                               \
   template Shape detail::linear_output_shape<T>(const char*, const Tensor<T>&, const Tensor<T>&, const Tensor<T>&); \
   template detail::LinearGemms detail::linear_forward<T>(const Tensor<T>&, const Tensor<T>&, const Tensor<T>&, T*,  \
-                                                         const std::function<void(std::size_t, std::size_t)>&);     \
+                                                         const detail::LinearEpilogue&);                            \
   template void detail::linear_backward_gemms<T>(Node<T>&, const detail::LinearGemms&, const T*);
 XGRAD_INSTANTIATE(float)
 XGRAD_INSTANTIATE(double)
