@@ -10,6 +10,7 @@
 #include <functional>
 
 #include <xgrad/backend/autocast.hpp>
+#include <xgrad/nn/transformer.hpp>
 #include <xgrad/backend/parallel.hpp>
 #include <xgrad/core/trace.hpp>
 #include <xgrad/ops/linear_gelu.hpp>
@@ -198,6 +199,47 @@ TEST(LinearGelu, RecordsLinearAndGeluUnderATrace) {
   EXPECT_EQ(recorder.ops()[1].type, "gelu");
   EXPECT_EQ(recorder.ops()[1].text("approximate"), "tanh");
   EXPECT_EQ(max_abs_diff(want.value(), got.value()), 0.0);
+}
+
+// The transformer layers' feed-forward block runs linear_gelu for gelu and gelu_tanh, and linear then
+// gelu while a trace records: the layer's output and every gradient are the same bits either way.
+template <class Layer, class Run>
+Arrays<float> layer_run(Layer& layer, const Run& run, bool recording) {
+  layer.zero_grad();
+  const Tensor<float> x = leaf<float>({2, 24, 32}, 21), memory = leaf<float>({2, 24, 32}, 22);
+  Tensor<float> y;
+  if (recording) {
+    trace::Recorder recorder;
+    y = run(x, memory);
+  } else {
+    y = run(x, memory);
+  }
+  Generator g(23);
+  y.backward(randn<float>(y.shape(), g, false).value());
+  Arrays<float> out{y.value(), x.grad()};
+  for (const auto& p : layer.parameters()) out.push_back(p.grad());
+  return out;
+}
+
+TEST(LinearGelu, TransformerLayersFeedForwardIsFusedWithTheSameBits) {
+  for (const char* activation : {"gelu", "gelu_tanh"}) {
+    nn::TransformerEncoderLayer<float> enc(nn::TransformerEncoderLayerOptions(32, 4)
+                                               .dim_feedforward(80)
+                                               .dropout(0.0)
+                                               .activation(activation)
+                                               .batch_first(true));
+    const auto run_enc = [&](const Tensor<float>& x, const Tensor<float>&) { return enc.forward(x); };
+    expect_bitwise(layer_run(enc, run_enc, true), layer_run(enc, run_enc, false),
+                   std::string("encoder layer, ") + activation);
+    nn::TransformerDecoderLayer<float> dec(nn::TransformerDecoderLayerOptions(32, 4)
+                                               .dim_feedforward(80)
+                                               .dropout(0.0)
+                                               .activation(activation)
+                                               .batch_first(true));
+    const auto run_dec = [&](const Tensor<float>& x, const Tensor<float>& m) { return dec.forward(x, m); };
+    expect_bitwise(layer_run(dec, run_dec, true), layer_run(dec, run_dec, false),
+                   std::string("decoder layer, ") + activation);
+  }
 }
 
 TEST(LinearGelu, RefusesBadArgumentsByName) {
