@@ -80,16 +80,17 @@ TEST(Profiler, TrainingStepTraceLoadsAsJsonWithForwardAndBackwardOps) {
     EXPECT_GE(e["dur"].get<double>(), 0.0);
     names.insert(e["name"].get<std::string>());
   }
-  for (const char* op :
-       {"linear", "layer_norm", "gelu", "attention_heads", "add", "mse_loss", "LinearBackward", "LayerNormBackward",
-        "GeluBackward", "ScaledDotProductAttentionBackward", "AddBackward", "MseLossBackward", "backward", "forward",
-        "train_step", "Optimizer.step#Adam.step", "Optimizer.zero_grad#Adam.zero_grad"})
+  for (const char* op : {"linear", "layer_norm", "linear_gelu", "attention_heads", "add", "mse_loss", "LinearBackward",
+                         "LayerNormBackward", "LinearGeluBackward", "ScaledDotProductAttentionBackward", "AddBackward",
+                         "MseLossBackward", "backward", "forward", "train_step", "Optimizer.step#Adam.step",
+                         "Optimizer.zero_grad#Adam.zero_grad"})
     EXPECT_TRUE(names.count(op)) << op << " missing from the trace";
   // Two layers: two layer_norms each plus the linear layers (in-projection, out-projection, two
-  // feed-forward) per layer, each with a backward.
+  // feed-forward: linear1 and the GELU fused, ops/linear_gelu.hpp) per layer, each with a backward.
   EXPECT_EQ(names.count("layer_norm"), 4u);
   EXPECT_EQ(names.count("LayerNormBackward"), 4u);
-  EXPECT_EQ(names.count("gelu"), 2u);
+  EXPECT_EQ(names.count("linear_gelu"), 2u);
+  EXPECT_EQ(names.count("LinearGeluBackward"), 2u);
   // The input shapes (record_shapes) of the loss: input and target.
   bool shaped = false;
   for (const auto& e : trace["traceEvents"])
