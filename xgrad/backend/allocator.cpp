@@ -1,5 +1,6 @@
 #include <xgrad/backend/allocator.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <climits>
 #include <cstdlib>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include <xgrad/backend/array.hpp>
+#include <xgrad/backend/parallel_loops.hpp>
 
 #if defined(__SANITIZE_ADDRESS__)
 #define XGRAD_ARRAY_CACHE_POSSIBLE 0  // keep ASan's use-after-free detection on tensor buffers
@@ -172,6 +174,21 @@ void recycle(Array<T>& a, bool reset) {
   }
   if (reset) a = no_array<T>();  // frees the buffer unless the cache took it
 }
+
+template <class T>
+void fill_blocks(T* a, std::size_t n, T value) {
+  parallel_blocks(n, [&](std::size_t i0, std::size_t i1) { std::fill(a + i0, a + i1, value); });
+}
+
+template <class T>
+void copy_blocks(const T* src, std::size_t n, T* dst) {
+  parallel_blocks(n, [&](std::size_t i0, std::size_t i1) { std::copy(src + i0, src + i1, dst + i0); });
+}
+
+template void fill_blocks<float>(float*, std::size_t, float);
+template void fill_blocks<double>(double*, std::size_t, double);
+template void copy_blocks<float>(const float*, std::size_t, float*);
+template void copy_blocks<double>(const double*, std::size_t, double*);
 
 template Array<float> take_cached<float>(std::size_t);
 template Array<double> take_cached<double>(std::size_t);
