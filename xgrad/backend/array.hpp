@@ -33,6 +33,24 @@ Array<T> take_cached(std::size_t numel);
 // left moved-from, or untouched when the cache did not take it.
 template <class T>
 void recycle(Array<T>& a, bool reset = true);
+// An Array that hands its buffer to the thread's array cache (recycle) when destroyed: for the
+// arrays a backward closure saves (dropout's mask, attention's probabilities), which the engine
+// frees with the closure rather than through recycle. float and double.
+template <class T>
+class RecycledArray {
+ public:
+  RecycledArray() = default;
+  explicit RecycledArray(Array<T>&& a) : a_(std::move(a)) {}
+  RecycledArray(const RecycledArray&) = default;  // std::function copies closures
+  RecycledArray(RecycledArray&&) = default;       // leaves an Array without elements
+  RecycledArray& operator=(const RecycledArray&) = delete;
+  RecycledArray& operator=(RecycledArray&&) = delete;
+  ~RecycledArray() { recycle(a_, /*reset=*/false); }
+  const Array<T>& get() const { return a_; }
+
+ private:
+  Array<T> a_;
+};
 // a[0, n) = value and dst[0, n) = src[0, n) in blocks on the pool (parallel_loops.hpp's
 // parallel_blocks: inline below 64K elements), for float and double (allocator.cpp).
 template <class T>

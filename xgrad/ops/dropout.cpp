@@ -56,13 +56,13 @@ Tensor<T> dropout(const Tensor<T>& a, double p, bool training, Generator* genera
   }
 
   // Kept by both backwards: the kernel below and, under create_graph, the formula dx = dy * m with
-  // m a constant (no history).
-  auto saved = std::make_shared<const Array<T>>(std::move(mask));
+  // m a constant (no history). Its buffer goes back to the array cache with the closures.
+  auto saved = std::make_shared<const detail::RecycledArray<T>>(std::move(mask));
   return make_result<T>(
       "dropout", std::move(y), {a},
       [saved](Node<T>& out) {
         // dx = dy * m (the same mask, scale included); blocks of elements, as the forward
-        const Array<T>& mask = *saved;
+        const Array<T>& mask = saved->get();
         Array<T> gx = empty_array<T>(mask.shape(), "dropout (backward)");
         const T* pg = out.grad.data();
         const T* pmask = mask.data();
@@ -72,7 +72,9 @@ Tensor<T> dropout(const Tensor<T>& a, double p, bool training, Generator* genera
         });
         out.input(0).accumulate_grad(std::move(gx));
       },
-      [saved](const BackwardArgs<T>& args) { return std::vector<Tensor<T>>{mul(args.grad(), Tensor<T>(*saved))}; });
+      [saved](const BackwardArgs<T>& args) {
+        return std::vector<Tensor<T>>{mul(args.grad(), Tensor<T>(copy_array(saved->get(), "dropout (backward)")))};
+      });
 }
 
 template Tensor<float> dropout<float>(const Tensor<float>&, double, bool, Generator*);
