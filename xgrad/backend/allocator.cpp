@@ -193,6 +193,8 @@ void recycle(Array<T>& a, bool reset) {
           size.free.push_back(std::move(a));
           c.bytes += bytes;
           ++c.blocks;
+        } else if (size.out == 0 && size.free.empty()) {
+          c.sizes.erase(it);  // nothing of that count held: forget it (shapes that keep changing)
         }
       }
     }
