@@ -304,7 +304,8 @@ TEST(ParallelOps, DropoutMaskIsTheSerialDrawAtAnyThreadCount) {
     const double p = 0.3;
     Generator serial(2024);
     Array<float> want = xt::zeros<float>(shape);
-    for (std::size_t i = 0; i < want.size(); ++i) want.data()[i] = serial.uniform() >= p ? float(1.0 / (1.0 - p)) : 0.0f;
+    for (std::size_t i = 0; i < want.size(); ++i)
+      want.data()[i] = serial.uniform() >= p ? float(1.0 / (1.0 - p)) : 0.0f;
     for (int threads : {1, 2, 3}) {
       set_num_threads(threads);
       Generator g(2024);

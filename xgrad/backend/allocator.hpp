@@ -55,7 +55,7 @@ struct ArrayCacheStats {
   std::uint64_t misses = 0;       // empty_array that had to allocate
   std::size_t live_bytes = 0;     // taken through empty_array, not yet handed back
   std::size_t high_water_bytes = 0;
-  std::size_t bound_bytes = 0;    // what cached_bytes stays within: 2 max(high-water, kArrayCacheBytes) per type
+  std::size_t bound_bytes = 0;  // what cached_bytes stays within: 2 max(high-water, kArrayCacheBytes) per type
 };
 ArrayCacheStats array_cache_stats();
 
