@@ -5,6 +5,8 @@
 #include "address_space_limit.hpp"
 #include "test_util.hpp"
 
+#include <xgrad/backend/allocator.hpp>
+
 #include <unistd.h>
 
 #include <cstdio>
@@ -212,6 +214,34 @@ TEST(Allocation, ARealAllocationFailureInABackwardNamesTheOpTheShapeAndTheBytes)
                        "matmul (backward): not enough memory for a tensor of shape " BIG);
   }
   EXPECT_EQ(sum(ones<float>({3})).item(), 3.0f);
+}
+
+// Buffers held by the array cache never cause an OutOfMemoryError: an allocation that fails frees
+// the thread's cache and tries again. Here the cache holds 32 MiB and a 64 MiB array of another size
+// fits only once those are given back.
+TEST(Allocation, AFailedAllocationFirstEmptiesTheArrayCache) {
+  if (!array_cache_enabled()) GTEST_SKIP() << "the array cache is off (XGRAD_ARRAY_CACHE=0)";
+  {
+    // The cache keeps a count the thread takes: take one (512, 16384) buffer and give it back.
+    Array<float> held = empty_array<float>({kRows, kCols}, "test");
+    detail::recycle(held);
+  }
+  ASSERT_GE(array_cache_stats().cached_bytes, kRows * kCols * sizeof(float));
+  std::string outcome = "no error";
+  {
+    AddressSpaceLimit limit(std::size_t{48} << 20);  // 48 MiB beyond what the process maps now
+    limit.apply();
+    // Without giving the cache's buffers back it does not fit (what empty_array did before).
+    EXPECT_THROW((void)Array<float>::from_shape({2 * kRows, kCols}), std::bad_alloc);
+    try {
+      const Array<float> big = empty_array<float>({2 * kRows, kCols}, "big");  // 64 MiB
+      EXPECT_EQ(big.size(), 2 * kRows * kCols);
+    } catch (const std::exception& e) {
+      outcome = e.what();
+    }
+  }
+  EXPECT_EQ(outcome, "no error");
+  EXPECT_EQ(array_cache_stats().cached_bytes, 0u);
 }
 
 #endif  // !sanitizers

@@ -202,6 +202,14 @@ void recycle(Array<T>& a, bool reset) {
   if (reset) a = no_array<T>();  // frees the buffer unless the cache took it
 }
 
+bool release_array_cache() {
+  ThreadCaches* c = thread_caches();
+  if (c == nullptr || c->f.blocks + c->d.blocks == 0) return false;
+  c->f.clear();
+  c->d.clear();
+  return true;
+}
+
 template <class T>
 void fill_blocks(T* a, std::size_t n, T value) {
   parallel_blocks(n, [&](std::size_t i0, std::size_t i1) { std::fill(a + i0, a + i1, value); });

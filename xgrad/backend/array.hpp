@@ -33,6 +33,9 @@ Array<T> take_cached(std::size_t numel);
 // left moved-from, or untouched when the cache did not take it.
 template <class T>
 void recycle(Array<T>& a, bool reset = true);
+// Frees the calling thread's cached buffers (float and double); true when there were any. An
+// allocation that fails tries once more after it, so the cache never makes an OutOfMemoryError.
+bool release_array_cache();
 // An Array that hands its buffer to the thread's array cache (recycle) when destroyed: for the
 // arrays a backward closure saves (dropout's mask, attention's probabilities), which the engine
 // frees with the closure rather than through recycle. float and double.
@@ -78,7 +81,13 @@ Array<T> cached_array(const S& shape, std::size_t numel) {
       }
     }
   }
-  return Array<T>::from_shape(shape);  // index and mask arrays are not cached
+  try {
+    return Array<T>::from_shape(shape);  // index and mask arrays are not cached
+  } catch (const std::bad_alloc&) {
+    // The cache's buffers are memory the process holds but does not use: free them, try again.
+    if (!release_array_cache()) throw;
+    return Array<T>::from_shape(shape);
+  }
 }
 }  // namespace detail
 

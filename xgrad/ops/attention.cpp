@@ -41,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include <xgrad/backend/allocator.hpp>
 #include <xgrad/backend/autocast.hpp>
 #include <xgrad/backend/bf16.hpp>
 #include <xgrad/backend/gemm.hpp>
@@ -334,7 +335,9 @@ void check_materialized_fits(const Dims& n, std::size_t element_size, bool dropp
   const std::size_t arrays = 1 + (dropping ? 1 : 0) + (weights ? 1 : 0);
   const std::size_t per_array = n.B * n.L * n.S * element_size;
   const bool large = per_array >= kCheckAvailableFrom / arrays;
-  const std::size_t limit = large ? detail::process_memory_available() : detail::process_memory_limit();
+  // The thread's array cache is held but free to use (an allocation that fails empties it first).
+  const std::size_t limit = large ? detail::process_memory_available() + array_cache_stats().cached_bytes
+                                  : detail::process_memory_limit();
   XGRAD_CHECK(per_array <= limit / arrays, kOp, ": the materialized path needs ", arrays, " arrays of (B, L, S) = (",
               n.B, ", ", n.L, ", ", n.S, ") elements of ", element_size, " bytes (the probabilities",
               dropping ? ", the dropout multipliers" : "", weights ? ", the returned weights" : "", "), ",
