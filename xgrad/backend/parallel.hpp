@@ -1,12 +1,12 @@
 // Intra-op threads, as in PyTorch: torch.set_num_threads / torch.get_num_threads.
 //
 // xgrad splits its own work across a small pool of threads: a large gemm is cut into row (or
-// column) blocks, each a single-threaded BLAS or oneDNN call, and the heavy non-gemm kernels
-// (GELU, LayerNorm, attention's heads, Adam) split their rows. OpenBLAS is kept single-threaded
-// and oneDNN runs on one OpenMP thread inside a pool chunk, so they never oversubscribe the
-// cores; set_num_threads(n) also sets the calling thread's OpenMP count (omp_set_num_threads),
-// which oneDNN uses for the products it threads itself (backend/onednn.hpp). Small work stays
-// on the calling thread.
+// column) blocks, each a single-threaded BLAS or oneDNN call; row kernels (LayerNorm, softmax,
+// attention's heads) split rows, memory-bound loops fixed blocks (parallel_loops.hpp), Adam flat
+// blocks (optim/flat_chunks.hpp). BLAS is single-threaded and oneDNN runs on one OpenMP thread in
+// a pool chunk, so they never oversubscribe the cores; set_num_threads(n) also sets the calling
+// thread's OpenMP count (omp_set_num_threads), which oneDNN uses for the products it threads
+// itself (backend/onednn.hpp). Small work stays on the calling thread.
 //
 // The default is std::thread::hardware_concurrency(), or OMP_NUM_THREADS when it is set (as in
 // PyTorch). Results are deterministic for a given thread count; different counts may differ in
