@@ -241,56 +241,66 @@ void add_layer_norm_forward(LayerNormSaved& s, const T* px, const T* pr, const T
   });
 }
 
-// The fused backward of `node` (whose inputs are (x, r[, weight][, bias])): dy, the gradient of y
-// (null when y got none), and dsum, the gradient of s (null when s got none or is not a result).
+// The fused backward of `node` (whose inputs are (x, r[, weight][, bias])): dy, the gradient of y,
+// and dsum, the gradient of s, each an Array this backward owns (taken from the node that received
+// it), or null when that output got no gradient (or, for dsum, is not a result).
 //   ds = layer_norm's dx (from dy) + dsum, given to x and to r;  dweight, dbias from dy.
-// Per row: ds is computed into x's gradient row (or r's), then the second store stream writes r's.
-// The addition dsum + dx_ln is the one accumulate_grad does for the unfused graph (in T).
+// No new array for the gradients: per row, layer_norm's dx is written over dy's row (each element
+// is read before it is written), then ds = dsum + dx over dsum's row and into dy's row, and the two
+// buffers go to x and r. Only without dsum (post-norm) or without dy (y unused) does the second
+// input need a new array (a copy, as the unfused add's backward makes). The addition dsum + dx is
+// the one accumulate_grad makes in the unfused graph, in T: the same bits.
 template <class T>
-void add_layer_norm_backward(Node<T>& node, const LayerNormSaved& s, const T* pdy, const T* pds) {
+void add_layer_norm_backward(Node<T>& node, const LayerNormSaved& s, Array<T>* dy, Array<T>* dsum) {
   const std::size_t D = s.d, pieces = row_pieces(s.rows, D);
   const bool need_x = node.input_needs_grad(0), need_r = node.input_needs_grad(1);
-  const bool need_w = pdy && s.weight >= 0 && node.input_needs_grad(static_cast<std::size_t>(s.weight));
-  const bool need_b = pdy && s.bias >= 0 && node.input_needs_grad(static_cast<std::size_t>(s.bias));
+  const bool need_w = dy && s.weight >= 0 && node.input_needs_grad(static_cast<std::size_t>(s.weight));
+  const bool need_b = dy && s.bias >= 0 && node.input_needs_grad(static_cast<std::size_t>(s.bias));
   const bool need_s = need_x || need_r;
   if (!need_s && !need_w && !need_b) return;
-  const T* px = pdy ? node.input_value(0).data() : nullptr;
-  const T* pr = pdy ? node.input_value(1).data() : nullptr;
-  const T* pw = pdy && need_s && s.weight >= 0 ? node.input_value(static_cast<std::size_t>(s.weight)).data() : nullptr;
-  Array<T> dx, dr;
-  if (need_x) dx = empty_array<T>(node.input_shape(0), "add_layer_norm (backward)");
-  if (need_r) dr = empty_array<T>(node.input_shape(1), "add_layer_norm (backward)");
+  const T* px = dy ? node.input_value(0).data() : nullptr;
+  const T* pr = dy ? node.input_value(1).data() : nullptr;
+  const T* pw = dy && need_s && s.weight >= 0 ? node.input_value(static_cast<std::size_t>(s.weight)).data() : nullptr;
+  T* pdy = dy ? dy->data() : nullptr;
+  T* pds = dsum ? dsum->data() : nullptr;
+  // ds ends in `first`'s buffer (dsum's when there is one, else dy's); a second one for the other
+  // input: dy's when both came, else a new array.
+  Array<T>* first = dsum ? dsum : dy;
+  Array<T> fresh;
+  const bool both = need_x && need_r;
+  if (both && !(dy && dsum)) fresh = empty_array<T>(node.input_shape(1), "add_layer_norm (backward)");
+  Array<T>* second = both ? (dy && dsum ? dy : &fresh) : nullptr;
+  T* p2 = second ? second->data() : nullptr;
   std::vector<double> dw(need_w ? pieces * D : 0, 0.0), db(need_b ? pieces * D : 0, 0.0);
   detail::parallel_for(pieces, 1, [&](std::size_t p0, std::size_t p1) {
     std::vector<T> scratch(pdy ? D : 0);
     for (std::size_t p = p0; p < p1; ++p)
       for (std::size_t r = s.rows * p / pieces; r < s.rows * (p + 1) / pieces; ++r) {
-        T* first = need_x ? dx.data() + r * D : need_r ? dr.data() + r * D : nullptr;
-        T* second = need_x && need_r ? dr.data() + r * D : nullptr;
+        const std::size_t o = r * D;
         if (pdy) {
-          const T* xr = px + r * D;
-          const T* rr = pr + r * D;
-          for (std::size_t j = 0; j < D; ++j) scratch[j] = xr[j] + rr[j];
-          backward_row(scratch.data(), pdy + r * D, pw, s.mean[r], s.rstd[r], D, first,
+          for (std::size_t j = 0; j < D; ++j) scratch[j] = px[o + j] + pr[o + j];
+          backward_row(scratch.data(), pdy + o, pw, s.mean[r], s.rstd[r], D, need_s ? pdy + o : nullptr,
                        need_w ? dw.data() + p * D : nullptr, need_b ? db.data() + p * D : nullptr);
         }
-        if (!first) continue;
-        const T* dsr = pds ? pds + r * D : nullptr;
-        if (pdy && dsr) {
-          if (second)
-            for (std::size_t j = 0; j < D; ++j) second[j] = first[j] = dsr[j] + first[j];
+        if (!need_s) continue;
+        if (pdy && pds) {
+          T* a = pds + o;
+          T* b = pdy + o;
+          if (p2)
+            for (std::size_t j = 0; j < D; ++j) b[j] = a[j] = a[j] + b[j];
           else
-            for (std::size_t j = 0; j < D; ++j) first[j] = dsr[j] + first[j];
-        } else if (pdy) {
-          if (second) std::copy(first, first + D, second);
-        } else {
-          std::copy(dsr, dsr + D, first);
-          if (second) std::copy(dsr, dsr + D, second);
+            for (std::size_t j = 0; j < D; ++j) a[j] = a[j] + b[j];
+        } else if (p2) {
+          const T* a = (pds ? pds : pdy) + o;
+          std::copy(a, a + D, p2 + o);
         }
       }
   });
-  if (need_x) node.input(0).accumulate_grad(std::move(dx));
-  if (need_r) node.input(1).accumulate_grad(std::move(dr));
+  if (need_s) {
+    Array<T>& g0 = *first;
+    if (need_x) node.input(0).accumulate_grad(std::move(g0));
+    if (need_r) node.input(1).accumulate_grad(std::move(both ? *second : g0));
+  }
   const auto to_array = [&node, pieces, D](const std::vector<double>& v, int input) {
     Array<T> a = empty_array<T>(node.input_shape(static_cast<std::size_t>(input)), "add_layer_norm (backward)");
     T* pa = a.data();
@@ -473,7 +483,7 @@ Tensor<T> add_layer_norm(const Tensor<T>& x, const Tensor<T>& r, const ShapeArg&
                             bias.defined() ? bias.value().data() : nullptr, nullptr, y.data(), eps);
   return make_result<T>(
       "add_layer_norm", std::move(y), std::move(inputs),
-      [saved](Node<T>& out) { add_layer_norm_backward<T>(out, *saved, out.grad.data(), nullptr); },
+      [saved](Node<T>& out) { add_layer_norm_backward<T>(out, *saved, &out.grad, nullptr); },  // takes dy over
       [nn = normalized_shape.size(), eps, w = saved->weight, b = saved->bias](const BackwardArgs<T>& args) {
         return add_layer_norm_formula<T>(args, args.grad(), Tensor<T>(), nn, eps, w, b);
       });
@@ -508,8 +518,8 @@ std::pair<Tensor<T>, Tensor<T>> add_layer_norm_with_sum(const Tensor<T>& x, cons
   const Tensor<T> fused = make_result<T>(
       "add_layer_norm", Array<T>(T(0)), std::move(inputs),
       [saved, slots](Node<T>& node) {
-        add_layer_norm_backward<T>(node, *saved, slots->has[0] ? slots->grads[0].data() : nullptr,
-                                   slots->has[1] ? slots->grads[1].data() : nullptr);
+        add_layer_norm_backward<T>(node, *saved, slots->has[0] ? &slots->grads[0] : nullptr,
+                                   slots->has[1] ? &slots->grads[1] : nullptr);
         for (int k = 0; k < 2; ++k) {
           detail::recycle(slots->grads[k]);
           slots->has[k] = false;
