@@ -59,9 +59,12 @@ template <class T>
 Tensor<T> combine(Use use, const Tensor<T>& s, const Tensor<T>& y) {
   switch (use) {
     case Use::post_norm:
-    case Use::y_only: return tanh(y);
-    case Use::pre_norm: return s + tanh(y);
-    case Use::s_only: return tanh(s);
+    case Use::y_only:
+      return tanh(y);
+    case Use::pre_norm:
+      return s + tanh(y);
+    case Use::s_only:
+      return tanh(s);
   }
   return {};
 }
@@ -108,8 +111,8 @@ void check_all(const char* type) {
     for (Affine affine : {Affine::weight_and_bias, Affine::weight_only, Affine::none})
       for (Use use : {Use::post_norm, Use::pre_norm, Use::y_only, Use::s_only}) {
         const std::string what = std::string(type) + " shape " + std::to_string(shape.back()) + " affine " +
-                                  std::to_string(static_cast<int>(affine)) + " use " +
-                                  std::to_string(static_cast<int>(use));
+                                 std::to_string(static_cast<int>(affine)) + " use " +
+                                 std::to_string(static_cast<int>(use));
         expect_bitwise(run<T>(shape, affine, use, false), run<T>(shape, affine, use, true), what);
       }
 }

@@ -169,8 +169,8 @@ Tensor<T> TransformerDecoderLayer<T>::forward(const Tensor<T>& tgt, const Tensor
   if (options_.norm_first()) {
     const auto [s1, h2] =
         residual_and_norm(tgt, sa_block(norm1->forward(tgt), tgt_mask, tgt_key_padding_mask, tgt_is_causal), *norm2);
-    const auto [s2, h3] = residual_and_norm(
-        s1, mha_block(h2, memory, memory_mask, memory_key_padding_mask, memory_is_causal), *norm3);
+    const auto [s2, h3] =
+        residual_and_norm(s1, mha_block(h2, memory, memory_mask, memory_key_padding_mask, memory_is_causal), *norm3);
     return s2 + ff_block(h3);
   }
   Tensor<T> x = residual_norm(tgt, sa_block(tgt, tgt_mask, tgt_key_padding_mask, tgt_is_causal), *norm1);

@@ -69,8 +69,7 @@ Tensor<T> residual_norm(const Tensor<T>& x, const Tensor<T>& r, const LayerNorm<
 }
 template <class T>
 std::pair<Tensor<T>, Tensor<T>> residual_and_norm(const Tensor<T>& x, const Tensor<T>& r, const LayerNorm<T>& norm) {
-  return add_layer_norm_with_sum(x, r, norm.options().normalized_shape(), norm.weight, norm.bias,
-                                 norm.options().eps());
+  return add_layer_norm_with_sum(x, r, norm.options().normalized_shape(), norm.weight, norm.bias, norm.options().eps());
 }
 
 struct TransformerEncoderLayerOptions {

@@ -329,8 +329,8 @@ std::vector<Tensor<T>> add_layer_norm_formula(const BackwardArgs<T>& args, const
   if (dy.defined())
     layer_norm_grads<T>(
         dy, normalized_dims, eps, [&] { return add(args.input(0), args.input(1)); }, [&] { return args.input(w); },
-        weight >= 0, need_x || need_r ? &ds : nullptr, need_w ? &g[w] : nullptr,
-        need_w ? args.input_shape(w) : Shape(), need_b ? &g[b] : nullptr, need_b ? args.input_shape(b) : Shape());
+        weight >= 0, need_x || need_r ? &ds : nullptr, need_w ? &g[w] : nullptr, need_w ? args.input_shape(w) : Shape(),
+        need_b ? &g[b] : nullptr, need_b ? args.input_shape(b) : Shape());
   if (dsum.defined()) ds = ds.defined() ? add(dsum, ds) : dsum;
   if (need_x) g[0] = ds;
   if (need_r) g[1] = ds;
@@ -352,8 +352,8 @@ std::vector<Tensor<T>> add_layer_norm_inputs(const Tensor<T>& x, const Tensor<T>
     XGRAD_CHECK(weight.shape() == normalized_shape, "add_layer_norm: expected weight of shape ", normalized_shape,
                 ", got ", weight.shape());
   if (bias.defined())
-    XGRAD_CHECK(bias.shape() == normalized_shape, "add_layer_norm: expected bias of shape ", normalized_shape,
-                ", got ", bias.shape());
+    XGRAD_CHECK(bias.shape() == normalized_shape, "add_layer_norm: expected bias of shape ", normalized_shape, ", got ",
+                bias.shape());
   XGRAD_CHECK(eps >= 0, "add_layer_norm: eps must be non-negative, got ", eps);
   s.d = detail::numel(normalized_shape);
   s.rows = s.d == 0 ? 0 : x.numel() / s.d;
@@ -554,13 +554,12 @@ std::pair<Tensor<T>, Tensor<T>> add_layer_norm_with_sum(const Tensor<T>& x, cons
   return {std::move(sum_out), std::move(y_out)};
 }
 
-#define XGRAD_INSTANTIATE(T) \
+#define XGRAD_INSTANTIATE(T)                                                                                       \
   template Tensor<T> layer_norm<T>(const Tensor<T>&, const ShapeArg&, const Tensor<T>&, const Tensor<T>&, double); \
-  template Tensor<T> add_layer_norm<T>(const Tensor<T>&, const Tensor<T>&, const ShapeArg&, const Tensor<T>&, \
-                                       const Tensor<T>&, double);                                              \
-  template std::pair<Tensor<T>, Tensor<T>> add_layer_norm_with_sum<T>(const Tensor<T>&, const Tensor<T>&,     \
-                                                                      const ShapeArg&, const Tensor<T>&,      \
-                                                                      const Tensor<T>&, double);
+  template Tensor<T> add_layer_norm<T>(const Tensor<T>&, const Tensor<T>&, const ShapeArg&, const Tensor<T>&,      \
+                                       const Tensor<T>&, double);                                                  \
+  template std::pair<Tensor<T>, Tensor<T>> add_layer_norm_with_sum<T>(                                             \
+      const Tensor<T>&, const Tensor<T>&, const ShapeArg&, const Tensor<T>&, const Tensor<T>&, double);
 XGRAD_INSTANTIATE(float)
 XGRAD_INSTANTIATE(double)
 #undef XGRAD_INSTANTIATE

@@ -181,7 +181,9 @@ Tensor<T> layer_norm(const Tensor<T>& x, const ShapeArg& normalized_shape, const
 // outputs, function.hpp), so the backward still runs once, after both have arrived. Under
 // create_graph both use a GradFormula (layer_norm's, then the add's). x and r of different shapes
 // (broadcasting) and a running trace::Recorder take the unfused ops (add, then layer_norm), so that
-// traces and ONNX exports are those of the unfused layer.
+// traces and ONNX exports are those of the unfused layer. The backward recomputes s from x and r
+// (s is not kept for it): changing x or r in place before the backward is refused as for any op
+// that saves its inputs.
 template <class T>
 Tensor<T> add_layer_norm(const Tensor<T>& x, const Tensor<T>& r, const ShapeArg& normalized_shape,
                          const Tensor<T>& weight = {}, const Tensor<T>& bias = {}, double eps = 1e-5);
