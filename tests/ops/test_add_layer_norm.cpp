@@ -222,3 +222,48 @@ TEST(AddLayerNorm, TheTransformerLayersUseIt) {
     }
   }
 }
+
+TEST(AddLayerNorm, RetainedGraphRunsTwiceAndHooksSeeEachOutputsGradient) {
+  Array<double> want_x, want_w;  // the unfused run's, compared with the fused one's
+  for (bool fused : {false, true}) {
+    const Case<double> c({3, 6}, Affine::weight_and_bias);
+    Tensor<double> s, y;
+    if (fused) {
+      std::tie(s, y) = add_layer_norm_with_sum(c.x, c.r, Shape{6}, c.w, c.b, 1e-5);
+    } else {
+      s = c.x + c.r;
+      y = layer_norm(s, Shape{6}, c.w, c.b, 1e-5);
+    }
+    int seen = 0;
+    s.register_hook([&seen](const Array<double>&) { ++seen; });
+    y.register_hook([](const Array<double>& g) { return Array<double>(g * 2.0); });
+    const Tensor<double> out = s + tanh(y);
+    Generator g(3);
+    const Array<double> up = randn<double>({3, 6}, g, false).value();
+    out.backward(up, /*retain_graph=*/true);
+    const Array<double> once = c.x.grad();
+    out.backward(up);
+    EXPECT_EQ(seen, 2);
+    EXPECT_LE(max_abs_diff(c.x.grad(), Array<double>(2.0 * once)), 1e-12);
+    if (!fused) {
+      want_x = c.x.grad();
+      want_w = c.w.grad();
+    } else {
+      EXPECT_EQ(max_abs_diff(c.x.grad(), want_x), 0.0);
+      EXPECT_EQ(max_abs_diff(c.w.grad(), want_w), 0.0);
+    }
+  }
+}
+
+TEST(AddLayerNorm, AnInputChangedInPlaceBeforeTheBackwardIsRefusedByName) {
+  const Case<float> c({2, 4}, Affine::weight_and_bias);
+  const Tensor<float> y = add_layer_norm(c.x, c.r, Shape{4}, c.w, c.b, 1e-5);
+  Tensor<float> r = c.r;
+  r.mutable_value()(0, 0) += 1.0f;
+  try {
+    sum(y * y).backward();
+    ADD_FAILURE() << "expected the backward to refuse the changed input";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("add_layer_norm's input 1"), std::string::npos) << e.what();
+  }
+}
