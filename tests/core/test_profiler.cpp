@@ -80,11 +80,10 @@ TEST(Profiler, TrainingStepTraceLoadsAsJsonWithForwardAndBackwardOps) {
     EXPECT_GE(e["dur"].get<double>(), 0.0);
     names.insert(e["name"].get<std::string>());
   }
-  for (const char* op :
-       {"linear", "layer_norm", "gelu", "attention_heads", "add", "mse_loss", "LinearBackward", "LayerNormBackward",
-        "GeluBackward", "ScaledDotProductAttentionBackward", "AddBackward", "MseLossBackward", "add_layer_norm",
-        "AddLayerNormBackward", "backward", "forward",
-        "train_step", "Optimizer.step#Adam.step", "Optimizer.zero_grad#Adam.zero_grad"})
+  for (const char* op : {"linear", "layer_norm", "gelu", "attention_heads", "add", "mse_loss", "LinearBackward",
+                         "LayerNormBackward", "GeluBackward", "ScaledDotProductAttentionBackward", "AddBackward",
+                         "MseLossBackward", "add_layer_norm", "AddLayerNormBackward", "backward", "forward",
+                         "train_step", "Optimizer.step#Adam.step", "Optimizer.zero_grad#Adam.zero_grad"})
     EXPECT_TRUE(names.count(op)) << op << " missing from the trace";
   // Two pre-norm layers: norm1 a layer_norm, norm2 fused with the residual add before it
   // (add_layer_norm, whose backward shows three times: the fused kernel's node and its two outputs,
