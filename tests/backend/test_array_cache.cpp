@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include "test_util.hpp"
+
 #include <xgrad/xgrad.hpp>
 
 namespace {
@@ -67,25 +69,84 @@ TEST_F(ArrayCache, OffMeansNoReuseAndFreesTheCache) {
   EXPECT_EQ(xgrad::array_cache_stats().cached_blocks, 0u);
 }
 
-TEST_F(ArrayCache, IsBoundedPerSizeAndPerBuffer) {
+// The bound follows the thread's own use: buffers of a count are kept up to the most of that count
+// that were out at once (any size, any number); a count the thread never took is not kept; and the
+// bytes stay within twice the live high-water mark (at least kArrayCacheBytes): distinct sizes
+// made one at a time keep no more than that.
+TEST_F(ArrayCache, IsBoundedByWhatTheThreadUsed) {
   SKIP_UNDER_ASAN();
+  const std::size_t mib = (std::size_t{1} << 20) / sizeof(float);
+  const auto stats = [] { return xgrad::array_cache_stats(); };
+  const std::size_t live0 = stats().live_bytes;  // arrays of earlier tests still out
   {
     std::vector<xgrad::Tensor<float>> many;
-    for (std::size_t i = 0; i < 3 * xgrad::kArrayCacheBlocksPerSize; ++i) many.push_back(xgrad::zeros<float>({4}));
+    for (int i = 0; i < 200; ++i) many.push_back(xgrad::zeros<float>({4}));
+    for (int i = 0; i < 12; ++i) many.push_back(xgrad::zeros<float>({mib}));  // 12 MiB out at once
   }
-  EXPECT_EQ(xgrad::array_cache_stats().cached_blocks, xgrad::kArrayCacheBlocksPerSize);
-  const std::size_t big = xgrad::kArrayCacheBlockBytes / sizeof(float) + 16;
-  { xgrad::Tensor<float> t = xgrad::zeros<float>({big}); }
-  EXPECT_EQ(xgrad::array_cache_stats().cached_blocks, xgrad::kArrayCacheBlocksPerSize);
-  // The byte bound: buffers of distinct sizes until it is reached, never past it.
+  EXPECT_EQ(stats().cached_blocks, 212u);
+  EXPECT_EQ(stats().cached_bytes, 200 * 16 + 12 * mib * sizeof(float));
+  EXPECT_EQ(stats().live_bytes, live0);
+  EXPECT_LE(stats().cached_bytes, stats().bound_bytes);
+  // The same again: every buffer from the cache; 5 of them out at once keep 12 cached + out.
+  const auto misses = stats().misses;
   {
-    std::vector<xgrad::Tensor<float>> sized;
-    const std::size_t n = xgrad::kArrayCacheBlockBytes / sizeof(float);  // the largest kept
-    for (std::size_t i = 0; i < 2 * xgrad::kArrayCacheBytes / xgrad::kArrayCacheBlockBytes; ++i)
-      sized.push_back(xgrad::zeros<float>({n - i}));
+    std::vector<xgrad::Tensor<float>> again;
+    for (int i = 0; i < 12; ++i) again.push_back(xgrad::zeros<float>({mib}));
   }
-  EXPECT_LE(xgrad::array_cache_stats().cached_bytes, xgrad::kArrayCacheBytes);
-  EXPECT_GT(xgrad::array_cache_stats().cached_bytes, xgrad::kArrayCacheBytes / 2);
+  EXPECT_EQ(stats().misses, misses);
+  EXPECT_EQ(stats().cached_blocks, 212u);
+  // A buffer of a count this thread never took (made elsewhere) is freed, not kept.
+  {
+    xgrad::Array<float> elsewhere = xgrad::Array<float>::from_shape({mib + 7});
+    xgrad::detail::recycle(elsewhere);
+  }
+  EXPECT_EQ(stats().cached_blocks, 212u);
+  // Distinct sizes one at a time, on a thread of its own (a high-water mark of half a MiB):
+  // at most 2 * kArrayCacheBytes kept.
+  std::thread([&] {
+    for (std::size_t i = 0; i < 40; ++i) {
+      xgrad::Tensor<float> t = xgrad::zeros<float>({mib / 2 + i});
+    }
+    EXPECT_EQ(stats().bound_bytes, 4 * xgrad::kArrayCacheBytes);  // float and double, 2 * 4 MiB each
+    EXPECT_LE(stats().cached_bytes, 2 * xgrad::kArrayCacheBytes);
+    EXPECT_GT(stats().cached_bytes, xgrad::kArrayCacheBytes);
+  }).join();
+}
+
+// A steady training step takes every tensor buffer from the cache: after two warm-up steps of a
+// small pre-norm encoder layer (dropout on, feed-forward activations of 128 KiB) with Adam, the
+// third step makes no array-cache miss on the stepping thread, and the cache stays within its
+// bound, its high-water mark where the first steps put it.
+TEST_F(ArrayCache, ASteadyTrainingStepAllocatesNoTensorBuffer) {
+  SKIP_UNDER_ASAN();
+  xgrad::testing::ThreadCountGuard guard;
+  for (int threads : {1, 2}) {
+    xgrad::set_num_threads(threads);
+    xgrad::manual_seed(3);
+    xgrad::nn::TransformerEncoderLayer<float> layer(xgrad::nn::TransformerEncoderLayerOptions(64, 4)
+                                                        .dim_feedforward(256)
+                                                        .dropout(0.1)
+                                                        .activation("gelu")
+                                                        .batch_first(true)
+                                                        .norm_first(true));
+    xgrad::optim::Adam<float> opt(layer.parameters(), xgrad::optim::AdamOptions(1e-3));
+    const xgrad::Tensor<float> x = xgrad::randn<float>({4, 32, 64}), target = xgrad::randn<float>({4, 32, 64});
+    const auto step = [&] {
+      opt.zero_grad();
+      xgrad::Tensor<float> loss = xgrad::mse_loss(layer.forward(x), target);
+      loss.backward();
+      opt.step();
+    };
+    step();
+    step();
+    const xgrad::ArrayCacheStats before = xgrad::array_cache_stats();
+    step();
+    const xgrad::ArrayCacheStats after = xgrad::array_cache_stats();
+    EXPECT_EQ(after.misses, before.misses) << threads << " threads";
+    EXPECT_GT(after.hits, before.hits + 20) << threads << " threads";
+    EXPECT_LE(after.cached_bytes, after.bound_bytes) << threads << " threads";
+    EXPECT_EQ(after.high_water_bytes, before.high_water_bytes) << threads << " threads";
+  }
 }
 
 // A small network's loss and gradients over a few steps whose results reuse buffers that held
@@ -142,8 +203,12 @@ TEST_F(ArrayCache, EachThreadHasItsOwnAndAThreadsTensorsMayOutliveIt) {
   t.join();
   EXPECT_EQ(blocks_there, 1u);
   EXPECT_EQ(xgrad::array_cache_stats().cached_blocks, 0u);
+  // Freed on this thread, which takes buffers of that count too (two at once): cached here.
+  { std::vector<xgrad::Tensor<float>> two{xgrad::ones<float>({9}), xgrad::ones<float>({9})}; }
+  EXPECT_EQ(xgrad::array_cache_stats().cached_blocks, 2u);
+  { xgrad::Tensor<float> one = xgrad::ones<float>({9}); }  // takes one, gives it back
   kept = xgrad::Tensor<float>();
-  EXPECT_EQ(xgrad::array_cache_stats().cached_blocks, 1u);  // freed on this thread: cached here
+  EXPECT_EQ(xgrad::array_cache_stats().cached_blocks, 2u);  // 2 kept + 0 out: its count's peak
 }
 
 }  // namespace

@@ -89,9 +89,15 @@ TEST(Allocation, IndexAndMaskArraysAreCheckedToo) {
 
 using xgrad::testing::AddressSpaceLimit;
 
-// What f throws: the message of an OutOfMemoryError, or what else came.
+// What f throws: the message of an OutOfMemoryError, or what else came. The array cache is off
+// meanwhile (and its buffers freed): a cached buffer would serve the allocation the limit refuses.
 template <class Fn>
 std::string failure_of(Fn&& f) {
+  struct CacheOff {
+    const bool was = array_cache_enabled();
+    CacheOff() { set_array_cache(false); }
+    ~CacheOff() { set_array_cache(was); }
+  } const cache_off;
   try {
     f();
   } catch (const OutOfMemoryError& e) {

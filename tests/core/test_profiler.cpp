@@ -80,20 +80,21 @@ TEST(Profiler, TrainingStepTraceLoadsAsJsonWithForwardAndBackwardOps) {
     EXPECT_GE(e["dur"].get<double>(), 0.0);
     names.insert(e["name"].get<std::string>());
   }
-  for (const char* op : {"linear", "layer_norm", "gelu", "attention_heads", "add", "mse_loss", "LinearBackward",
-                         "LayerNormBackward", "GeluBackward", "ScaledDotProductAttentionBackward", "AddBackward",
+  for (const char* op : {"linear", "layer_norm", "linear_gelu", "attention_heads", "add", "mse_loss", "LinearBackward",
+                         "LayerNormBackward", "LinearGeluBackward", "ScaledDotProductAttentionBackward", "AddBackward",
                          "MseLossBackward", "add_layer_norm", "AddLayerNormBackward", "backward", "forward",
                          "train_step", "Optimizer.step#Adam.step", "Optimizer.zero_grad#Adam.zero_grad"})
     EXPECT_TRUE(names.count(op)) << op << " missing from the trace";
   // Two pre-norm layers: norm1 a layer_norm, norm2 fused with the residual add before it
   // (add_layer_norm, whose backward shows three times: the fused kernel's node and its two outputs,
   // s and y, handing it their gradients); the linear layers (in-projection, out-projection, two
-  // feed-forward) per layer, each with a backward.
+  // feed-forward: linear1 and the GELU fused, ops/linear_gelu.hpp) per layer, each with a backward.
   EXPECT_EQ(names.count("layer_norm"), 2u);
   EXPECT_EQ(names.count("LayerNormBackward"), 2u);
   EXPECT_EQ(names.count("add_layer_norm"), 2u);
   EXPECT_EQ(names.count("AddLayerNormBackward"), 6u);
-  EXPECT_EQ(names.count("gelu"), 2u);
+  EXPECT_EQ(names.count("linear_gelu"), 2u);
+  EXPECT_EQ(names.count("LinearGeluBackward"), 2u);
   // The input shapes (record_shapes) of the loss: input and target.
   bool shaped = false;
   for (const auto& e : trace["traceEvents"])

@@ -17,6 +17,7 @@
   X(ops_shape)                   \
   X(ops_indexing)                \
   X(ops_matmul)                  \
+  X(ops_linear_gelu)             \
   X(ops_softmax)                 \
   X(ops_layer_norm)              \
   X(ops_dropout)                 \

@@ -182,6 +182,37 @@ std::vector<Case> cases() {
              for (auto p : pick) mask.data()[p] = true;
              return value_and_grads(masked_fill(x, mask, 0.25f), {x});
            }},
+      // The losses: mse_loss (both inputs differentiable, each reduction), cross_entropy over
+      // (B*T, C) and over (B, T, C) (classes along dim 1: strided logits), with ignored targets
+      // and label smoothing.
+      binary(
+          "mse_loss none", [](const F32& a, const F32& b) { return mse_loss(a, b, "none"); }, same),
+      binary(
+          "mse_loss mean", [](const F32& a, const F32& b) { return mse_loss(a, b); }, same),
+      binary(
+          "mse_loss sum", [](const F32& a, const F32& b) { return mse_loss(a, b, "sum"); }, same),
+      Case{"cross_entropy (N, C)",
+           [](const Shape& s) {
+             F32 x = leaf({s[0] * s[1], s[2]}, 1);
+             IndexArray t = indices(s[0] * s[1], static_cast<std::int64_t>(s[2]), 8);
+             t(1) = -100;
+             return value_and_grads(cross_entropy(x, t, -100, "mean", 0.1), {x});
+           }},
+      Case{"cross_entropy (N, C, d)",
+           [](const Shape& s) {
+             F32 x = leaf(s, 1);
+             IndexArray t = indices(s[0] * s[2], static_cast<std::int64_t>(s[1]), 9);
+             t.reshape({s[0], s[2]});
+             return value_and_grads(cross_entropy(x, t, -100, "none"), {x});
+           }},
+      // dropout from a fixed seed: the mask (and so y and dx) at any thread count.
+      unary("dropout",
+            [](const F32& x) {
+              Generator g(123);
+              return dropout(x, 0.3, true, &g);
+            }),
+      // A filled tensor (full_array) as an operand.
+      unary("full", [](const F32& x) { return mul(x, full<float>(x.shape(), 1.5f)); }),
       Case{"where",
            [](const Shape& s) {
              F32 a = leaf(s, 1), b = leaf({s[2]}, 2);
@@ -226,10 +257,17 @@ TEST(ParallelOps, EachKernelForksOnItsOwn) {
     EXPECT_EQ(jobs_at_two_threads([&] { sum(x, {0, 1}); }), 1);
     EXPECT_EQ(jobs_at_two_threads([&] { sum(x); }), 1);
     EXPECT_EQ(jobs_at_two_threads([&] { amax(x, {2}); }), 1);
+    EXPECT_EQ(jobs_at_two_threads([&] { full_array<float>(kLarge, 0.0f, "test"); }), 1);
+    EXPECT_EQ(jobs_at_two_threads([&] { zeros<float>(kLarge); }), 1);
+    EXPECT_EQ(jobs_at_two_threads([&] { copy_array(x.value(), "test"); }), 1);
+    EXPECT_EQ(jobs_at_two_threads([&] { mse_loss(x, y); }), 2);  // the difference, the sum
+    Generator g(5);
+    EXPECT_EQ(jobs_at_two_threads([&] { dropout(x, 0.5, true, &g); }), 1);  // mask and y in one pass
   }
-  // x + x: the forward's add, then x's second gradient added to its first (accumulate_grad).
+  // x + x: the forward's add, the copy of the seed gradient (copy_array), then x's second gradient
+  // added to its first (accumulate_grad).
   F32 z = leaf(kLarge, 4);
-  EXPECT_EQ(jobs_at_two_threads([&] { add(z, z).backward(upstream(kLarge)); }), 2);
+  EXPECT_EQ(jobs_at_two_threads([&] { add(z, z).backward(upstream(kLarge)); }), 3);
 }
 
 // sum_to split by output gives exactly the serial walk's float sums (each output adds its rows in
@@ -254,4 +292,52 @@ TEST(ParallelOps, SumToEqualsTheSerialSumExactly) {
   };
   for (const Shape& to : {Shape{211}, Shape{43, 211}, Shape{9, 1, 211}, Shape{9, 43, 1}, Shape{1, 43, 1}, Shape{1}})
     expect_bitwise(serial(to), sum_to(g, to), "sum_to " + std::to_string(to.size()) + "-d");
+}
+
+// dropout's mask at any thread count is the serial draw's (element i kept when the generator's
+// i-th uniform() >= p), as before the draw was split, and the generator ends where n serial
+// draws leave it: p = 0.3 over the large shape (split, each block jumping ahead) and the small one.
+TEST(ParallelOps, DropoutMaskIsTheSerialDrawAtAnyThreadCount) {
+  ThreadCountGuard guard;
+  for (const Shape& shape : {kSmall, kLarge}) {
+    const F32 x = ones<float>(shape);
+    const double p = 0.3;
+    Generator serial(2024);
+    Array<float> want = xt::zeros<float>(shape);
+    for (std::size_t i = 0; i < want.size(); ++i)
+      want.data()[i] = serial.uniform() >= p ? float(1.0 / (1.0 - p)) : 0.0f;
+    for (int threads : {1, 2, 3}) {
+      set_num_threads(threads);
+      Generator g(2024);
+      const F32 y = dropout(x, p, true, &g);
+      expect_bitwise(want, y.value(), "dropout mask at " + std::to_string(threads) + " threads");
+      EXPECT_EQ(g.get_state(), serial.get_state()) << threads << " threads";
+    }
+  }
+}
+
+// Generator::state_ahead / discard: the state n draws on, for n across the jump table's bits.
+TEST(ParallelOps, GeneratorJumpAheadEqualsDrawing) {
+  Generator g(77);
+  const GeneratorState start = g.get_state();
+  std::uint64_t drawn = 0;
+  for (std::uint64_t n : {0ull, 1ull, 2ull, 4095ull, 4096ull, 65537ull, 1000003ull}) {
+    while (drawn < n) {
+      g.next_u64();
+      ++drawn;
+    }
+    Generator from(1);
+    from.set_state(start);
+    EXPECT_EQ(from.state_ahead(n), g.get_state()) << n;
+    from.discard(n);
+    EXPECT_EQ(from.get_state(), g.get_state()) << n;
+  }
+  // Large jumps compose: (a + b) = a then b, past the precomputed 2^48 as well.
+  Generator a(5), b(5);
+  const std::uint64_t big = (std::uint64_t{1} << 47) + 12345, huge = (std::uint64_t{1} << 60) + 3;
+  a.discard(big);
+  a.discard(huge);
+  b.discard(big + huge);
+  EXPECT_EQ(a.get_state(), b.get_state());
+  EXPECT_FALSE(a.get_state() == Generator(5).get_state());
 }

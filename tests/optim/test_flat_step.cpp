@@ -254,9 +254,11 @@ TEST(FlatAdam, ManySmallTensorsAreOneParallelJobAndManyLargeOnesToo) {
   std::vector<Tensor<float>> small = small_tensors_with_grads(200, 1000);
   AdamW<float> small_opt(small);
   EXPECT_EQ(pool_jobs_of([&] { small_opt.step(); }), 1);
-  // Three tensors each large enough to split: still one job for the whole group.
+  // Three tensors each large enough to split: still one job for the whole group. The first step
+  // also makes each tensor's exp_avg and exp_avg_sq, zero-filled on the pool (full_array).
   std::vector<Tensor<float>> large = small_tensors_with_grads(3, 100000);
   Adam<float> large_opt(large);
+  EXPECT_EQ(pool_jobs_of([&] { large_opt.step(); }), 1 + 2 * 3);
   EXPECT_EQ(pool_jobs_of([&] { large_opt.step(); }), 1);
   // One thread: no job at all.
   set_num_threads(1);

@@ -1,5 +1,6 @@
 #include <xgrad/backend/allocator.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <climits>
 #include <cstdlib>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include <xgrad/backend/array.hpp>
+#include <xgrad/backend/parallel_loops.hpp>
 
 #if defined(__SANITIZE_ADDRESS__)
 #define XGRAD_ARRAY_CACHE_POSSIBLE 0  // keep ASan's use-after-free detection on tensor buffers
@@ -67,14 +69,27 @@ bool array_cache_default() {
 std::atomic<bool> g_array_cache{array_cache_default()};
 
 // One thread's freed buffers of one element type, by exact element count, most recent last.
+// Per count: how many Arrays of it this thread took from empty_array and has not handed back
+// (`out`, at least 0: a buffer made elsewhere does not count) and the most that were out at once
+// (`peak`). A freed buffer is kept while kept + out stays within peak -- a step that frees what it
+// allocates finds every buffer it needs the next time, and no count keeps more than it ever used
+// at once -- and while the cache's bytes stay within bound(): twice the most bytes this thread
+// had out at once (the live high-water mark), at least kArrayCacheBytes.
 template <class T>
 struct ArrayCache {
-  std::unordered_map<std::size_t, std::vector<Array<T>>> free;
+  struct Size {
+    std::vector<Array<T>> free;
+    std::size_t out = 0, peak = 0;
+  };
+  std::unordered_map<std::size_t, Size> sizes;
   std::size_t bytes = 0, blocks = 0;
+  std::size_t live = 0, high_water = 0;  // bytes out: the sum of out * count * sizeof(T)
   std::uint64_t hits = 0, misses = 0;
 
+  std::size_t bound() const { return 2 * std::max(high_water, kArrayCacheBytes); }
+
   void clear() {
-    free.clear();
+    for (auto& [n, size] : sizes) size.free.clear();
     bytes = blocks = 0;
   }
 };
@@ -123,6 +138,9 @@ ArrayCacheStats array_cache_stats() {
     s.cached_blocks = c->f.blocks + c->d.blocks;
     s.hits = c->f.hits + c->d.hits;
     s.misses = c->f.misses + c->d.misses;
+    s.live_bytes = c->f.live + c->d.live;
+    s.high_water_bytes = c->f.high_water + c->d.high_water;
+    s.bound_bytes = c->f.bound() + c->d.bound();
   }
   return s;
 }
@@ -138,14 +156,18 @@ Array<T> take_cached(std::size_t numel) {
     if (c.blocks != 0) c.clear();
     return no_array<T>();
   }
-  auto it = c.free.find(numel);
-  if (it == c.free.end() || it->second.empty()) {
-    ++c.misses;
+  const std::size_t b = numel * sizeof(T);
+  typename ArrayCache<T>::Size& size = c.sizes[numel];
+  size.peak = std::max(size.peak, ++size.out);
+  c.live += b;
+  c.high_water = std::max(c.high_water, c.live);
+  if (size.free.empty()) {
+    ++c.misses;  // the caller allocates
     return no_array<T>();
   }
-  Array<T> a = std::move(it->second.back());
-  it->second.pop_back();
-  c.bytes -= numel * sizeof(T);
+  Array<T> a = std::move(size.free.back());
+  size.free.pop_back();
+  c.bytes -= b;
   --c.blocks;
   ++c.hits;
   return a;
@@ -155,23 +177,45 @@ template <class T>
 void recycle(Array<T>& a, bool reset) {
   const std::size_t n = a.size(), bytes = n * sizeof(T);
   if (n == 0) return;  // no buffer
-  ThreadCaches* caches = bytes > kArrayCacheBlockBytes ? nullptr : thread_caches();
-  if (caches != nullptr) {
+  if (ThreadCaches* caches = thread_caches()) {
     ArrayCache<T>& c = of<T>(*caches);
     if (!array_cache_enabled()) {
       if (c.blocks != 0) c.clear();
-    } else if (c.bytes + bytes <= kArrayCacheBytes) {
-      std::vector<Array<T>>& list = c.free[n];
-      if (list.size() < kArrayCacheBlocksPerSize) {
-        if (list.capacity() == 0) list.reserve(kArrayCacheBlocksPerSize);
-        list.push_back(std::move(a));
-        c.bytes += bytes;
-        ++c.blocks;
+    } else {
+      const auto it = c.sizes.find(n);
+      if (it != c.sizes.end()) {  // a count this thread takes: else the buffer is freed
+        typename ArrayCache<T>::Size& size = it->second;
+        if (size.out > 0) {
+          --size.out;
+          c.live -= bytes;
+        }
+        if (size.free.size() + size.out < size.peak && c.bytes + bytes <= c.bound()) {
+          size.free.push_back(std::move(a));
+          c.bytes += bytes;
+          ++c.blocks;
+        } else if (size.out == 0 && size.free.empty()) {
+          c.sizes.erase(it);  // nothing of that count held: forget it (shapes that keep changing)
+        }
       }
     }
   }
   if (reset) a = no_array<T>();  // frees the buffer unless the cache took it
 }
+
+template <class T>
+void fill_blocks(T* a, std::size_t n, T value) {
+  parallel_blocks(n, [&](std::size_t i0, std::size_t i1) { std::fill(a + i0, a + i1, value); });
+}
+
+template <class T>
+void copy_blocks(const T* src, std::size_t n, T* dst) {
+  parallel_blocks(n, [&](std::size_t i0, std::size_t i1) { std::copy(src + i0, src + i1, dst + i0); });
+}
+
+template void fill_blocks<float>(float*, std::size_t, float);
+template void fill_blocks<double>(double*, std::size_t, double);
+template void copy_blocks<float>(const float*, std::size_t, float*);
+template void copy_blocks<double>(const double*, std::size_t, double*);
 
 template Array<float> take_cached<float>(std::size_t);
 template Array<double> take_cached<double>(std::size_t);

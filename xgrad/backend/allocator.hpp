@@ -9,11 +9,17 @@
 //
 // The array cache is the library's own, and on by default: every thread keeps the buffers of the
 // Arrays the engine drops, in lists by exact element count, and empty_array (array.hpp) takes one
-// of the same count before asking malloc. A training step allocates the same sizes every step, so
-// most results reuse a buffer. It is bounded (the constants below; larger buffers are freed as
-// before), off under AddressSanitizer so that a use after free is still caught, and off with
-// XGRAD_ARRAY_CACHE=0 in the environment. Buffers come back uninitialized, as from malloc; numerics
-// do not change. docs/performance.md has the measurements.
+// of the same count before asking malloc. A training step allocates the same sizes every step and
+// frees what it allocated, so from the second step on its tensor buffers all come from the cache.
+// It is bounded by what the thread itself used: a buffer of a given element count is kept only
+// while the cached and outstanding buffers of that count stay within the most that were out at
+// once, and the cache's bytes within twice the thread's live high-water mark (the most bytes it
+// had taken through empty_array and not yet handed back, at once), at least kArrayCacheBytes. A
+// buffer freed on a thread that never takes its count is freed. The cache keeps that memory
+// between steps (as glibc does with set_allocator_tuning, and PyTorch's GPU caching allocator):
+// set_array_cache(false) hands it back. Off under AddressSanitizer so that a use after free is
+// still caught, and off with XGRAD_ARRAY_CACHE=0 in the environment. Buffers come back
+// uninitialized, as from malloc; numerics do not change. docs/performance.md has the measurements.
 #pragma once
 
 #include <cstddef>
@@ -38,9 +44,8 @@ bool allocator_tuning_from_env();
 void set_array_cache(bool enabled);
 bool array_cache_enabled();
 
-constexpr std::size_t kArrayCacheBytes = std::size_t{4} << 20;       // per thread and element type
-constexpr std::size_t kArrayCacheBlockBytes = std::size_t{64} << 10;  // larger buffers are not kept
-constexpr std::size_t kArrayCacheBlocksPerSize = 64;  // buffers kept per element count
+// The cache's byte bound per thread and element type is 2 * max(high-water mark, kArrayCacheBytes).
+constexpr std::size_t kArrayCacheBytes = std::size_t{4} << 20;
 
 // The calling thread's array cache, summed over float and double (for tests and benchmarks).
 struct ArrayCacheStats {
@@ -48,6 +53,9 @@ struct ArrayCacheStats {
   std::size_t cached_blocks = 0;
   std::uint64_t hits = 0;         // empty_array served from the cache
   std::uint64_t misses = 0;       // empty_array that had to allocate
+  std::size_t live_bytes = 0;     // taken through empty_array, not yet handed back
+  std::size_t high_water_bytes = 0;
+  std::size_t bound_bytes = 0;  // what cached_bytes stays within: 2 max(high-water, kArrayCacheBytes) per type
 };
 ArrayCacheStats array_cache_stats();
 

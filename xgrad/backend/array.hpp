@@ -33,6 +33,30 @@ Array<T> take_cached(std::size_t numel);
 // left moved-from, or untouched when the cache did not take it.
 template <class T>
 void recycle(Array<T>& a, bool reset = true);
+// An Array that hands its buffer to the thread's array cache (recycle) when destroyed: for the
+// arrays a backward closure saves (dropout's mask, attention's probabilities), which the engine
+// frees with the closure rather than through recycle. float and double.
+template <class T>
+class RecycledArray {
+ public:
+  RecycledArray() = default;
+  explicit RecycledArray(Array<T>&& a) : a_(std::move(a)) {}
+  RecycledArray(const RecycledArray&) = default;  // std::function copies closures
+  RecycledArray(RecycledArray&&) = default;       // leaves an Array without elements
+  RecycledArray& operator=(const RecycledArray&) = delete;
+  RecycledArray& operator=(RecycledArray&&) = delete;
+  ~RecycledArray() { recycle(a_, /*reset=*/false); }
+  const Array<T>& get() const { return a_; }
+
+ private:
+  Array<T> a_;
+};
+// a[0, n) = value and dst[0, n) = src[0, n) in blocks on the pool (parallel_loops.hpp's
+// parallel_blocks: inline below 64K elements), for float and double (allocator.cpp).
+template <class T>
+void fill_blocks(T* a, std::size_t n, T value);
+template <class T>
+void copy_blocks(const T* src, std::size_t n, T* dst);
 // An Array with no elements and no buffer (shape {0}): what a Node holds where it has no value
 // or gradient. Unlike Array<T>() (a 0-d array of one element), it allocates nothing.
 template <class T>
@@ -82,7 +106,10 @@ Array<T> empty_array(const S& shape, const char* who = "allocating a tensor") {
 template <class T, class S = Shape>
 Array<T> full_array(const S& shape, T value, const char* who) {
   Array<T> a = empty_array<T>(shape, who);
-  std::fill(a.data(), a.data() + a.size(), value);
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
+    detail::fill_blocks(a.data(), a.size(), value);
+  else
+    std::fill(a.data(), a.data() + a.size(), value);
   return a;
 }
 
@@ -90,7 +117,10 @@ Array<T> full_array(const S& shape, T value, const char* who) {
 template <class T>
 Array<T> copy_array(const Array<T>& a, const char* who) {
   Array<T> c = empty_array<T>(a.shape(), who);
-  std::copy(a.data(), a.data() + a.size(), c.data());
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
+    detail::copy_blocks(a.data(), a.size(), c.data());
+  else
+    std::copy(a.data(), a.data() + a.size(), c.data());
   return c;
 }
 
@@ -103,5 +133,9 @@ extern template Array<float> detail::take_cached<float>(std::size_t);
 extern template Array<double> detail::take_cached<double>(std::size_t);
 extern template void detail::recycle<float>(Array<float>&, bool);
 extern template void detail::recycle<double>(Array<double>&, bool);
+extern template void detail::fill_blocks<float>(float*, std::size_t, float);
+extern template void detail::fill_blocks<double>(double*, std::size_t, double);
+extern template void detail::copy_blocks<float>(const float*, std::size_t, float*);
+extern template void detail::copy_blocks<double>(const double*, std::size_t, double*);
 
 }  // namespace xgrad

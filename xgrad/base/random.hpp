@@ -69,6 +69,13 @@ class Generator {
   double uniform() { return static_cast<double>(next_u64() >> 11) * 0x1.0p-53; }        // [0, 1)
   float uniform_float() { return static_cast<float>(next_u64() >> 40) * 0x1.0p-24f; }  // [0, 1)
   double normal();         // standard normal (Box-Muller, one draw per call, no cached value)
+  // The state n draws (next_u64, uniform or uniform_float calls) ahead, without drawing them:
+  // xoshiro's jump-ahead, O(log n) (a 256-bit GF(2) matrix-vector product per set bit of n). A
+  // kernel that splits a tensor's draws over threads starts each block from state_ahead(begin), so
+  // every element gets the number a serial draw gives it. Like next_u64 it does not lock.
+  GeneratorState state_ahead(std::uint64_t n) const;
+  // Moves the stream n draws on (as std::mt19937::discard), in O(log n); does not lock.
+  void discard(std::uint64_t n);
   bool bernoulli(double p) { return uniform() < p; }
 
  private:

@@ -185,9 +185,7 @@ void Tensor<T>::backward(const Tensor<T>& gradient, std::optional<bool> retain_g
 namespace {
 template <class T>
 Tensor<T> filled(const char* who, const Shape& shape, T fill_value, bool requires_grad) {
-  Array<T> a = empty_array<T>(shape, who);
-  std::fill(a.begin(), a.end(), fill_value);
-  return Tensor<T>(std::move(a), requires_grad);
+  return Tensor<T>(full_array<T>(shape, fill_value, who), requires_grad);
 }
 }  // namespace
 

@@ -3,6 +3,7 @@
 #include <limits>
 
 #include <xgrad/nn/init.hpp>
+#include <xgrad/ops/linear_gelu.hpp>
 
 namespace xgrad::nn {
 
@@ -22,6 +23,15 @@ void append_clones(ModuleList<T>& layers, const Layer& layer, std::int64_t num_l
     layers.push_back(copy);
   }
   default_generator().set_state(rng);
+}
+
+// The feed-forward block's activation(linear1(x)): for the GELUs one fused op (ops/linear_gelu.hpp,
+// the same values as the two ops, bit for bit), for relu the two ops.
+template <class T>
+Tensor<T> linear_activation(const char* who, const std::string& activation, Linear<T>& linear1, const Tensor<T>& x) {
+  if (activation == "gelu" || activation == "gelu_tanh")
+    return xgrad::detail::linear_gelu(x, linear1.weight, linear1.bias, activation == "gelu" ? "none" : "tanh");
+  return transformer_activation(who, activation, linear1.forward(x));
 }
 
 }  // namespace
@@ -57,8 +67,7 @@ TransformerEncoderLayer<T>::TransformerEncoderLayer(const TransformerEncoderLaye
 
 template <class T>
 Tensor<T> TransformerEncoderLayer<T>::ff_block(const Tensor<T>& x) {
-  Tensor<T> h = linear1->forward(x);
-  h = transformer_activation("TransformerEncoderLayer", options_.activation(), h);
+  const Tensor<T> h = linear_activation("TransformerEncoderLayer", options_.activation(), *linear1, x);
   return dropout2->forward(linear2->forward(dropout->forward(h)));
 }
 
@@ -142,8 +151,7 @@ Tensor<T> TransformerDecoderLayer<T>::mha_block(const Tensor<T>& x, const Tensor
 
 template <class T>
 Tensor<T> TransformerDecoderLayer<T>::ff_block(const Tensor<T>& x) {
-  Tensor<T> h = linear1->forward(x);
-  h = transformer_activation("TransformerDecoderLayer", options_.activation(), h);
+  const Tensor<T> h = linear_activation("TransformerDecoderLayer", options_.activation(), *linear1, x);
   return dropout3->forward(linear2->forward(dropout->forward(h)));
 }
 

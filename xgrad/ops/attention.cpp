@@ -391,7 +391,9 @@ Tensor<T> attention_node(std::vector<Tensor<T>> inputs, const NodeLayout& l, con
   const std::size_t count = inputs.size();
   return make_result<T>(
       kOp, std::move(out), std::move(inputs),
-      [P = std::move(P), D = std::move(D), alpha, l, weights, dropping, bf16, count](Node<T>& node) {
+      // P and D go back to the array cache when the engine frees this closure.
+      [P = detail::RecycledArray<T>(std::move(P)), D = detail::RecycledArray<T>(std::move(D)), alpha, l, weights,
+       dropping, bf16, count](Node<T>& node) {
         std::vector<Array<T>> g(count);  // each input's gradient, when it needs one
         std::vector<char> need(count);   // (a default Array is 0-d, one element: not "none")
         for (std::size_t i = 0; i < count; ++i)
@@ -399,9 +401,9 @@ Tensor<T> attention_node(std::vector<Tensor<T>> inputs, const NodeLayout& l, con
         auto grad = [&](const Place& p) { return need[p.input] ? p.at(g[p.input].data()) : Mat<T*>{}; };
         const T* dy = node.grad.data();
         attention_backward<T>(Qkv<T*>{grad(l.q), grad(l.k), grad(l.v)}, l.o.at(dy),
-                              weights ? l.w.at(dy) : Mat<const T*>{}, P.data(),
+                              weights ? l.w.at(dy) : Mat<const T*>{}, P.get().data(),
                               read_qkv<T>(l, [&](std::size_t i) { return node.input_value(i).data(); }),
-                              dropping ? D.data() : nullptr, l.n, alpha, bf16);
+                              dropping ? D.get().data() : nullptr, l.n, alpha, bf16);
         for (std::size_t i = 0; i < count; ++i)
           if (need[i]) node.input(i).accumulate_grad(std::move(g[i]));
       },

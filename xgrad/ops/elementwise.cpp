@@ -4,6 +4,7 @@
 
 // First, so that its pragma covers xsimd wherever xtensor includes it (see simd.hpp).
 #include <xgrad/backend/simd.hpp>
+#include <xgrad/ops/gelu_kernel.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -80,72 +81,19 @@ GradFormula<T> binary_formula(Da da, Db db) {
   };
 }
 
-// gelu's derivative times a gradient, as an op of its own so that it can be differentiated again:
-// gelu_backward(dy, x) = dy * gelu'(x). Its own derivatives: d/d(dy) = gelu'(x) (gelu_backward
-// again), d/dx = dy * gelu''(x) (differentiable ops), where
+// gelu's derivative as differentiable ops (gelu_backward's own formula, below):
 //   exact: gelu''(x) = phi(x) (2 - x^2)
 //   tanh:  gelu''(x) = (1 - t^2) (u' - x t u'^2 + 3 c k x^2),  u' = k (1 + 3 c x^2)
 template <class T>
-Tensor<T> gelu_backward(const Tensor<T>& dy, const Tensor<T>& x, bool tanh_form);
-template <class T>
 Tensor<T> gelu_second_derivative(const Tensor<T>& x, bool tanh_form);
 
-// GELU over contiguous data, xsimd batches with a scalar tail (same formulas; xsimd's erf, exp
-// and tanh agree with the C library to ~2e-7 relative in float and ~1e-14 in double).
-//   exact:  y = x Phi(x) = 0.5 x (1 + erf(x / sqrt 2));   dy/dx = Phi(x) + x phi(x),
-//           phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
-//   tanh:   y = 0.5 x (1 + t),  t = tanh(u),  u = sqrt(2/pi) (x + 0.044715 x^3)
-//           dy/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2)
-// Backward (kBackward) writes out = g * dy/dx (out may be g); forward writes out = y (g unused).
-template <class T, bool kTanh, bool kBackward>
-void gelu_kernel(const T* x, const T* g, T* out, std::size_t n) {
-  const T inv_sqrt2 = T(M_SQRT1_2);
-  const T inv_sqrt_2pi = T(0.5 * M_2_SQRTPI * M_SQRT1_2);  // 1/sqrt(2 pi)
-  const T k = T(M_2_SQRTPI * M_SQRT1_2);                    // sqrt(2/pi)
-  const T c = T(0.044715);
-  const T half(0.5), one(1), three_c = 3 * c;
-  auto f = [&](auto v, auto dy, auto erf_, auto exp_, auto tanh_) {
-    using V = decltype(v);
-    if constexpr (kTanh) {
-      const V t = tanh_(V(k) * (v + V(c) * v * v * v));
-      if constexpr (!kBackward) {
-        return V(half) * v * (V(one) + t);
-      } else {
-        return dy * (V(half) * (V(one) + t) + V(half) * v * (V(one) - t * t) * V(k) * (V(one) + V(three_c) * v * v));
-      }
-    } else {
-      const V e = erf_(v * V(inv_sqrt2));
-      if constexpr (!kBackward) {
-        return V(half) * v * (V(one) + e);
-      } else {
-        return dy * (V(half) * (V(one) + e) + v * V(inv_sqrt_2pi) * exp_(V(-half) * v * v));
-      }
-    }
-  };
-  using B = detail::simd_batch<T>;
-  constexpr std::size_t W = B::size;
-  std::size_t i = 0;
-  for (; i + W <= n; i += W) {
-    const B v = B::load_unaligned(x + i);
-    const B dy = kBackward ? B::load_unaligned(g + i) : B(T(0));
-    f(v, dy, [](const B& z) { return xsimd::erf(z); }, [](const B& z) { return xsimd::exp(z); },
-      [](const B& z) { return xsimd::tanh(z); })
-        .store_unaligned(out + i);
-  }
-  for (; i < n; ++i)
-    out[i] = f(x[i], kBackward ? g[i] : T(0), [](T z) { return std::erf(z); }, [](T z) { return std::exp(z); },
-               [](T z) { return std::tanh(z); });
-}
-
-// gelu_kernel over blocks of 4096 elements split across threads (a block boundary is a multiple
-// of every SIMD width, so each element takes the same path whatever the thread count).
+// gelu_kernel (gelu_kernel.hpp) over blocks of 4096 elements split across threads.
 template <class T, bool kBackward>
 void gelu_parallel(bool tanh_form, const T* x, const T* g, T* out, std::size_t n) {
   constexpr std::size_t kBlock = 4096;
   detail::parallel_for((n + kBlock - 1) / kBlock, 4, [&](std::size_t b0, std::size_t b1) {
     const std::size_t i = b0 * kBlock, len = std::min(b1 * kBlock, n) - i;
-    if (tanh_form) gelu_kernel<T, true, kBackward>(x + i, g ? g + i : nullptr, out + i, len);
-    else gelu_kernel<T, false, kBackward>(x + i, g ? g + i : nullptr, out + i, len);
+    detail::gelu_kernel<T, kBackward>(tanh_form, x + i, g ? g + i : nullptr, out + i, len);
   });
 }
 
@@ -416,23 +364,30 @@ Tensor<T> gelu(const Tensor<T>& a, const std::string& approximate) {
         out.input(0).accumulate_grad(std::move(gx));
       },
       [tanh_form](const BackwardArgs<T>& args) {
-        return std::vector<Tensor<T>>{gelu_backward(args.grad(), args.input(0), tanh_form)};
+        return std::vector<Tensor<T>>{detail::gelu_backward(args.grad(), args.input(0), tanh_form)};
       });
 }
 
-namespace {
+namespace detail {
+// gelu_backward(dy, x) = dy * gelu'(x). Its own derivatives: d/d(dy) = gelu'(x) (gelu_backward
+// again), d/dx = dy * gelu''(x) (differentiable ops, gelu_second_derivative).
 template <class T>
 Tensor<T> gelu_backward(const Tensor<T>& dy, const Tensor<T>& x, bool tanh_form) {
   Array<T> gx = empty_array<T>(x.value().shape(), "gelu_backward");
   gelu_parallel<T, true>(tanh_form, x.value().data(), dy.value().data(), gx.data(), gx.size());
   GradFormula<T> formula = [tanh_form](const BackwardArgs<T>& args) {
     std::vector<Tensor<T>> g(2);
-    if (args.needs(0)) g[0] = gelu_backward(args.grad(), args.input(1), tanh_form);
+    if (args.needs(0)) g[0] = detail::gelu_backward(args.grad(), args.input(1), tanh_form);
     if (args.needs(1)) g[1] = mul(mul(args.grad(), args.input(0)), gelu_second_derivative(args.input(1), tanh_form));
     return g;
   };
   return make_result<T>("gelu_backward", std::move(gx), {dy, x}, backward_from_formula(formula), formula);
 }
+template Tensor<float> gelu_backward<float>(const Tensor<float>&, const Tensor<float>&, bool);
+template Tensor<double> gelu_backward<double>(const Tensor<double>&, const Tensor<double>&, bool);
+}  // namespace detail
+
+namespace {
 
 template <class T>
 Tensor<T> gelu_second_derivative(const Tensor<T>& x, bool tanh_form) {

@@ -7,9 +7,11 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <vector>
 
 #include <xgrad/ops/broadcast.hpp>
 #include <xgrad/ops/ops.hpp>
+#include <xgrad/backend/parallel_loops.hpp>
 #include <xgrad/backend/strided.hpp>
 #include <xgrad/base/warning.hpp>
 #include <xgrad/core/profiler.hpp>
@@ -59,11 +61,26 @@ Tensor<T> mse_loss(const Tensor<T>& input, const Tensor<T>& target, const std::s
   const std::size_t n = d.size();
   Array<T> y;
   if (red == Reduction::none) {
-    for (std::size_t i = 0; i < n; ++i) pd[i] *= pd[i];
+    detail::parallel_blocks(n, [&](std::size_t i0, std::size_t i1) {
+      for (std::size_t i = i0; i < i1; ++i) pd[i] *= pd[i];
+    });
     y = std::move(d);
   } else {
+    // The sum in double: each block of kBlock elements summed in order, then the block sums in
+    // order. The same at any thread count (and serial below the grain); the blocks' order of
+    // additions, not one running sum, so it may differ from a plain serial sum in double's last bits.
+    const std::size_t blocks = (n + detail::kBlock - 1) / detail::kBlock;
+    std::vector<double> partial(blocks);
+    detail::parallel_blocks(n, [&](std::size_t i0, std::size_t i1) {
+      for (std::size_t b0 = i0; b0 < i1; b0 += detail::kBlock) {
+        const std::size_t b1 = std::min(b0 + detail::kBlock, i1);
+        double s = 0;
+        for (std::size_t i = b0; i < b1; ++i) s += static_cast<double>(pd[i]) * pd[i];
+        partial[b0 / detail::kBlock] = s;
+      }
+    });
     double s = 0;
-    for (std::size_t i = 0; i < n; ++i) s += static_cast<double>(pd[i]) * pd[i];
+    for (const double v : partial) s += v;
     // mean of no elements: 0/0 = nan, as PyTorch
     y = scalar_array<T>("mse_loss", red == Reduction::sum ? s : s / static_cast<double>(n));
   }
@@ -74,19 +91,27 @@ Tensor<T> mse_loss(const Tensor<T>& input, const Tensor<T>& target, const std::s
         // d loss / d input = 2 (input - target) * dy * (1/n for mean);  d loss / d target = -that
         Array<T> g =
             detail::binary_map(out.input_value(0), out.input_value(1), "mse_loss", [](T a, T b) { return a - b; });
+        // Blocks of elements (parallel_blocks), each element's product as before.
         T* pg = g.data();
         const std::size_t n = g.size();
         if (red == Reduction::none) {
           const T* dy = out.grad.data();
-          for (std::size_t i = 0; i < n; ++i) pg[i] *= T(2) * dy[i];
+          detail::parallel_blocks(n, [&](std::size_t i0, std::size_t i1) {
+            for (std::size_t i = i0; i < i1; ++i) pg[i] *= T(2) * dy[i];
+          });
         } else {
           T scale = T(2) * *out.grad.data();
           if (red == Reduction::mean) scale /= static_cast<T>(n);
-          for (std::size_t i = 0; i < n; ++i) pg[i] *= scale;
+          detail::parallel_blocks(n, [&](std::size_t i0, std::size_t i1) {
+            for (std::size_t i = i0; i < i1; ++i) pg[i] *= scale;
+          });
         }
         if (out.input_needs_grad(1)) {
           Array<T> gt = sum_to(g, out.input_shape(1));
-          for (auto& v : gt) v = -v;
+          T* pt = gt.data();
+          detail::parallel_blocks(gt.size(), [&](std::size_t i0, std::size_t i1) {
+            for (std::size_t i = i0; i < i1; ++i) pt[i] = -pt[i];
+          });
           out.input(1).accumulate_grad(std::move(gt));
         }
         if (out.input_needs_grad(0)) {
@@ -220,35 +245,42 @@ Tensor<T> cross_entropy(const Tensor<T>& logits, const IndexArray& target, std::
     losses = empty_array<T>(st, "cross_entropy");
     pl = losses.data();
   }
+  // Split by positions (each reads its C logits; grain: 32K logits a chunk); the total adds the
+  // positions' losses in order afterwards, as the serial loop did.
   const T* px = logits.value().data();
   const double ls = label_smoothing;
+  std::vector<double> position_loss(s.positions);
+  detail::parallel_for(s.positions, detail::grain_for_units(C), [&](std::size_t p0, std::size_t p1) {
+    for (std::size_t p = p0; p < p1; ++p) {
+      const std::int64_t t = pt[p];
+      if (t == ignore_index) {
+        if (pl) pl[p] = T(0);
+        continue;
+      }
+      const T* x = px + (p / inner) * C * inner + p % inner;  // x[c * inner] is logit c
+      double sum_exp = 0, sum_x = 0;
+      T mx = -std::numeric_limits<T>::infinity();
+      if (inner == 1) {
+        mx = detail::simd_max(x, C);
+        sum_exp = detail::simd_sum_exp_sub(x, mx, C);
+      } else {
+        for (std::size_t c = 0; c < C; ++c) mx = std::max(mx, x[c * inner]);
+        for (std::size_t c = 0; c < C; ++c) sum_exp += std::exp(x[c * inner] - mx);
+      }
+      if (ls != 0)
+        for (std::size_t c = 0; c < C; ++c) sum_x += x[c * inner];
+      const double lse = mx + std::log(sum_exp);
+      s.max[p] = mx;
+      s.sum_exp[p] = sum_exp;
+      double loss = (1 - ls) * (lse - x[static_cast<std::size_t>(t) * inner]);
+      if (ls != 0) loss += ls * (lse - sum_x / static_cast<double>(C));
+      if (pl) pl[p] = static_cast<T>(loss);
+      position_loss[p] = loss;
+    }
+  });
   double total = 0;
-  for (std::size_t p = 0; p < s.positions; ++p) {
-    const std::int64_t t = pt[p];
-    if (t == ignore_index) {
-      if (pl) pl[p] = T(0);
-      continue;
-    }
-    const T* x = px + (p / inner) * C * inner + p % inner;  // x[c * inner] is logit c
-    double sum_exp = 0, sum_x = 0;
-    T mx = -std::numeric_limits<T>::infinity();
-    if (inner == 1) {
-      mx = detail::simd_max(x, C);
-      sum_exp = detail::simd_sum_exp_sub(x, mx, C);
-    } else {
-      for (std::size_t c = 0; c < C; ++c) mx = std::max(mx, x[c * inner]);
-      for (std::size_t c = 0; c < C; ++c) sum_exp += std::exp(x[c * inner] - mx);
-    }
-    if (ls != 0)
-      for (std::size_t c = 0; c < C; ++c) sum_x += x[c * inner];
-    const double lse = mx + std::log(sum_exp);
-    s.max[p] = mx;
-    s.sum_exp[p] = sum_exp;
-    double loss = (1 - ls) * (lse - x[static_cast<std::size_t>(t) * inner]);
-    if (ls != 0) loss += ls * (lse - sum_x / static_cast<double>(C));
-    if (pl) pl[p] = static_cast<T>(loss);
-    total += loss;
-  }
+  for (std::size_t p = 0; p < s.positions; ++p)
+    if (pt[p] != ignore_index) total += position_loss[p];
   Array<T> y =
       red == Reduction::none
           ? std::move(losses)
@@ -268,24 +300,27 @@ Tensor<T> cross_entropy(const Tensor<T>& logits, const IndexArray& target, std::
         T* pdx = dx.data();
         const double ls = s.label_smoothing;
         const double uniform = ls / static_cast<double>(C);
-        for (std::size_t p = 0; p < s.positions; ++p) {
-          const std::int64_t t = pt[p];
-          if (t == s.ignore_index) continue;
-          double scale = s.reduction == Reduction::none ? dy[p] : dy[0];
-          if (s.reduction == Reduction::mean) scale /= static_cast<double>(s.count);
-          const std::size_t base = (p / inner) * C * inner + p % inner;
-          const T* x = px + base;
-          T* g = pdx + base;
-          const T mx = s.max[p];
-          const T sc = static_cast<T>(scale / s.sum_exp[p]), off = static_cast<T>(scale * uniform);
-          if (inner == 1) {
-            detail::simd_exp_sub_sum(x, mx, g, C);
-            for (std::size_t c = 0; c < C; ++c) g[c] = sc * g[c] - off;
-          } else {
-            for (std::size_t c = 0; c < C; ++c) g[c * inner] = sc * std::exp(x[c * inner] - mx) - off;
+        // Split by positions, as the forward; each writes only its own C entries of dx.
+        detail::parallel_for(s.positions, detail::grain_for_units(C), [&](std::size_t p0, std::size_t p1) {
+          for (std::size_t p = p0; p < p1; ++p) {
+            const std::int64_t t = pt[p];
+            if (t == s.ignore_index) continue;
+            double scale = s.reduction == Reduction::none ? dy[p] : dy[0];
+            if (s.reduction == Reduction::mean) scale /= static_cast<double>(s.count);
+            const std::size_t base = (p / inner) * C * inner + p % inner;
+            const T* x = px + base;
+            T* g = pdx + base;
+            const T mx = s.max[p];
+            const T sc = static_cast<T>(scale / s.sum_exp[p]), off = static_cast<T>(scale * uniform);
+            if (inner == 1) {
+              detail::simd_exp_sub_sum(x, mx, g, C);
+              for (std::size_t c = 0; c < C; ++c) g[c] = sc * g[c] - off;
+            } else {
+              for (std::size_t c = 0; c < C; ++c) g[c * inner] = sc * std::exp(x[c * inner] - mx) - off;
+            }
+            g[static_cast<std::size_t>(t) * inner] -= static_cast<T>(scale * (1 - ls));
           }
-          g[static_cast<std::size_t>(t) * inner] -= static_cast<T>(scale * (1 - ls));
-        }
+        });
         out.input(0).accumulate_grad(std::move(dx));
       },
       [saved](const BackwardArgs<T>& args) { return cross_entropy_formula(args, *saved); });

@@ -10,7 +10,9 @@
 #include <xgrad/backend/gemm.hpp>
 #include <xgrad/ops/ops.hpp>
 #include <xgrad/backend/parallel.hpp>
+#include <xgrad/backend/parallel_loops.hpp>
 #include <xgrad/backend/strided.hpp>
+#include <xgrad/ops/linear_impl.hpp>
 #include <xgrad/core/profiler.hpp>
 
 namespace xgrad {
@@ -226,93 +228,160 @@ std::vector<Tensor<T>> linear_formula(const BackwardArgs<T>& args) {
 
 }  // namespace
 
-// x: (*, in), W: (out, in), b: (out) -> y: (*, out);  y = x W^T + b over the rows of x.
-// https://pytorch.org/docs/stable/generated/torch.nn.functional.linear.html
-template <class T>
-Tensor<T> linear(const Tensor<T>& x, const Tensor<T>& weight, const Tensor<T>& bias) {
-  XGRAD_PROFILE_OP("linear");
-  const Shape sx = x.shape(), sw = weight.shape();
-  XGRAD_CHECK(sw.size() == 2, "linear: expected a 2-D weight (out_features, in_features), got ", sw);
-  XGRAD_CHECK(!sx.empty(), "linear: expected an input with at least 1 dimension (*, in_features), got ", sx);
-  const std::size_t in = sw[1], outf = sw[0];
-  XGRAD_CHECK(sx.back() == in, "linear: input ", sx, " and weight ", sw, ": input features ", sx.back(),
-              " differ from in_features ", in);
-  const bool has_bias = bias.defined();
-  if (has_bias)
-    XGRAD_CHECK(bias.shape() == Shape{outf}, "linear: expected a bias of shape (", outf,
-                ") for weight ", sw, ", got ", bias.shape());
-  std::size_t rows_total = 1;
-  for (std::size_t i = 0; i + 1 < sx.size(); ++i) rows_total *= sx[i];
+namespace detail {
 
+template <class T>
+Shape linear_output_shape(const char* op, const Tensor<T>& x, const Tensor<T>& weight, const Tensor<T>& bias) {
+  const Shape sx = x.shape(), sw = weight.shape();
+  XGRAD_CHECK(sw.size() == 2, op, ": expected a 2-D weight (out_features, in_features), got ", sw);
+  XGRAD_CHECK(!sx.empty(), op, ": expected an input with at least 1 dimension (*, in_features), got ", sx);
+  const std::size_t in = sw[1], outf = sw[0];
+  XGRAD_CHECK(sx.back() == in, op, ": input ", sx, " and weight ", sw, ": input features ", sx.back(),
+              " differ from in_features ", in);
+  if (bias.defined())
+    XGRAD_CHECK(bias.shape() == Shape{outf}, op, ": expected a bias of shape (", outf, ") for weight ", sw, ", got ",
+                bias.shape());
   Shape sy = sx;
   sy.back() = outf;
-  Array<T> y = empty_array<T>(sy, "linear");
-  T* py = y.data();
-  const bool bf16 = detail::autocast_gemm<T>();  // recorded for the backward (autocast.hpp)
-  // y starts as the bias broadcast over rows, then gemm adds x W^T (beta = 1).
-  if (has_bias && outf > 0) {  // out_features 0: no row to fill (and no buffer to copy from)
-    const T* pbias = bias.value().data();
-    for (std::size_t r = 0; r < rows_total; ++r) std::memcpy(py + r * outf, pbias, outf * sizeof(T));
-  }
+  return sy;
+}
+
+template <class T>
+LinearGemms linear_forward(const Tensor<T>& x, const Tensor<T>& weight, const Tensor<T>& bias, T* py,
+                           const LinearEpilogue& epilogue) {
+  const Shape sx = x.shape(), sw = weight.shape();
+  LinearGemms s;
+  s.in = sw[1];
+  s.outf = sw[0];
+  s.rows = numel(sx, 0, sx.size() - 1);
+  s.bf16 = autocast_gemm<T>();  // recorded for the backward (autocast.hpp)
   // Under autocast, when the product takes packed operands (the three gemms here have the same
   // size), x and W are rounded to bf16 once, here, and kept for the backward (x: (rows, in),
   // W: (out, in)), which would otherwise round both again. Either way the same bits. A weight
   // comes from the cast cache: cast once per version, not once per call.
-  const bool packed = bf16 && detail::gemm_bf16_takes_packed(rows_total, outf, in);
-  detail::Bf16Matrix xb, wb;
+  s.packed = s.bf16 && gemm_bf16_takes_packed(s.rows, s.outf, s.in);
   if constexpr (std::is_same_v<T, float>) {
-    if (packed) {
-      xb = cast_bf16(x, rows_total, in);
-      wb = cast_bf16(weight, outf, in);
+    if (s.packed) {
+      s.xb = cast_bf16(x, s.rows, s.in);
+      s.wb = cast_bf16(weight, s.outf, s.in);
     }
   }
-  linear_gemm<T>(bf16, packed, false, true, rows_total, outf, in, x.value().data(), in, xb, weight.value().data(), in,
-                 wb, has_bias ? T(1) : T(0), py, outf);
+  const std::size_t rows = s.rows, in = s.in, outf = s.outf;
+  const T* px = x.value().data();
+  const T* pw = weight.value().data();
+  const T* pb = bias.defined() && outf > 0 ? bias.value().data() : nullptr;  // out 0: nothing to copy
+  const T beta = pb != nullptr ? T(1) : T(0);
+  // The block of rows [r0, r1) and columns [c0, c1) of y: the bias, then the gemm adds x W^T
+  // (beta = 1), then the epilogue while the block is in cache.
+  auto block = [&](std::size_t r0, std::size_t r1, std::size_t c0, std::size_t c1) {
+    if (pb != nullptr)
+      for (std::size_t r = r0; r < r1; ++r) std::memcpy(py + r * outf + c0, pb + c0, (c1 - c0) * sizeof(T));
+    if constexpr (std::is_same_v<T, float>) {
+      if (s.packed) {  // rows r0.. of the packed x: the same buffer, offset (an aliasing shared_ptr); c: all
+        const Bf16Matrix xr{std::shared_ptr<const std::uint16_t[]>(s.xb.bits, s.xb.bits.get() + r0 * in), r1 - r0, in};
+        gemm_bf16(false, true, r1 - r0, outf, in, 1.0f, xr, s.wb, beta, py + r0 * outf, outf);
+        if (epilogue) epilogue(r0, r1, c0, c1);
+        return;
+      }
+    }
+    gemm_autocast<T>(s.bf16, false, true, r1 - r0, c1 - c0, in, T(1), px + r0 * in, in, pw + c0 * in, in, beta,
+                     py + r0 * outf + c0, outf);
+    if (epilogue) epilogue(r0, r1, c0, c1);
+  };
+  // The backends' split (gemm.cpp, onednn.cpp): from 2^20 multiply-adds, blocks of whole 16-row
+  // tiles, at least 2 tiles each, or, for fp32/fp64 with more columns than rows, of 16-column
+  // tiles. A gemm called inside a chunk runs as one call on its thread: the same calls as one gemm.
+  constexpr std::size_t kTile = 16, kMinBlockTiles = 2, kMinMacs = std::size_t(1) << 20;
+  if (rows * outf * in < kMinMacs) {
+    block(0, rows, 0, outf);
+  } else if (s.packed || (!s.bf16 && rows >= outf)) {
+    parallel_for((rows + kTile - 1) / kTile, kMinBlockTiles,
+                 [&](std::size_t t0, std::size_t t1) { block(t0 * kTile, std::min(t1 * kTile, rows), 0, outf); });
+  } else if (!s.bf16) {
+    parallel_for((outf + kTile - 1) / kTile, kMinBlockTiles,
+                 [&](std::size_t t0, std::size_t t1) { block(0, rows, t0 * kTile, std::min(t1 * kTile, outf)); });
+  } else {  // bf16's portable path (rounds its operands, then a float gemm): bias and epilogue by rows
+    const std::size_t grain = grain_for_units(outf);
+    if (pb != nullptr)
+      parallel_for(rows, grain, [&](std::size_t r0, std::size_t r1) {
+        for (std::size_t r = r0; r < r1; ++r) std::memcpy(py + r * outf, pb, outf * sizeof(T));
+      });
+    gemm_autocast<T>(true, false, true, rows, outf, in, T(1), px, in, pw, in, beta, py, outf);
+    if (epilogue) parallel_for(rows, grain, [&](std::size_t r0, std::size_t r1) { epilogue(r0, r1, 0, outf); });
+  }
+  return s;
+}
 
+template <class T>
+void linear_backward_gemms(Node<T>& out, const LinearGemms& s, const T* dy) {
+  const std::size_t rows = s.rows, in = s.in, outf = s.outf;
+  // Packed: dy is rounded to bf16 once for both products.
+  Bf16Matrix dyb;
+  if constexpr (std::is_same_v<T, float>) {
+    if (s.packed && (out.input_needs_grad(0) || out.input_needs_grad(1))) dyb = to_bf16(dy, rows, outf, outf);
+  }
+  // dx = dy W: (rows, out) (out, in)
+  if (out.input_needs_grad(0)) {
+    Array<T> dx = empty_array<T>(out.input_shape(0), "linear (backward)");
+    linear_gemm<T>(s.bf16, s.packed, false, false, rows, in, outf, dy, outf, dyb, out.input_value(1).data(), in, s.wb,
+                   T(0), dx.data(), in);
+    out.input(0).accumulate_grad(std::move(dx));
+  }
+  // dW = dy^T x: (out, rows) (rows, in)
+  if (out.input_needs_grad(1)) {
+    Array<T> dw = empty_array<T>(out.input_shape(1), "linear (backward)");
+    linear_gemm<T>(s.bf16, s.packed, true, false, outf, in, rows, dy, outf, dyb, out.input_value(0).data(), in, s.xb,
+                   T(0), dw.data(), in);
+    out.input(1).accumulate_grad(std::move(dw));
+  }
+}
+
+void for_column_blocks(std::size_t rows, std::size_t cols, const std::function<void(std::size_t, std::size_t)>& f) {
+  constexpr std::size_t kUnit = 64;  // columns: a multiple of every SIMD width
+  const std::size_t units = (cols + kUnit - 1) / kUnit;
+  parallel_for(units, grain_for_units(rows * kUnit),
+               [&](std::size_t u0, std::size_t u1) { f(u0 * kUnit, std::min(u1 * kUnit, cols)); });
+}
+
+}  // namespace detail
+
+// x: (*, in), W: (out, in), b: (out) -> y: (*, out);  y = x W^T + b over the rows of x.
+// Forward: bias fill and gemm per row block (detail::linear_forward); backward: two gemms, and the
+// bias gradient summed down column blocks over the pool (each column's rows in order: the serial
+// sum's bits at any thread count).
+// https://pytorch.org/docs/stable/generated/torch.nn.functional.linear.html
+template <class T>
+Tensor<T> linear(const Tensor<T>& x, const Tensor<T>& weight, const Tensor<T>& bias) {
+  XGRAD_PROFILE_OP("linear");
+  Array<T> y = empty_array<T>(detail::linear_output_shape("linear", x, weight, bias), "linear");
+  const detail::LinearGemms s = detail::linear_forward<T>(x, weight, bias, y.data(), nullptr);
   std::vector<Tensor<T>> inputs{x, weight};
-  if (has_bias) inputs.push_back(bias);
+  if (bias.defined()) inputs.push_back(bias);
   return make_result<T>(
       "linear", std::move(y), std::move(inputs),
-      [rows_total, in, outf, bf16, packed, xb, wb](Node<T>& out) {
+      [s](Node<T>& out) {
         const T* dy = out.grad.data();
-        // Packed: dy is rounded to bf16 once for both products.
-        detail::Bf16Matrix dyb;
-        if constexpr (std::is_same_v<T, float>) {
-          if (packed && (out.input_needs_grad(0) || out.input_needs_grad(1)))
-            dyb = detail::to_bf16(dy, rows_total, outf, outf);
-        }
-        // dx = dy W: (rows, out) (out, in)
-        if (out.input_needs_grad(0)) {
-          Array<T> dx = empty_array<T>(out.input_shape(0), "linear (backward)");
-          linear_gemm<T>(bf16, packed, false, false, rows_total, in, outf, dy, outf, dyb, out.input_value(1).data(), in,
-                         wb, T(0), dx.data(), in);
-          out.input(0).accumulate_grad(std::move(dx));
-        }
-        // dW = dy^T x: (out, rows) (rows, in)
-        if (out.input_needs_grad(1)) {
-          Array<T> dw = empty_array<T>(out.input_shape(1), "linear (backward)");
-          linear_gemm<T>(bf16, packed, true, false, outf, in, rows_total, dy, outf, dyb, out.input_value(0).data(), in,
-                         xb, T(0), dw.data(), in);
-          out.input(1).accumulate_grad(std::move(dw));
-        }
+        detail::linear_backward_gemms(out, s, dy);
         // db = sum over rows of dy
         if (out.inputs.size() > 2 && out.input_needs_grad(2)) {
-          Array<T> db = empty_array<T>({outf}, "linear (backward)");
+          Array<T> db = empty_array<T>({s.outf}, "linear (backward)");
           T* pdb = db.data();
-          std::fill(pdb, pdb + outf, T(0));
-          for (std::size_t r = 0; r < rows_total; ++r) {
-            const T* row = dy + r * outf;
-            for (std::size_t j = 0; j < outf; ++j) pdb[j] += row[j];
-          }
+          detail::for_column_blocks(s.rows, s.outf, [&](std::size_t c0, std::size_t c1) {
+            detail::sum_rows(dy, s.rows, s.outf, c0, c1, pdb);
+          });
           out.input(2).accumulate_grad(std::move(db));
         }
       },
       linear_formula<T>);
 }
 
-#define XGRAD_INSTANTIATE(T)                                                \
-  template Tensor<T> matmul<T>(const Tensor<T>&, const Tensor<T>&);         \
-  template Tensor<T> linear<T>(const Tensor<T>&, const Tensor<T>&, const Tensor<T>&);
+#define XGRAD_INSTANTIATE(T)                                                                                        \
+  template Tensor<T> matmul<T>(const Tensor<T>&, const Tensor<T>&);                                                 \
+  template Tensor<T> linear<T>(const Tensor<T>&, const Tensor<T>&, const Tensor<T>&);                               \
+  template Shape detail::linear_output_shape<T>(const char*, const Tensor<T>&, const Tensor<T>&, const Tensor<T>&); \
+  template detail::LinearGemms detail::linear_forward<T>(const Tensor<T>&, const Tensor<T>&, const Tensor<T>&, T*,  \
+                                                         const detail::LinearEpilogue&);                            \
+  template void detail::linear_backward_gemms<T>(Node<T>&, const detail::LinearGemms&, const T*);
 XGRAD_INSTANTIATE(float)
 XGRAD_INSTANTIATE(double)
 #undef XGRAD_INSTANTIATE
