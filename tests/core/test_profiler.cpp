@@ -82,13 +82,17 @@ TEST(Profiler, TrainingStepTraceLoadsAsJsonWithForwardAndBackwardOps) {
   }
   for (const char* op : {"linear", "layer_norm", "linear_gelu", "attention_heads", "add", "mse_loss", "LinearBackward",
                          "LayerNormBackward", "LinearGeluBackward", "ScaledDotProductAttentionBackward", "AddBackward",
-                         "MseLossBackward", "backward", "forward", "train_step", "Optimizer.step#Adam.step",
-                         "Optimizer.zero_grad#Adam.zero_grad"})
+                         "MseLossBackward", "add_layer_norm", "AddLayerNormBackward", "backward", "forward",
+                         "train_step", "Optimizer.step#Adam.step", "Optimizer.zero_grad#Adam.zero_grad"})
     EXPECT_TRUE(names.count(op)) << op << " missing from the trace";
-  // Two layers: two layer_norms each plus the linear layers (in-projection, out-projection, two
+  // Two pre-norm layers: norm1 a layer_norm, norm2 fused with the residual add before it
+  // (add_layer_norm, whose backward shows three times: the fused kernel's node and its two outputs,
+  // s and y, handing it their gradients); the linear layers (in-projection, out-projection, two
   // feed-forward: linear1 and the GELU fused, ops/linear_gelu.hpp) per layer, each with a backward.
-  EXPECT_EQ(names.count("layer_norm"), 4u);
-  EXPECT_EQ(names.count("LayerNormBackward"), 4u);
+  EXPECT_EQ(names.count("layer_norm"), 2u);
+  EXPECT_EQ(names.count("LayerNormBackward"), 2u);
+  EXPECT_EQ(names.count("add_layer_norm"), 2u);
+  EXPECT_EQ(names.count("AddLayerNormBackward"), 6u);
   EXPECT_EQ(names.count("linear_gelu"), 2u);
   EXPECT_EQ(names.count("LinearGeluBackward"), 2u);
   // The input shapes (record_shapes) of the loss: input and target.
@@ -142,7 +146,8 @@ TEST(Profiler, RangesNestAndSelfTimeIsTotalLessChildren) {
     EXPECT_EQ(events[std::size_t(i)].self_ns + sum, events[std::size_t(i)].duration_ns());
   const prof::EventList avg = p.key_averages();
   EXPECT_LT(avg.at("inner").self_cpu_time_total_ns, avg.at("inner").cpu_time_total_ns);
-  EXPECT_EQ(avg.at("layer_norm").count, 4);
+  EXPECT_EQ(avg.at("layer_norm").count, 2);
+  EXPECT_EQ(avg.at("add_layer_norm").count, 2);
   const std::string table = avg.table("cpu_time_total", 5);
   EXPECT_NE(table.find("Self CPU %"), std::string::npos);
   EXPECT_NE(table.find("# of Calls"), std::string::npos);

@@ -38,4 +38,21 @@ XGRAD_GRADCHECKS(ops_layer_norm) {
                     },
                     {make({s.B, s.L, s.D}), make({s.L, s.D})}, o);
               }});
+  checks.add(
+      {"add_layer_norm", "add_layer_norm(x (B, L, D), r (B, L, D), (D), weight, bias)", [](const Sizes& s, const O& o) {
+         Maker make(s.seed);
+         return op_check(
+             [=](const Inputs& in) { return xgrad::add_layer_norm(in[0], in[1], Shape{s.D}, in[2], in[3], 1e-5); },
+             {make({s.B, s.L, s.D}), make({s.B, s.L, s.D}), make({s.D}), make({s.D})}, o);
+       }});
+  checks.add({"add_layer_norm_with_sum", "s, y = add_layer_norm_with_sum(x, r (B, L, D), (D), weight), then s * y",
+              [](const Sizes& s, const O& o) {
+                Maker make(s.seed);
+                return op_check(
+                    [=](const Inputs& in) {
+                      const auto [sum, y] = xgrad::add_layer_norm_with_sum(in[0], in[1], Shape{s.D}, in[2], {}, 1e-5);
+                      return sum * y;
+                    },
+                    {make({s.B, s.L, s.D}), make({s.B, s.L, s.D}), make({s.D})}, o);
+              }});
 }

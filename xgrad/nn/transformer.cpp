@@ -173,17 +173,17 @@ Tensor<T> TransformerDecoderLayer<T>::forward(const Tensor<T>& tgt, const Tensor
               options_.batch_first() ? " with batch_first" : " without batch_first", "), got ", tgt.shape(), " and ",
               memory.shape());
   const detail::BackendBatch one_batch;  // as in the encoder layer
-  Tensor<T> x = tgt;
+  // Each residual add with the norm after it (norm_first: the next block's) fused (residual_norm).
   if (options_.norm_first()) {
-    x = x + sa_block(norm1->forward(x), tgt_mask, tgt_key_padding_mask, tgt_is_causal);
-    x = x + mha_block(norm2->forward(x), memory, memory_mask, memory_key_padding_mask, memory_is_causal);
-    x = x + ff_block(norm3->forward(x));
-  } else {
-    x = norm1->forward(x + sa_block(x, tgt_mask, tgt_key_padding_mask, tgt_is_causal));
-    x = norm2->forward(x + mha_block(x, memory, memory_mask, memory_key_padding_mask, memory_is_causal));
-    x = norm3->forward(x + ff_block(x));
+    const auto [s1, h2] =
+        residual_and_norm(tgt, sa_block(norm1->forward(tgt), tgt_mask, tgt_key_padding_mask, tgt_is_causal), *norm2);
+    const auto [s2, h3] =
+        residual_and_norm(s1, mha_block(h2, memory, memory_mask, memory_key_padding_mask, memory_is_causal), *norm3);
+    return s2 + ff_block(h3);
   }
-  return x;
+  Tensor<T> x = residual_norm(tgt, sa_block(tgt, tgt_mask, tgt_key_padding_mask, tgt_is_causal), *norm1);
+  x = residual_norm(x, mha_block(x, memory, memory_mask, memory_key_padding_mask, memory_is_causal), *norm2);
+  return residual_norm(x, ff_block(x), *norm3);
 }
 
 template <class T>

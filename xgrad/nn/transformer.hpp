@@ -39,6 +39,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <xgrad/backend/batch.hpp>
@@ -50,6 +51,7 @@
 #include <xgrad/nn/module.hpp>
 #include <xgrad/nn/multihead_attention.hpp>
 #include <xgrad/nn/sequential.hpp>
+#include <xgrad/ops/ops.hpp>
 
 namespace xgrad::nn {
 
@@ -57,6 +59,18 @@ namespace xgrad::nn {
 // to x; `who` names the layer in the error for another name.
 template <class T>
 Tensor<T> transformer_activation(const char* who, const std::string& activation, const Tensor<T>& x);
+
+// The transformer layers' residual lines (not in PyTorch): norm(x + r), and {x + r, norm(x + r)},
+// as one fused pass each way (ops.hpp, add_layer_norm). `norm` is read for its parameters and options (its
+// forward is not called: as torch's fast path, which reads a LayerNorm's fields).
+template <class T>
+Tensor<T> residual_norm(const Tensor<T>& x, const Tensor<T>& r, const LayerNorm<T>& norm) {
+  return add_layer_norm(x, r, norm.options().normalized_shape(), norm.weight, norm.bias, norm.options().eps());
+}
+template <class T>
+std::pair<Tensor<T>, Tensor<T>> residual_and_norm(const Tensor<T>& x, const Tensor<T>& r, const LayerNorm<T>& norm) {
+  return add_layer_norm_with_sum(x, r, norm.options().normalized_shape(), norm.weight, norm.bias, norm.options().eps());
+}
 
 struct TransformerEncoderLayerOptions {
   TransformerEncoderLayerOptions(std::int64_t d_model, std::int64_t nhead) : d_model_(d_model), nhead_(nhead) {}
@@ -100,15 +114,12 @@ class TransformerEncoderLayer : public Module<T> {
   Tensor<T> block(const Tensor<T>& src, const Attend& attend) {
     const detail::BackendBatch one_batch;  // the layer's kernel calls as one run (backend/batch.hpp)
     const auto sa = [&](const Tensor<T>& h) { return dropout1->forward(attend(h)); };
-    Tensor<T> x = src;
-    if (options_.norm_first()) {
-      x = x + sa(norm1->forward(x));
-      x = x + ff_block(norm2->forward(x));
-    } else {
-      x = norm1->forward(x + sa(x));
-      x = norm2->forward(x + ff_block(x));
+    if (options_.norm_first()) {  // s = x + sa(norm1(x)) and norm2(s) in one pass; then s + ff(norm2(s))
+      const auto [s, h] = residual_and_norm(src, sa(norm1->forward(src)), *norm2);
+      return s + ff_block(h);
     }
-    return x;
+    const Tensor<T> x = residual_norm(src, sa(src), *norm1);
+    return residual_norm(x, ff_block(x), *norm2);
   }
 
  private:

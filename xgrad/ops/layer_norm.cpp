@@ -184,28 +184,197 @@ std::size_t row_pieces(std::size_t rows, std::size_t D) {
 //   xhat = (x - mean_N(x)) * rstd,  rstd = (mean_N((x - mean_N(x))^2) + eps)^(-1/2)
 //   dx = rstd * (gw - mean_N(gw) - xhat * mean_N(gw * xhat)),  gw = dy * w (dy without a weight)
 //   dw = dy * xhat and db = dy, each summed over the leading dims.
-template <class T>
-std::vector<Tensor<T>> layer_norm_formula(const BackwardArgs<T>& args, std::size_t normalized_dims, double eps,
-                                          int weight, int bias) {
-  const Tensor<T>& dy = args.grad();
-  const Shape sx = args.input_shape(0);
+// get_x() and get_w() give x and the weight (read only when needed); gx, gw, gb are written when
+// not null.
+template <class T, class GetX, class GetW>
+void layer_norm_grads(const Tensor<T>& dy, std::size_t normalized_dims, double eps, const GetX& get_x,
+                      const GetW& get_w, bool has_weight, Tensor<T>* gx, Tensor<T>* gw, const Shape& w_shape,
+                      Tensor<T>* gb, const Shape& b_shape) {
+  const std::size_t rank = static_cast<std::size_t>(dy.dim());
   std::vector<std::int64_t> dims;
-  for (std::size_t d = sx.size() - normalized_dims; d < sx.size(); ++d) dims.push_back(static_cast<std::int64_t>(d));
-  const auto w = static_cast<std::size_t>(weight), b = static_cast<std::size_t>(bias);
-  const bool need_x = args.needs(0), need_w = weight >= 0 && args.needs(w), need_b = bias >= 0 && args.needs(b);
-  std::vector<Tensor<T>> g(args.num_inputs());
-  if (need_b) g[b] = sum_to(dy, args.input_shape(b));
-  if (!need_x && !need_w) return g;
-  const Tensor<T> x = args.input(0);
+  for (std::size_t d = rank - normalized_dims; d < rank; ++d) dims.push_back(static_cast<std::int64_t>(d));
+  if (gb) *gb = sum_to(dy, b_shape);
+  if (!gx && !gw) return;
+  const Tensor<T> x = get_x();
   const Tensor<T> xc = sub(x, mean(x, dims, true));
   const Tensor<T> rstd = pow(add(mean(mul(xc, xc), dims, true), static_cast<T>(eps)), T(-0.5));
   const Tensor<T> xhat = mul(xc, rstd);
-  if (need_w) g[w] = sum_to(mul(dy, xhat), args.input_shape(w));
-  if (need_x) {
-    const Tensor<T> gw = weight >= 0 ? mul(dy, args.input(w)) : dy;
-    g[0] = mul(rstd, sub(sub(gw, mean(gw, dims, true)), mul(xhat, mean(mul(gw, xhat), dims, true))));
+  if (gw) *gw = sum_to(mul(dy, xhat), w_shape);
+  if (gx) {
+    const Tensor<T> g = has_weight ? mul(dy, get_w()) : dy;
+    *gx = mul(rstd, sub(sub(g, mean(g, dims, true)), mul(xhat, mean(mul(g, xhat), dims, true))));
   }
+}
+
+template <class T>
+std::vector<Tensor<T>> layer_norm_formula(const BackwardArgs<T>& args, std::size_t normalized_dims, double eps,
+                                          int weight, int bias) {
+  const auto w = static_cast<std::size_t>(weight), b = static_cast<std::size_t>(bias);
+  const bool need_x = args.needs(0), need_w = weight >= 0 && args.needs(w), need_b = bias >= 0 && args.needs(b);
+  std::vector<Tensor<T>> g(args.num_inputs());
+  layer_norm_grads<T>(
+      args.grad(), normalized_dims, eps, [&] { return args.input(0); }, [&] { return args.input(w); }, weight >= 0,
+      need_x ? &g[0] : nullptr, need_w ? &g[w] : nullptr, need_w ? args.input_shape(w) : Shape(),
+      need_b ? &g[b] : nullptr, need_b ? args.input_shape(b) : Shape());
   return g;
+}
+
+// ---- add_layer_norm -----------------------------------------------------------------------------
+// Inputs (x, r[, weight][, bias]). The sum s = x + r is not saved for the backward: it is
+// recomputed per row from x and r (the same T additions, so the same bits), one row at a time in
+// a scratch row that stays in cache. The forward writes it out only when it is a result (with_sum).
+
+// The forward over all rows: s (written to ps, or only to a scratch row when ps is null) and y.
+template <class T>
+void add_layer_norm_forward(LayerNormSaved& s, const T* px, const T* pr, const T* pw, const T* pb, T* ps, T* py,
+                            double eps) {
+  const std::size_t D = s.d, pieces = row_pieces(s.rows, D);
+  detail::parallel_for(pieces, 1, [&](std::size_t p0, std::size_t p1) {
+    std::vector<T> scratch(ps ? 0 : D);
+    for (std::size_t r = s.rows * p0 / pieces; r < s.rows * p1 / pieces; ++r) {
+      const T* xr = px + r * D;
+      const T* rr = pr + r * D;
+      T* sr = ps ? ps + r * D : scratch.data();
+      for (std::size_t j = 0; j < D; ++j) sr[j] = xr[j] + rr[j];
+      std::tie(s.mean[r], s.rstd[r]) = forward_row(sr, pw, pb, py + r * D, D, eps);
+    }
+  });
+}
+
+// The fused backward of `node` (whose inputs are (x, r[, weight][, bias])): dy, the gradient of y,
+// and dsum, the gradient of s, each an Array this backward owns (taken from the node that received
+// it), or null when that output got no gradient (or, for dsum, is not a result).
+//   ds = layer_norm's dx (from dy) + dsum, given to x and to r;  dweight, dbias from dy.
+// No new array for the gradients: per row, layer_norm's dx is written over dy's row (each element
+// is read before it is written), then ds = dsum + dx over dsum's row and into dy's row, and the two
+// buffers go to x and r. Only without dsum (post-norm) or without dy (y unused) does the second
+// input need a new array (a copy, as the unfused add's backward makes). The addition dsum + dx is
+// the one accumulate_grad makes in the unfused graph, in T: the same bits.
+template <class T>
+void add_layer_norm_backward(Node<T>& node, const LayerNormSaved& s, Array<T>* dy, Array<T>* dsum) {
+  const std::size_t D = s.d, pieces = row_pieces(s.rows, D);
+  const bool need_x = node.input_needs_grad(0), need_r = node.input_needs_grad(1);
+  const bool need_w = dy && s.weight >= 0 && node.input_needs_grad(static_cast<std::size_t>(s.weight));
+  const bool need_b = dy && s.bias >= 0 && node.input_needs_grad(static_cast<std::size_t>(s.bias));
+  const bool need_s = need_x || need_r;
+  if (!need_s && !need_w && !need_b) return;
+  const T* px = dy ? node.input_value(0).data() : nullptr;
+  const T* pr = dy ? node.input_value(1).data() : nullptr;
+  const T* pw = dy && need_s && s.weight >= 0 ? node.input_value(static_cast<std::size_t>(s.weight)).data() : nullptr;
+  T* pdy = dy ? dy->data() : nullptr;
+  T* pds = dsum ? dsum->data() : nullptr;
+  // ds ends in `first`'s buffer (dsum's when there is one, else dy's); a second one for the other
+  // input: dy's when both came, else a new array.
+  Array<T>* first = dsum ? dsum : dy;
+  Array<T> fresh;
+  const bool both = need_x && need_r;
+  if (both && !(dy && dsum)) fresh = empty_array<T>(node.input_shape(1), "add_layer_norm (backward)");
+  Array<T>* second = both ? (dy && dsum ? dy : &fresh) : nullptr;
+  T* p2 = second ? second->data() : nullptr;
+  std::vector<double> dw(need_w ? pieces * D : 0, 0.0), db(need_b ? pieces * D : 0, 0.0);
+  detail::parallel_for(pieces, 1, [&](std::size_t p0, std::size_t p1) {
+    std::vector<T> scratch(pdy ? D : 0);
+    for (std::size_t p = p0; p < p1; ++p)
+      for (std::size_t r = s.rows * p / pieces; r < s.rows * (p + 1) / pieces; ++r) {
+        const std::size_t o = r * D;
+        if (pdy) {
+          for (std::size_t j = 0; j < D; ++j) scratch[j] = px[o + j] + pr[o + j];
+          backward_row(scratch.data(), pdy + o, pw, s.mean[r], s.rstd[r], D, need_s ? pdy + o : nullptr,
+                       need_w ? dw.data() + p * D : nullptr, need_b ? db.data() + p * D : nullptr);
+        }
+        if (!need_s) continue;
+        if (pdy && pds) {
+          T* a = pds + o;
+          T* b = pdy + o;
+          if (p2)
+            for (std::size_t j = 0; j < D; ++j) b[j] = a[j] = a[j] + b[j];
+          else
+            for (std::size_t j = 0; j < D; ++j) a[j] = a[j] + b[j];
+        } else if (p2) {
+          const T* a = (pds ? pds : pdy) + o;
+          std::copy(a, a + D, p2 + o);
+        }
+      }
+  });
+  if (need_s) {
+    Array<T>& g0 = *first;
+    if (need_x) node.input(0).accumulate_grad(std::move(g0));
+    if (need_r) node.input(1).accumulate_grad(std::move(both ? *second : g0));
+  }
+  const auto to_array = [&node, pieces, D](const std::vector<double>& v, int input) {
+    Array<T> a = empty_array<T>(node.input_shape(static_cast<std::size_t>(input)), "add_layer_norm (backward)");
+    T* pa = a.data();
+    for (std::size_t j = 0; j < D; ++j) {
+      double sum = v[j];
+      for (std::size_t p = 1; p < pieces; ++p) sum += v[p * D + j];
+      pa[j] = static_cast<T>(sum);
+    }
+    return a;
+  };
+  if (need_w) node.input(static_cast<std::size_t>(s.weight)).accumulate_grad(to_array(dw, s.weight));
+  if (need_b) node.input(static_cast<std::size_t>(s.bias)).accumulate_grad(to_array(db, s.bias));
+}
+
+// Under create_graph: the same gradients in differentiable ops (layer_norm's formula on s = x + r,
+// then the add's: ds to both x and r). dy or dsum may be undefined (that output got no gradient).
+template <class T>
+std::vector<Tensor<T>> add_layer_norm_formula(const BackwardArgs<T>& args, const Tensor<T>& dy, const Tensor<T>& dsum,
+                                              std::size_t normalized_dims, double eps, int weight, int bias) {
+  const auto w = static_cast<std::size_t>(weight), b = static_cast<std::size_t>(bias);
+  const bool need_x = args.needs(0), need_r = args.needs(1);
+  const bool need_w = dy.defined() && weight >= 0 && args.needs(w);
+  const bool need_b = dy.defined() && bias >= 0 && args.needs(b);
+  std::vector<Tensor<T>> g(args.num_inputs());
+  Tensor<T> ds;
+  if (dy.defined())
+    layer_norm_grads<T>(
+        dy, normalized_dims, eps, [&] { return add(args.input(0), args.input(1)); }, [&] { return args.input(w); },
+        weight >= 0, need_x || need_r ? &ds : nullptr, need_w ? &g[w] : nullptr, need_w ? args.input_shape(w) : Shape(),
+        need_b ? &g[b] : nullptr, need_b ? args.input_shape(b) : Shape());
+  if (dsum.defined()) ds = ds.defined() ? add(dsum, ds) : dsum;
+  if (need_x) g[0] = ds;
+  if (need_r) g[1] = ds;
+  return g;
+}
+
+// The checks and the inputs list shared by both forms; fills s's shape fields.
+template <class T>
+std::vector<Tensor<T>> add_layer_norm_inputs(const Tensor<T>& x, const Tensor<T>& r, const Shape& normalized_shape,
+                                             const Tensor<T>& weight, const Tensor<T>& bias, double eps,
+                                             LayerNormSaved& s) {
+  const Shape sx = x.shape();
+  const std::size_t nn = normalized_shape.size();
+  XGRAD_CHECK(nn >= 1, "add_layer_norm: expected normalized_shape to be at least 1-dimensional, got ",
+              normalized_shape);
+  XGRAD_CHECK(sx.size() >= nn && std::equal(normalized_shape.begin(), normalized_shape.end(), sx.end() - nn),
+              "add_layer_norm: expected input with trailing shape ", normalized_shape, ", got ", sx);
+  if (weight.defined())
+    XGRAD_CHECK(weight.shape() == normalized_shape, "add_layer_norm: expected weight of shape ", normalized_shape,
+                ", got ", weight.shape());
+  if (bias.defined())
+    XGRAD_CHECK(bias.shape() == normalized_shape, "add_layer_norm: expected bias of shape ", normalized_shape, ", got ",
+                bias.shape());
+  XGRAD_CHECK(eps >= 0, "add_layer_norm: eps must be non-negative, got ", eps);
+  s.d = detail::numel(normalized_shape);
+  s.rows = s.d == 0 ? 0 : x.numel() / s.d;
+  s.mean.resize(s.rows);
+  s.rstd.resize(s.rows);
+  std::vector<Tensor<T>> inputs{x, r};
+  if (weight.defined()) {
+    s.weight = static_cast<int>(inputs.size());
+    inputs.push_back(weight);
+  }
+  if (bias.defined()) {
+    s.bias = static_cast<int>(inputs.size());
+    inputs.push_back(bias);
+  }
+  return inputs;
+}
+
+// Whether the fused op applies: x and r of one shape (no broadcasting), no trace recording.
+template <class T>
+bool fusable(const Tensor<T>& x, const Tensor<T>& r) {
+  return !trace::active() && x.value().shape() == r.value().shape();
 }
 
 }  // namespace
@@ -300,8 +469,97 @@ Tensor<T> layer_norm(const Tensor<T>& x, const ShapeArg& normalized_shape_arg, c
       });
 }
 
-#define XGRAD_INSTANTIATE(T) \
-  template Tensor<T> layer_norm<T>(const Tensor<T>&, const ShapeArg&, const Tensor<T>&, const Tensor<T>&, double);
+template <class T>
+Tensor<T> add_layer_norm(const Tensor<T>& x, const Tensor<T>& r, const ShapeArg& normalized_shape_arg,
+                         const Tensor<T>& weight, const Tensor<T>& bias, double eps) {
+  if (!fusable(x, r)) return layer_norm(add(x, r), normalized_shape_arg, weight, bias, eps);
+  XGRAD_PROFILE_OP("add_layer_norm");
+  const Shape& normalized_shape = normalized_shape_arg.get("add_layer_norm");
+  auto saved = std::make_shared<LayerNormSaved>();
+  std::vector<Tensor<T>> inputs = add_layer_norm_inputs(x, r, normalized_shape, weight, bias, eps, *saved);
+  Array<T> y = empty_array<T>(x.value().shape(), "add_layer_norm");
+  add_layer_norm_forward<T>(*saved, x.value().data(), r.value().data(),
+                            weight.defined() ? weight.value().data() : nullptr,
+                            bias.defined() ? bias.value().data() : nullptr, nullptr, y.data(), eps);
+  return make_result<T>(
+      "add_layer_norm", std::move(y), std::move(inputs),
+      [saved](Node<T>& out) { add_layer_norm_backward<T>(out, *saved, &out.grad, nullptr); },  // takes dy over
+      [nn = normalized_shape.size(), eps, w = saved->weight, b = saved->bias](const BackwardArgs<T>& args) {
+        return add_layer_norm_formula<T>(args, args.grad(), Tensor<T>(), nn, eps, w, b);
+      });
+}
+
+template <class T>
+std::pair<Tensor<T>, Tensor<T>> add_layer_norm_with_sum(const Tensor<T>& x, const Tensor<T>& r,
+                                                        const ShapeArg& normalized_shape_arg, const Tensor<T>& weight,
+                                                        const Tensor<T>& bias, double eps) {
+  if (!fusable(x, r)) {
+    Tensor<T> sum = add(x, r);
+    Tensor<T> y = layer_norm(sum, normalized_shape_arg, weight, bias, eps);
+    return {std::move(sum), std::move(y)};
+  }
+  XGRAD_PROFILE_OP("add_layer_norm");
+  const Shape& normalized_shape = normalized_shape_arg.get("add_layer_norm");
+  auto saved = std::make_shared<LayerNormSaved>();
+  std::vector<Tensor<T>> inputs = add_layer_norm_inputs(x, r, normalized_shape, weight, bias, eps, *saved);
+  Array<T> y = empty_array<T>(x.value().shape(), "add_layer_norm");
+  Array<T> sum = empty_array<T>(x.value().shape(), "add_layer_norm");
+  add_layer_norm_forward<T>(*saved, x.value().data(), r.value().data(),
+                            weight.defined() ? weight.value().data() : nullptr,
+                            bias.defined() ? bias.value().data() : nullptr, sum.data(), y.data(), eps);
+  // The gradients of y (0) and s (1), parked by their nodes until the fused node runs: Arrays, or
+  // under create_graph Tensors with history.
+  struct Slots {
+    Array<T> grads[2] = {detail::no_array<T>(), detail::no_array<T>()};
+    Tensor<T> graphs[2];
+    bool has[2] = {false, false};
+  };
+  auto slots = std::make_shared<Slots>();
+  const Tensor<T> fused = make_result<T>(
+      "add_layer_norm", Array<T>(T(0)), std::move(inputs),
+      [saved, slots](Node<T>& node) {
+        add_layer_norm_backward<T>(node, *saved, slots->has[0] ? &slots->grads[0] : nullptr,
+                                   slots->has[1] ? &slots->grads[1] : nullptr);
+        for (int k = 0; k < 2; ++k) {
+          detail::recycle(slots->grads[k]);
+          slots->has[k] = false;
+        }
+      },
+      [slots, nn = normalized_shape.size(), eps, w = saved->weight, b = saved->bias](const BackwardArgs<T>& args) {
+        const Tensor<T> dy = slots->has[0] ? std::move(slots->graphs[0]) : Tensor<T>();
+        const Tensor<T> dsum = slots->has[1] ? std::move(slots->graphs[1]) : Tensor<T>();
+        for (int k = 0; k < 2; ++k) {
+          slots->graphs[k] = Tensor<T>();
+          slots->has[k] = false;
+        }
+        return add_layer_norm_formula<T>(args, dy, dsum, nn, eps, w, b);
+      });
+  if (!fused.requires_grad()) return {Tensor<T>(std::move(sum)), Tensor<T>(std::move(y))};
+  const auto output = [&slots, &fused](Array<T>&& value, int k) {
+    return make_result<T>(
+        "add_layer_norm", std::move(value), {fused},
+        [slots, k](Node<T>& node) {
+          slots->grads[k] = std::move(node.grad);
+          slots->has[k] = true;
+          node.input(0).accumulate_grad(Array<T>(T(0)));
+        },
+        [slots, k](const BackwardArgs<T>& a) {
+          slots->graphs[k] = a.grad();
+          slots->has[k] = true;
+          return std::vector<Tensor<T>>{Tensor<T>(Array<T>(T(0)))};
+        });
+  };
+  Tensor<T> y_out = output(std::move(y), 0);
+  Tensor<T> sum_out = output(std::move(sum), 1);
+  return {std::move(sum_out), std::move(y_out)};
+}
+
+#define XGRAD_INSTANTIATE(T)                                                                                       \
+  template Tensor<T> layer_norm<T>(const Tensor<T>&, const ShapeArg&, const Tensor<T>&, const Tensor<T>&, double); \
+  template Tensor<T> add_layer_norm<T>(const Tensor<T>&, const Tensor<T>&, const ShapeArg&, const Tensor<T>&,      \
+                                       const Tensor<T>&, double);                                                  \
+  template std::pair<Tensor<T>, Tensor<T>> add_layer_norm_with_sum<T>(                                             \
+      const Tensor<T>&, const Tensor<T>&, const ShapeArg&, const Tensor<T>&, const Tensor<T>&, double);
 XGRAD_INSTANTIATE(float)
 XGRAD_INSTANTIATE(double)
 #undef XGRAD_INSTANTIATE

@@ -11,6 +11,7 @@
 #include <initializer_list>
 #include <optional>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -162,6 +163,34 @@ template <class T> Tensor<T> log_softmax(const Tensor<T>& a, std::int64_t dim);
 template <class T>
 Tensor<T> layer_norm(const Tensor<T>& x, const ShapeArg& normalized_shape, const Tensor<T>& weight = {},
                      const Tensor<T>& bias = {}, double eps = 1e-5);
+
+// The residual add fused into the LayerNorm after it (llm.c's fused_residual_forward/backward,
+// apex's FusedAddLayerNorm), for the transformer layers' residual lines:
+//   add_layer_norm(x, r, ...)          == layer_norm(x + r, ...)             (post-norm)
+//   add_layer_norm_with_sum(x, r, ...) == {x + r, layer_norm(x + r, ...)}    (pre-norm: the sum is
+//                                         the next residual)
+// bit for bit (values and gradients), at any thread count. One pass per row each way: the forward
+// writes s = x + r and normalizes the row while it is in cache; the backward computes
+// ds = layer_norm's dx + the gradient of s (when s is used) and writes it for x and for r in the
+// same pass (gradients are Arrays the engine owns one per input, so the second is a second store
+// stream, not a copy pass afterwards), with dweight / dbias summed per fixed block of rows as
+// layer_norm does.
+// In the graph: add_layer_norm is one node over (x, r[, weight][, bias]) whose value is y. With the
+// sum, the node over the inputs holds a placeholder scalar and runs the fused backward once; y and s
+// are two nodes over it that only hand it their gradients (autograd::Function's layout for several
+// outputs, function.hpp), so the backward still runs once, after both have arrived. Under
+// create_graph both use a GradFormula (layer_norm's, then the add's). x and r of different shapes
+// (broadcasting) and a running trace::Recorder take the unfused ops (add, then layer_norm), so that
+// traces and ONNX exports are those of the unfused layer. The backward recomputes s from x and r
+// (s is not kept for it): changing x or r in place before the backward is refused as for any op
+// that saves its inputs.
+template <class T>
+Tensor<T> add_layer_norm(const Tensor<T>& x, const Tensor<T>& r, const ShapeArg& normalized_shape,
+                         const Tensor<T>& weight = {}, const Tensor<T>& bias = {}, double eps = 1e-5);
+template <class T>
+std::pair<Tensor<T>, Tensor<T>> add_layer_norm_with_sum(const Tensor<T>& x, const Tensor<T>& r,
+                                                        const ShapeArg& normalized_shape, const Tensor<T>& weight = {},
+                                                        const Tensor<T>& bias = {}, double eps = 1e-5);
 
 // ---- dropout.cpp ------------------------------------------------------------------------------
 
