@@ -138,7 +138,9 @@ TEST(LinearGelu, ForwardIsOneForkJoinAndTheBiasGradientRunsOnThePool) {
   const Tensor<float> y = linear(xc, wc, b);  // only the bias needs a gradient
   Generator g(5);
   const Array<float> dy = randn<float>(y.shape(), g, false).value();
-  EXPECT_EQ(jobs_at_two_threads([&] { y.backward(dy); }), 1);
+  // Two jobs: the copy of dy into the seed gradient (copy_array, fixed blocks from 64K elements)
+  // and the bias gradient's column blocks (main ran both serially: 0).
+  EXPECT_EQ(jobs_at_two_threads([&] { y.backward(dy); }), 2);
 }
 
 // GELU's value and derivative depend on the element alone, not on where it sits (a SIMD body or the

@@ -336,8 +336,8 @@ void check_materialized_fits(const Dims& n, std::size_t element_size, bool dropp
   const std::size_t per_array = n.B * n.L * n.S * element_size;
   const bool large = per_array >= kCheckAvailableFrom / arrays;
   // The thread's array cache is held but free to use (an allocation that fails empties it first).
-  const std::size_t limit = large ? detail::process_memory_available() + array_cache_stats().cached_bytes
-                                  : detail::process_memory_limit();
+  const std::size_t limit =
+      large ? detail::process_memory_available() + array_cache_stats().cached_bytes : detail::process_memory_limit();
   XGRAD_CHECK(per_array <= limit / arrays, kOp, ": the materialized path needs ", arrays, " arrays of (B, L, S) = (",
               n.B, ", ", n.L, ", ", n.S, ") elements of ", element_size, " bytes (the probabilities",
               dropping ? ", the dropout multipliers" : "", weights ? ", the returned weights" : "", "), ",

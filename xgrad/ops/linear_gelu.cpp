@@ -68,7 +68,7 @@ Tensor<T> linear_gelu(const Tensor<T>& x, const Tensor<T>& weight, const Tensor<
         for (std::size_t r = r0; r < r1; ++r)
           gelu_kernel<T, false>(tanh_form, ph + r * outf + c0, nullptr, pg + r * outf + c0, c1 - c0);
       });
-  auto saved_h = std::make_shared<const Array<T>>(std::move(h));
+  auto saved_h = std::make_shared<const RecycledArray<T>>(std::move(h));  // back to the cache with the node
   std::vector<Tensor<T>> inputs{x, weight};
   if (bias.defined()) inputs.push_back(bias);
   return make_result<T>(
@@ -77,10 +77,10 @@ Tensor<T> linear_gelu(const Tensor<T>& x, const Tensor<T>& weight, const Tensor<
         const std::size_t rows = s.rows, outf = s.outf;
         const bool db_needed = out.inputs.size() > 2 && out.input_needs_grad(2);
         Array<T> dh = std::move(out.grad);  // dh = dy * gelu'(h), in place
-        Array<T> db = db_needed ? empty_array<T>({outf}, "linear_gelu (backward)") : Array<T>();
+        Array<T> db = db_needed ? empty_array<T>({outf}, "linear_gelu (backward)") : no_array<T>();
         T* pdh = dh.data();
         T* pdb = db_needed ? db.data() : nullptr;
-        const T* ph = saved_h->data();
+        const T* ph = saved_h->get().data();
         for_column_blocks(rows, outf, [&](std::size_t c0, std::size_t c1) {
           if (pdb != nullptr) std::fill(pdb + c0, pdb + c1, T(0));
           for (std::size_t r = 0; r < rows; ++r) {
@@ -91,6 +91,7 @@ Tensor<T> linear_gelu(const Tensor<T>& x, const Tensor<T>& weight, const Tensor<
           }
         });
         linear_backward_gemms(out, s, pdh);
+        recycle(dh);  // the gradient's buffer, as the engine recycles the ones it drops
         if (db_needed) out.input(2).accumulate_grad(std::move(db));
       },
       [tanh_form](const BackwardArgs<T>& args) { return linear_gelu_formula(args, tanh_form); });
