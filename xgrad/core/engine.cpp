@@ -820,7 +820,7 @@ template <class T>
 Array<T> sum_to(const Array<T>& grad, const Shape& shape) {
   const std::size_t gd = grad.dimension();
   const std::size_t sd = shape.size();
-  if (has_shape(grad, shape)) return grad;
+  if (has_shape(grad, shape)) return copy_array(grad, "sum_to");  // from the array cache, on the pool
   XGRAD_CHECK(gd >= sd, "sum_to: cannot sum a gradient of shape ", grad.shape(), " to shape ", shape);
   // Output stride of each grad dim: 0 where the target broadcast (absent or 1), else the
   // target's row-major stride.
