@@ -264,10 +264,11 @@ TEST(ParallelOps, EachKernelForksOnItsOwn) {
     Generator g(5);
     EXPECT_EQ(jobs_at_two_threads([&] { dropout(x, 0.5, true, &g); }), 1);  // mask and y in one pass
   }
-  // x + x: the forward's add, the copy of the seed gradient (copy_array), then x's second gradient
-  // added to its first (accumulate_grad).
+  // x + x: the forward's add, the copy of the seed gradient (copy_array), add's backward copying
+  // dy for its first operand (sum_to, copy_array), then x's second gradient added to its first
+  // (accumulate_grad).
   F32 z = leaf(kLarge, 4);
-  EXPECT_EQ(jobs_at_two_threads([&] { add(z, z).backward(upstream(kLarge)); }), 3);
+  EXPECT_EQ(jobs_at_two_threads([&] { add(z, z).backward(upstream(kLarge)); }), 4);
 }
 
 // sum_to split by output gives exactly the serial walk's float sums (each output adds its rows in
