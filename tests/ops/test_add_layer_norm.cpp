@@ -29,22 +29,14 @@ enum class Affine { weight_and_bias, weight_only, none };
 enum class Use { post_norm, pre_norm, y_only, s_only };
 
 template <class T>
-Tensor<T> leaf(const Shape& shape, std::uint64_t seed) {
-  Generator g(seed);
-  Tensor<T> t = randn<T>(shape, g, false);
-  t.requires_grad_(true);
-  return t;
-}
-
-template <class T>
 struct Case {
   Tensor<T> x, r, w, b;
   Case(const Shape& shape, Affine affine) {
     const std::size_t d = shape.back();
-    x = leaf<T>(shape, 1);
-    r = leaf<T>(shape, 2);
-    if (affine != Affine::none) w = leaf<T>({d}, 3);
-    if (affine == Affine::weight_and_bias) b = leaf<T>({d}, 4);
+    x = random_leaf<T>(shape, 1);
+    r = random_leaf<T>(shape, 2);
+    if (affine != Affine::none) w = random_leaf<T>({d}, 3);
+    if (affine == Affine::weight_and_bias) b = random_leaf<T>({d}, 4);
   }
   std::vector<Tensor<T>> params() const {
     std::vector<Tensor<T>> p{x, r};
@@ -142,7 +134,7 @@ TEST(AddLayerNorm, IsBitwiseTheSameAt1To3Threads) {
 
 TEST(AddLayerNorm, BroadcastingResidualTakesTheUnfusedOps) {
   const Case<double> c({2, 3, 4}, Affine::weight_and_bias);
-  const Tensor<double> r = leaf<double>({4}, 5);
+  const Tensor<double> r = random_leaf<double>({4}, 5);
   const Tensor<double> y = add_layer_norm(c.x, r, Shape{4}, c.w, c.b, 1e-5);
   EXPECT_STREQ(y.op(), "layer_norm");
   EXPECT_LE(max_abs_diff(y.value(), layer_norm(c.x + r, Shape{4}, c.w, c.b, 1e-5).value()), 0.0);
@@ -150,7 +142,7 @@ TEST(AddLayerNorm, BroadcastingResidualTakesTheUnfusedOps) {
 
 TEST(AddLayerNorm, NamesItselfInErrors) {
   const Case<float> c({2, 4}, Affine::none);
-  XGRAD_EXPECT_THROW_MSG(add_layer_norm(c.x, c.r, Shape{4}, leaf<float>({3}, 6)),
+  XGRAD_EXPECT_THROW_MSG(add_layer_norm(c.x, c.r, Shape{4}, random_leaf<float>({3}, 6)),
                          "add_layer_norm: expected weight of shape (4)", "got (3)");
   XGRAD_EXPECT_THROW_MSG(add_layer_norm_with_sum(c.x, c.r, Shape{5}),
                          "add_layer_norm: expected input with trailing shape (5)", "got (2, 4)");
@@ -210,7 +202,7 @@ TEST(AddLayerNorm, TheTransformerLayersUseIt) {
         nn::TransformerEncoderLayerOptions(8, 2).dim_feedforward(16).dropout(0.0).norm_first(norm_first));
     nn::TransformerDecoderLayer<float> dec(
         nn::TransformerDecoderLayerOptions(8, 2).dim_feedforward(16).dropout(0.0).norm_first(norm_first));
-    const Tensor<float> x = leaf<float>({3, 2, 8}, 7);
+    const Tensor<float> x = random_leaf<float>({3, 2, 8}, 7);
     const Tensor<float> y = enc.forward(x);
     const Tensor<float> z = dec.forward(x, x);
     // post-norm ends in the fused node; pre-norm in the last residual add, over the fused pair's s.

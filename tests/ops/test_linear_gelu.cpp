@@ -32,21 +32,13 @@ struct Case {
 const Case kCases[] = {{"small", {2, 3, 8}, 13}, {"row_blocks", {4, 45, 96}, 83}, {"column_split", {37, 96}, 301}};
 
 template <class T>
-Tensor<T> leaf(const Shape& shape, std::uint64_t seed) {
-  Generator g(seed);
-  Tensor<T> t = randn<T>(shape, g, false);
-  t.requires_grad_(true);
-  return t;
-}
-
-template <class T>
 using Arrays = std::vector<Array<T>>;
 
 // The output and the gradients of x, W (and b) for a fixed random upstream gradient.
 template <class T>
 Arrays<T> run(const Case& c, bool bias, const std::string& approximate, bool fused) {
-  const Tensor<T> x = leaf<T>(c.x, 1), w = leaf<T>({c.out, c.x.back()}, 2);
-  const Tensor<T> b = bias ? leaf<T>({c.out}, 3) : Tensor<T>();
+  const Tensor<T> x = random_leaf<T>(c.x, 1), w = random_leaf<T>({c.out, c.x.back()}, 2);
+  const Tensor<T> b = bias ? random_leaf<T>({c.out}, 3) : Tensor<T>();
   const Tensor<T> y = fused ? detail::linear_gelu(x, w, b, approximate) : gelu(linear(x, w, b), approximate);
   Generator g(4);
   y.backward(randn<T>(y.shape(), g, false).value());
@@ -102,37 +94,22 @@ TEST(LinearGelu, LinearBiasGradientIsTheSerialSumAtAnyThreadCount) {
   }
   for (int threads : {1, 2, 3}) {
     set_num_threads(threads);
-    const Tensor<float> x = leaf<float>(sx, 1), w = leaf<float>({out, sx[1]}, 2), b = leaf<float>({out}, 3);
+    const Tensor<float> x = random_leaf<float>(sx, 1), w = random_leaf<float>({out, sx[1]}, 2), b = random_leaf<float>({out}, 3);
     linear(x, w, b).backward(dy);
     EXPECT_EQ(std::memcmp(want.data(), b.grad().data(), out * sizeof(float)), 0) << threads << " threads";
   }
-}
-
-std::atomic<int> g_jobs{0};
-void count_job(const detail::PoolEvent& e) {
-  if (e.kind == detail::PoolEvent::Kind::Job) g_jobs.fetch_add(1);
-}
-// The fork/joins f() publishes at 2 threads.
-int jobs_at_two_threads(const std::function<void()>& f) {
-  ThreadCountGuard guard;
-  set_num_threads(2);
-  g_jobs = 0;
-  detail::set_pool_observer(&count_job);
-  f();
-  detail::set_pool_observer(nullptr);
-  return g_jobs.load();
 }
 
 // The forward is one fork/join: bias, gemm and GELU in each of the gemm's blocks (linear then gelu
 // take two, and linear filled the bias serially before its gemm). Linear's bias gradient
 // alone is one parallel job (a serial loop before).
 TEST(LinearGelu, ForwardIsOneForkJoinAndTheBiasGradientRunsOnThePool) {
-  const Tensor<float> x = leaf<float>({1024, 64}, 1), w = leaf<float>({256, 64}, 2), b = leaf<float>({256}, 3);
+  const Tensor<float> x = random_leaf<float>({1024, 64}, 1), w = random_leaf<float>({256, 64}, 2), b = random_leaf<float>({256}, 3);
   EXPECT_EQ(jobs_at_two_threads([&] { gelu(linear(x, w, b)); }), 2);
   EXPECT_EQ(jobs_at_two_threads([&] { detail::linear_gelu(x, w, b); }), 1);
   EXPECT_EQ(jobs_at_two_threads([&] { linear(x, w, b); }), 1);
   // More columns than rows: the gemm's 16-column tiles, bias and GELU in each.
-  const Tensor<float> xw = leaf<float>({64, 64}, 1), ww = leaf<float>({1024, 64}, 2), bw = leaf<float>({1024}, 3);
+  const Tensor<float> xw = random_leaf<float>({64, 64}, 1), ww = random_leaf<float>({1024, 64}, 2), bw = random_leaf<float>({1024}, 3);
   EXPECT_EQ(jobs_at_two_threads([&] { detail::linear_gelu(xw, ww, bw); }), 1);
   EXPECT_EQ(jobs_at_two_threads([&] { linear(xw, ww, bw); }), 1);
   const Tensor<float> xc = x.detach(), wc = w.detach();
@@ -151,7 +128,7 @@ TEST(LinearGelu, ForwardIsOneForkJoinAndTheBiasGradientRunsOnThePool) {
 template <class T>
 void expect_gelu_position_independent(const char* approximate) {
   const std::size_t n = 1000 + 7;
-  const Tensor<T> x = leaf<T>({n}, 11);
+  const Tensor<T> x = random_leaf<T>({n}, 11);
   Generator g(12);
   const Array<T> dy = randn<T>({n}, g, false).value();
   const Tensor<T> y = gelu(x, approximate);
@@ -193,7 +170,7 @@ TEST(LinearGelu, GradcheckAndGradgradcheck) {
 
 // While recording, the op records linear then gelu (what exporters know), with the same values.
 TEST(LinearGelu, RecordsLinearAndGeluUnderATrace) {
-  const Tensor<float> x = leaf<float>({2, 3, 8}, 1), w = leaf<float>({6, 8}, 2), b = leaf<float>({6}, 3);
+  const Tensor<float> x = random_leaf<float>({2, 3, 8}, 1), w = random_leaf<float>({6, 8}, 2), b = random_leaf<float>({6}, 3);
   const Tensor<float> want = detail::linear_gelu(x, w, b, "tanh");
   trace::Recorder recorder;
   const Tensor<float> got = detail::linear_gelu(x, w, b, "tanh");
@@ -209,7 +186,7 @@ TEST(LinearGelu, RecordsLinearAndGeluUnderATrace) {
 template <class Layer, class Run>
 Arrays<float> layer_run(Layer& layer, const Run& run, bool recording) {
   layer.zero_grad();
-  const Tensor<float> x = leaf<float>({2, 24, 32}, 21), memory = leaf<float>({2, 24, 32}, 22);
+  const Tensor<float> x = random_leaf<float>({2, 24, 32}, 21), memory = random_leaf<float>({2, 24, 32}, 22);
   Tensor<float> y;
   if (recording) {
     trace::Recorder recorder;
@@ -246,7 +223,7 @@ TEST(LinearGelu, TransformerLayersFeedForwardIsFusedWithTheSameBits) {
 }
 
 TEST(LinearGelu, RefusesBadArgumentsByName) {
-  const Tensor<float> x = leaf<float>({2, 8}, 1), w = leaf<float>({6, 8}, 2), b = leaf<float>({5}, 3);
+  const Tensor<float> x = random_leaf<float>({2, 8}, 1), w = random_leaf<float>({6, 8}, 2), b = random_leaf<float>({5}, 3);
   XGRAD_EXPECT_THROW_MSG(detail::linear_gelu(x, w, b), "linear_gelu", "bias of shape (6)", "(5)");
   XGRAD_EXPECT_THROW_MSG(detail::linear_gelu(x, w, Tensor<float>(), "exact"), "linear_gelu", "\"exact\"");
 }

@@ -65,26 +65,6 @@ void expect_thread_invariant(const std::string& name, const std::function<Arrays
   }
 }
 
-// The parallel jobs (fork/joins) that f() publishes at 2 threads.
-std::atomic<int> g_jobs{0};
-void count_job(const detail::PoolEvent& e) {
-  if (e.kind == detail::PoolEvent::Kind::Job) g_jobs.fetch_add(1);
-}
-int jobs_at_two_threads(const std::function<void()>& f) {
-  ThreadCountGuard guard;
-  set_num_threads(2);
-  g_jobs = 0;
-  detail::set_pool_observer(&count_job);
-  try {
-    f();
-  } catch (...) {
-    detail::set_pool_observer(nullptr);
-    throw;
-  }
-  detail::set_pool_observer(nullptr);
-  return g_jobs.load();
-}
-
 // The op cases: each builds its inputs from `shape` (B, T, C), runs forward and backward.
 struct Case {
   std::string name;

@@ -3,7 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <limits>
 #include <string>
@@ -24,6 +26,34 @@ class ThreadCountGuard {
  private:
   int saved_;
 };
+
+// The parallel jobs (fork/joins) that f() publishes at 2 threads (the pool's observer counts them).
+inline int jobs_at_two_threads(const std::function<void()>& f) {
+  static std::atomic<int> jobs{0};
+  ThreadCountGuard guard;
+  set_num_threads(2);
+  jobs = 0;
+  detail::set_pool_observer([](const detail::PoolEvent& e) {
+    if (e.kind == detail::PoolEvent::Kind::Job) jobs.fetch_add(1);
+  });
+  try {
+    f();
+  } catch (...) {
+    detail::set_pool_observer(nullptr);
+    throw;
+  }
+  detail::set_pool_observer(nullptr);
+  return jobs.load();
+}
+
+// A leaf that requires grad, of standard normal values drawn from Generator(seed).
+template <class T>
+Tensor<T> random_leaf(const Shape& shape, std::uint64_t seed) {
+  Generator g(seed);
+  Tensor<T> t = randn<T>(shape, g, false);
+  t.requires_grad_(true);
+  return t;
+}
 
 using T64 = Tensor<double>;
 using Inputs = std::vector<T64>;

@@ -250,6 +250,21 @@ void add_layer_norm_forward(LayerNormSaved& s, const T* px, const T* pr, const T
 // buffers go to x and r. Only without dsum (post-norm) or without dy (y unused) does the second
 // input need a new array (a copy, as the unfused add's backward makes). The addition dsum + dx is
 // the one accumulate_grad makes in the unfused graph, in T: the same bits.
+// A weight's or bias's gradient from its per-piece partial sums v (pieces, D), in double, added in
+// piece order (the same bits at any thread count), as an Array of input `input`'s shape.
+template <class T>
+Array<T> sum_pieces(const Node<T>& node, const std::vector<double>& v, std::size_t pieces, std::size_t D, int input,
+                    const char* who) {
+  Array<T> a = empty_array<T>(node.input_shape(static_cast<std::size_t>(input)), who);
+  T* pa = a.data();
+  for (std::size_t j = 0; j < D; ++j) {
+    double sum = v[j];
+    for (std::size_t p = 1; p < pieces; ++p) sum += v[p * D + j];
+    pa[j] = static_cast<T>(sum);
+  }
+  return a;
+}
+
 template <class T>
 void add_layer_norm_backward(Node<T>& node, const LayerNormSaved& s, Array<T>* dy, Array<T>* dsum) {
   const std::size_t D = s.d, pieces = row_pieces(s.rows, D);
@@ -301,18 +316,9 @@ void add_layer_norm_backward(Node<T>& node, const LayerNormSaved& s, Array<T>* d
     if (need_x) node.input(0).accumulate_grad(std::move(g0));
     if (need_r) node.input(1).accumulate_grad(std::move(both ? *second : g0));
   }
-  const auto to_array = [&node, pieces, D](const std::vector<double>& v, int input) {
-    Array<T> a = empty_array<T>(node.input_shape(static_cast<std::size_t>(input)), "add_layer_norm (backward)");
-    T* pa = a.data();
-    for (std::size_t j = 0; j < D; ++j) {
-      double sum = v[j];
-      for (std::size_t p = 1; p < pieces; ++p) sum += v[p * D + j];
-      pa[j] = static_cast<T>(sum);
-    }
-    return a;
-  };
-  if (need_w) node.input(static_cast<std::size_t>(s.weight)).accumulate_grad(to_array(dw, s.weight));
-  if (need_b) node.input(static_cast<std::size_t>(s.bias)).accumulate_grad(to_array(db, s.bias));
+  const char* who = "add_layer_norm (backward)";
+  if (need_w) node.input(static_cast<std::size_t>(s.weight)).accumulate_grad(sum_pieces(node, dw, pieces, D, s.weight, who));
+  if (need_b) node.input(static_cast<std::size_t>(s.bias)).accumulate_grad(sum_pieces(node, db, pieces, D, s.bias, who));
 }
 
 // Under create_graph: the same gradients in differentiable ops (layer_norm's formula on s = x + r,
@@ -451,18 +457,9 @@ Tensor<T> layer_norm(const Tensor<T>& x, const ShapeArg& normalized_shape_arg, c
                            need_w ? dw.data() + p * D : nullptr, need_b ? db.data() + p * D : nullptr);
         });
         if (need_x) out.input(0).accumulate_grad(std::move(dx));
-        const auto to_array = [&out, pieces, D](const std::vector<double>& v, int input) {
-          Array<T> a = empty_array<T>(out.input_shape(static_cast<std::size_t>(input)), "layer_norm (backward)");
-          T* pa = a.data();
-          for (std::size_t j = 0; j < D; ++j) {
-            double sum = v[j];
-            for (std::size_t p = 1; p < pieces; ++p) sum += v[p * D + j];
-            pa[j] = static_cast<T>(sum);
-          }
-          return a;
-        };
-        if (need_w) out.input(static_cast<std::size_t>(s.weight)).accumulate_grad(to_array(dw, s.weight));
-        if (need_b) out.input(static_cast<std::size_t>(s.bias)).accumulate_grad(to_array(db, s.bias));
+        const char* who = "layer_norm (backward)";
+        if (need_w) out.input(static_cast<std::size_t>(s.weight)).accumulate_grad(sum_pieces(out, dw, pieces, D, s.weight, who));
+        if (need_b) out.input(static_cast<std::size_t>(s.bias)).accumulate_grad(sum_pieces(out, db, pieces, D, s.bias, who));
       },
       [nn, eps, w = s.weight, b = s.bias](const BackwardArgs<T>& args) {
         return layer_norm_formula(args, nn, eps, w, b);
