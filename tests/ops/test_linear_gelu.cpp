@@ -94,7 +94,8 @@ TEST(LinearGelu, LinearBiasGradientIsTheSerialSumAtAnyThreadCount) {
   }
   for (int threads : {1, 2, 3}) {
     set_num_threads(threads);
-    const Tensor<float> x = random_leaf<float>(sx, 1), w = random_leaf<float>({out, sx[1]}, 2), b = random_leaf<float>({out}, 3);
+    const Tensor<float> x = random_leaf<float>(sx, 1), w = random_leaf<float>({out, sx[1]}, 2),
+                        b = random_leaf<float>({out}, 3);
     linear(x, w, b).backward(dy);
     EXPECT_EQ(std::memcmp(want.data(), b.grad().data(), out * sizeof(float)), 0) << threads << " threads";
   }
@@ -104,12 +105,14 @@ TEST(LinearGelu, LinearBiasGradientIsTheSerialSumAtAnyThreadCount) {
 // take two, and linear filled the bias serially before its gemm). Linear's bias gradient
 // alone is one parallel job (a serial loop before).
 TEST(LinearGelu, ForwardIsOneForkJoinAndTheBiasGradientRunsOnThePool) {
-  const Tensor<float> x = random_leaf<float>({1024, 64}, 1), w = random_leaf<float>({256, 64}, 2), b = random_leaf<float>({256}, 3);
+  const Tensor<float> x = random_leaf<float>({1024, 64}, 1), w = random_leaf<float>({256, 64}, 2),
+                      b = random_leaf<float>({256}, 3);
   EXPECT_EQ(jobs_at_two_threads([&] { gelu(linear(x, w, b)); }), 2);
   EXPECT_EQ(jobs_at_two_threads([&] { detail::linear_gelu(x, w, b); }), 1);
   EXPECT_EQ(jobs_at_two_threads([&] { linear(x, w, b); }), 1);
   // More columns than rows: the gemm's 16-column tiles, bias and GELU in each.
-  const Tensor<float> xw = random_leaf<float>({64, 64}, 1), ww = random_leaf<float>({1024, 64}, 2), bw = random_leaf<float>({1024}, 3);
+  const Tensor<float> xw = random_leaf<float>({64, 64}, 1), ww = random_leaf<float>({1024, 64}, 2),
+                      bw = random_leaf<float>({1024}, 3);
   EXPECT_EQ(jobs_at_two_threads([&] { detail::linear_gelu(xw, ww, bw); }), 1);
   EXPECT_EQ(jobs_at_two_threads([&] { linear(xw, ww, bw); }), 1);
   const Tensor<float> xc = x.detach(), wc = w.detach();
@@ -170,7 +173,8 @@ TEST(LinearGelu, GradcheckAndGradgradcheck) {
 
 // While recording, the op records linear then gelu (what exporters know), with the same values.
 TEST(LinearGelu, RecordsLinearAndGeluUnderATrace) {
-  const Tensor<float> x = random_leaf<float>({2, 3, 8}, 1), w = random_leaf<float>({6, 8}, 2), b = random_leaf<float>({6}, 3);
+  const Tensor<float> x = random_leaf<float>({2, 3, 8}, 1), w = random_leaf<float>({6, 8}, 2),
+                      b = random_leaf<float>({6}, 3);
   const Tensor<float> want = detail::linear_gelu(x, w, b, "tanh");
   trace::Recorder recorder;
   const Tensor<float> got = detail::linear_gelu(x, w, b, "tanh");
@@ -223,7 +227,8 @@ TEST(LinearGelu, TransformerLayersFeedForwardIsFusedWithTheSameBits) {
 }
 
 TEST(LinearGelu, RefusesBadArgumentsByName) {
-  const Tensor<float> x = random_leaf<float>({2, 8}, 1), w = random_leaf<float>({6, 8}, 2), b = random_leaf<float>({5}, 3);
+  const Tensor<float> x = random_leaf<float>({2, 8}, 1), w = random_leaf<float>({6, 8}, 2),
+                      b = random_leaf<float>({5}, 3);
   XGRAD_EXPECT_THROW_MSG(detail::linear_gelu(x, w, b), "linear_gelu", "bias of shape (6)", "(5)");
   XGRAD_EXPECT_THROW_MSG(detail::linear_gelu(x, w, Tensor<float>(), "exact"), "linear_gelu", "\"exact\"");
 }

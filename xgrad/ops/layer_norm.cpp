@@ -317,8 +317,10 @@ void add_layer_norm_backward(Node<T>& node, const LayerNormSaved& s, Array<T>* d
     if (need_r) node.input(1).accumulate_grad(std::move(both ? *second : g0));
   }
   const char* who = "add_layer_norm (backward)";
-  if (need_w) node.input(static_cast<std::size_t>(s.weight)).accumulate_grad(sum_pieces(node, dw, pieces, D, s.weight, who));
-  if (need_b) node.input(static_cast<std::size_t>(s.bias)).accumulate_grad(sum_pieces(node, db, pieces, D, s.bias, who));
+  if (need_w)
+    node.input(static_cast<std::size_t>(s.weight)).accumulate_grad(sum_pieces(node, dw, pieces, D, s.weight, who));
+  if (need_b)
+    node.input(static_cast<std::size_t>(s.bias)).accumulate_grad(sum_pieces(node, db, pieces, D, s.bias, who));
 }
 
 // Under create_graph: the same gradients in differentiable ops (layer_norm's formula on s = x + r,
@@ -458,8 +460,10 @@ Tensor<T> layer_norm(const Tensor<T>& x, const ShapeArg& normalized_shape_arg, c
         });
         if (need_x) out.input(0).accumulate_grad(std::move(dx));
         const char* who = "layer_norm (backward)";
-        if (need_w) out.input(static_cast<std::size_t>(s.weight)).accumulate_grad(sum_pieces(out, dw, pieces, D, s.weight, who));
-        if (need_b) out.input(static_cast<std::size_t>(s.bias)).accumulate_grad(sum_pieces(out, db, pieces, D, s.bias, who));
+        if (need_w)
+          out.input(static_cast<std::size_t>(s.weight)).accumulate_grad(sum_pieces(out, dw, pieces, D, s.weight, who));
+        if (need_b)
+          out.input(static_cast<std::size_t>(s.bias)).accumulate_grad(sum_pieces(out, db, pieces, D, s.bias, who));
       },
       [nn, eps, w = s.weight, b = s.bias](const BackwardArgs<T>& args) {
         return layer_norm_formula(args, nn, eps, w, b);
