@@ -83,6 +83,7 @@ Tensor<T> mse_loss(const Tensor<T>& input, const Tensor<T>& target, const std::s
     for (const double v : partial) s += v;
     // mean of no elements: 0/0 = nan, as PyTorch
     y = scalar_array<T>("mse_loss", red == Reduction::sum ? s : s / static_cast<double>(n));
+    detail::recycle(d);  // the differences' buffer goes back to the array cache
   }
 
   return make_result<T>(
@@ -121,6 +122,7 @@ Tensor<T> mse_loss(const Tensor<T>& input, const Tensor<T>& target, const std::s
           else
             out.input(0).accumulate_grad(sum_to(g, si));
         }
+        detail::recycle(g);  // when it was not handed over
       },
       [red](const BackwardArgs<T>& args) {
         // Under create_graph, the same in differentiable ops: g = 2 (input - target) dy [/ n].
