@@ -189,14 +189,16 @@ TEST_F(ArrayCache, EveryModelsSteadyStepHandsBackEachBufferItTakes) {
                                                      .activation(activation)
                                                      .batch_first(true)
                                                      .norm_first(norm_first));
-        expect_steady(activation, [&] { return xgrad::mse_loss(layer.forward(x), target); }, layer.parameters());
+        expect_steady(
+            activation, [&] { return xgrad::mse_loss(layer.forward(x), target); }, layer.parameters());
       }
     nn::TransformerDecoderLayer<float> decoder(
         nn::TransformerDecoderLayerOptions(64, 4).dim_feedforward(128).dropout(0.1).batch_first(true));
     const xgrad::Tensor<float> memory = xgrad::randn<float>({4, 16, 64}, /*requires_grad=*/true);
     std::vector<xgrad::Tensor<float>> decoder_parameters = decoder.parameters();
     decoder_parameters.push_back(memory);
-    expect_steady("decoder", [&] { return xgrad::mse_loss(decoder.forward(x, memory), target); }, decoder_parameters);
+    expect_steady(
+        "decoder", [&] { return xgrad::mse_loss(decoder.forward(x, memory), target); }, decoder_parameters);
     xgrad::models::GPTConfig config;
     config.vocab_size = 65;
     config.block_size = 32;
@@ -210,8 +212,12 @@ TEST_F(ArrayCache, EveryModelsSteadyStepHandsBackEachBufferItTakes) {
       idx.data()[i] = static_cast<std::int64_t>(i * 7 % 65);
       next.data()[i] = static_cast<std::int64_t>(i * 11 % 65);
     }
-    expect_steady("gpt", [&] { return xgrad::cross_entropy(xgrad::reshape(gpt.forward(idx), {4 * 32, 65}), next); },
-                  gpt.parameters());
+    expect_steady(
+        "gpt",
+        [&] {
+          return xgrad::cross_entropy(xgrad::reshape(gpt.forward(idx), {4 * 32, 65}), next);
+        },
+        gpt.parameters());
   }
 }
 
