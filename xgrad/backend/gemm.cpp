@@ -115,19 +115,21 @@ void gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t 
       ::cblas_dgemm(CblasRowMajor, ta, tb, im, in, ik, alpha, ab, ilda, bb, ildb, beta, cb, ildc);
     }
   };
-  // A product of at least ~1M multiply-adds is cut into blocks of whole 16-row (or 16-column)
-  // tiles along the longer of m and n, one block per thread (see backend/parallel.hpp).
-  constexpr std::size_t kTile = 16, kMinBlockTiles = 2, kMinMacs = std::size_t(1) << 20;
-  if (m * n * k < kMinMacs) {
+  // A product of at least kGemmSplitMinMacs multiply-adds is cut into blocks of whole 16-row (or
+  // 16-column) tiles along the longer of m and n, one block per thread (see backend/parallel.hpp).
+  constexpr std::size_t kTile = kGemmTile;
+  if (m * n * k < kGemmSplitMinMacs) {
     block(0, m, 0, n);
     return;
   }
   const bool split_rows = m >= n;
   const std::size_t tiles = ((split_rows ? m : n) + kTile - 1) / kTile;
-  parallel_for(tiles, kMinBlockTiles, [&](std::size_t t0, std::size_t t1) {
+  parallel_for(tiles, kGemmMinBlockTiles, [&](std::size_t t0, std::size_t t1) {
     const std::size_t lo = t0 * kTile, hi = std::min(t1 * kTile, split_rows ? m : n);
-    if (split_rows) block(lo, hi, 0, n);
-    else block(0, m, lo, hi);
+    if (split_rows)
+      block(lo, hi, 0, n);
+    else
+      block(0, m, lo, hi);
   });
 }
 

@@ -14,6 +14,15 @@
 
 namespace xgrad::detail {
 
+// How a product is split over the pool, by gemm (float32, float64) and oneDNN's bf16 matmul, and
+// by linear's forward, which runs its bias fill and epilogue on the same blocks: from
+// kGemmSplitMinMacs multiply-adds (about 1M), into blocks of whole kGemmTile-row tiles (or, for
+// float32/float64 with more columns than rows, 16-column tiles), at least kGemmMinBlockTiles
+// tiles a block, one single-threaded call each. Below it, one call on the calling thread.
+inline constexpr std::size_t kGemmTile = 16;
+inline constexpr std::size_t kGemmMinBlockTiles = 2;
+inline constexpr std::size_t kGemmSplitMinMacs = std::size_t(1) << 20;
+
 template <class T>
 void gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a,
           std::size_t lda, const T* b, std::size_t ldb, T beta, T* c, std::size_t ldc);

@@ -8,6 +8,7 @@
 #include <xgrad/backend/onednn.hpp>
 
 #include <xgrad/backend/bf16.hpp>
+#include <xgrad/backend/gemm.hpp>
 
 #include <omp.h>
 
@@ -210,16 +211,14 @@ bool onednn_gemm_bf16_packed(bool trans_a, bool trans_b, std::size_t m, std::siz
     XGRAD_CHECK(plan != nullptr, "gemm_bf16 (oneDNN): no bf16 matmul for a (", r1 - r0, ", ", k, ") block");
     on_this_thread([&] { run_bf16(*plan, trans_a ? pa + r0 : pa + r0 * k, pb, c + r0 * ldc); });
   };
-  // As the fp32 gemm (gemm.cpp): at least ~1M multiply-adds are cut into 16-row tiles, one
-  // block per thread.
-  constexpr std::size_t kTile = 16, kMinBlockTiles = 2, kMinMacs = std::size_t(1) << 20;
-  if (m * n * k < kMinMacs || in_parallel_region()) {
+  // As the fp32 gemm (gemm.hpp's split): 16-row tiles, one block per thread.
+  constexpr std::size_t kTile = kGemmTile;
+  if (m * n * k < kGemmSplitMinMacs || in_parallel_region()) {
     block(0, m);
     return true;
   }
-  parallel_for((m + kTile - 1) / kTile, kMinBlockTiles, [&](std::size_t t0, std::size_t t1) {
-    block(t0 * kTile, std::min(t1 * kTile, m));
-  });
+  parallel_for((m + kTile - 1) / kTile, kGemmMinBlockTiles,
+               [&](std::size_t t0, std::size_t t1) { block(t0 * kTile, std::min(t1 * kTile, m)); });
   return true;
 }
 

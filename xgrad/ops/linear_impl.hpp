@@ -29,7 +29,7 @@ using LinearEpilogue = std::function<void(std::size_t, std::size_t, std::size_t,
 
 // y (rows, out) = x W^T + b, block by block: each block is filled with the bias, gets its gemm
 // (beta = 1; beta = 0 without a bias), then the epilogue while it is in cache. The blocks are those
-// the gemm backend cuts such a product into (gemm.cpp, onednn.cpp: 16-row tiles, or 16-column tiles
+// the gemm backend cuts such a product into (gemm.hpp's split: 16-row tiles, or 16-column tiles
 // for fp32/fp64 with more columns than rows, from 2^20 multiply-adds), one fork/join in all, each a
 // single-threaded call: y has the bits of one gemm call on a bias-filled y. Only bf16's portable
 // path (no bf16 matmul here, or the OpenBLAS backend) fills and runs the epilogue by rows over the

@@ -288,17 +288,16 @@ LinearGemms linear_forward(const Tensor<T>& x, const Tensor<T>& weight, const Te
                      py + r0 * outf + c0, outf);
     if (epilogue) epilogue(r0, r1, c0, c1);
   };
-  // The backends' split (gemm.cpp, onednn.cpp): from 2^20 multiply-adds, blocks of whole 16-row
-  // tiles, at least 2 tiles each, or, for fp32/fp64 with more columns than rows, of 16-column
-  // tiles. A gemm called inside a chunk runs as one call on its thread: the same calls as one gemm.
-  constexpr std::size_t kTile = 16, kMinBlockTiles = 2, kMinMacs = std::size_t(1) << 20;
-  if (rows * outf * in < kMinMacs) {
+  // The backends' split (gemm.hpp: kGemmTile, kGemmMinBlockTiles, kGemmSplitMinMacs). A gemm
+  // called inside a chunk runs as one call on its thread: the same calls as one gemm.
+  constexpr std::size_t kTile = kGemmTile;
+  if (rows * outf * in < kGemmSplitMinMacs) {
     block(0, rows, 0, outf);
   } else if (s.packed || (!s.bf16 && rows >= outf)) {
-    parallel_for((rows + kTile - 1) / kTile, kMinBlockTiles,
+    parallel_for((rows + kTile - 1) / kTile, kGemmMinBlockTiles,
                  [&](std::size_t t0, std::size_t t1) { block(t0 * kTile, std::min(t1 * kTile, rows), 0, outf); });
   } else if (!s.bf16) {
-    parallel_for((outf + kTile - 1) / kTile, kMinBlockTiles,
+    parallel_for((outf + kTile - 1) / kTile, kGemmMinBlockTiles,
                  [&](std::size_t t0, std::size_t t1) { block(0, rows, t0 * kTile, std::min(t1 * kTile, outf)); });
   } else {  // bf16's portable path (rounds its operands, then a float gemm): bias and epilogue by rows
     const std::size_t grain = grain_for_units(outf);
