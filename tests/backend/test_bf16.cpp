@@ -87,6 +87,7 @@ TEST(Bf16Packed, GemmOnPackedOperandsIsGemmBf16BitForBit) {
         expect_packed_equals_float(ta, tb, 64, 72, 48, 0.5f, 1.0f);     // oneDNN, one block
         expect_packed_equals_float(ta, tb, 300, 120, 200, 1.0f, 0.0f);  // oneDNN, split over the pool
         expect_packed_equals_float(ta, tb, 130, 96, 260, 1.0f, 0.5f);
+        expect_packed_equals_float(ta, tb, 90, 400, 60, 1.0f, 0.0f);  // more columns than rows
       }
     }
   }
@@ -141,6 +142,7 @@ TEST(Bf16Packed, LinearIsGemmBf16OnItsOperandsForwardAndBackward) {
   for (GemmBackend backend : {GemmBackend::onednn, GemmBackend::openblas}) {
     Backend b(backend);
     expect_linear_is_gemm_bf16(300, 200, 120);  // packed once (oneDNN bf16 matmul)
+    expect_linear_is_gemm_bf16(96, 64, 384);    // more outputs than rows
     expect_linear_is_gemm_bf16(6, 5, 4);        // the portable path: rounded per gemm
   }
 }

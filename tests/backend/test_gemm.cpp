@@ -104,11 +104,12 @@ void expect_close(const Case& t, const Operands& o, const std::vector<float>& c,
 float identity(float x) { return x; }
 
 const std::vector<Case> kCases = {
-    {false, false, 1, 1, 1, 0, 1.0f, 0.0f},       {false, true, 7, 5, 3, 2, 1.0f, 0.0f},
-    {true, false, 13, 9, 17, 1, 0.5f, 1.0f},      {true, true, 33, 31, 65, 3, -2.0f, 0.25f},
-    {false, true, 128, 128, 64, 0, 1.0f, 0.0f},   {true, false, 64, 300, 96, 5, 1.0f, 1.0f},
+    {false, false, 1, 1, 1, 0, 1.0f, 0.0f},      {false, true, 7, 5, 3, 2, 1.0f, 0.0f},
+    {true, false, 13, 9, 17, 1, 0.5f, 1.0f},     {true, true, 33, 31, 65, 3, -2.0f, 0.25f},
+    {false, true, 128, 128, 64, 0, 1.0f, 0.0f},  {true, false, 64, 300, 96, 5, 1.0f, 1.0f},
     {false, false, 257, 129, 70, 0, 1.0f, 0.0f},  // >= 1M multiply-adds: split over the pool
     {false, true, 96, 520, 48, 4, 1.0f, 0.0f},    // n > m: split along the columns
+    {true, false, 80, 600, 40, 3, 1.0f, 0.5f},    // the same with A transposed and B not
 };
 
 TEST(GemmBackend, SetGetAndNames) {
