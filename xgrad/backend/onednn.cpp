@@ -101,17 +101,24 @@ struct Bf16Key {
            std::tie(o.trans_a, o.trans_b, o.mb, o.m, o.n, o.k, o.ldc, o.alpha, o.beta);
   }
 };
+// The primitive and its four memory objects, made once without buffers: each call points them at
+// its operands (set_data_handle), so that a call allocates nothing (attention's per-head products
+// are a few microseconds each, and a step makes thousands).
 struct Bf16Plan {
   dnnl::matmul prim;
-  dnnl::memory::desc a, b, c, scratch;
+  dnnl::memory::desc scratch;
+  dnnl::memory a, b, c, scratchpad;
 };
 
-// Per thread: the stream, the primitives of the shapes seen and a scratchpad. (The bf16 copies of
-// the operands are per call: kept, they would add the step's largest operands to peak memory.)
+// Per thread: the stream, the primitives of the shapes seen, a scratchpad, and the bf16 copies of
+// small operands (up to kKeptPackedElements). Larger copies are per call: kept, they would add the
+// step's largest operands to peak memory.
+constexpr std::size_t kKeptPackedElements = std::size_t(1) << 17;  // 256 KiB of bf16
 struct Bf16Cache {
   dnnl::stream stream{cpu_engine()};
   std::map<Bf16Key, Bf16Plan> plans;
   std::vector<std::uint8_t> scratch;
+  std::vector<std::uint16_t> packed;
 };
 Bf16Cache& bf16_cache() {
   thread_local Bf16Cache cache;
@@ -144,23 +151,36 @@ const Bf16Plan* bf16_plan(Bf16Cache& cache, const Bf16Key& key) {
   }
   try {
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, cpu_engine());
-    Bf16Plan plan{dnnl::matmul(pd), a, b, c, pd.scratchpad_desc()};
+    const dnnl::engine& eng = cpu_engine();
+    Bf16Plan plan{dnnl::matmul(pd),
+                  pd.scratchpad_desc(),
+                  dnnl::memory(a, eng, DNNL_MEMORY_NONE),
+                  dnnl::memory(b, eng, DNNL_MEMORY_NONE),
+                  dnnl::memory(c, eng, DNNL_MEMORY_NONE),
+                  dnnl::memory(pd.scratchpad_desc(), eng, DNNL_MEMORY_NONE)};
     return &cache.plans.emplace(key, std::move(plan)).first->second;
   } catch (const dnnl::error&) {
     return nullptr;  // unimplemented: no bf16 path on this CPU
   }
 }
 
+// The plan's primitive on a, b, c (the C API's execute: the C++ one builds a map of its arguments
+// on every call).
 void run_bf16(const Bf16Plan& plan, const std::uint16_t* a, const std::uint16_t* b, float* c) {
   Bf16Cache& cache = bf16_cache();
   const std::size_t scratch_bytes = plan.scratch.get_size();
   if (cache.scratch.size() < scratch_bytes) cache.scratch.resize(scratch_bytes);
-  const dnnl::engine& eng = cpu_engine();
-  dnnl::memory am(plan.a, eng, const_cast<std::uint16_t*>(a)), bm(plan.b, eng, const_cast<std::uint16_t*>(b)),
-      cm(plan.c, eng, c), sm(plan.scratch, eng, cache.scratch.data());
-  plan.prim.execute(cache.stream,
-                    {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}, {DNNL_ARG_SCRATCHPAD, sm}});
-  cache.stream.wait();
+  plan.a.set_data_handle(const_cast<std::uint16_t*>(a));
+  plan.b.set_data_handle(const_cast<std::uint16_t*>(b));
+  plan.c.set_data_handle(c);
+  plan.scratchpad.set_data_handle(cache.scratch.data());
+  const dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, plan.a.get()},
+                                  {DNNL_ARG_WEIGHTS, plan.b.get()},
+                                  {DNNL_ARG_DST, plan.c.get()},
+                                  {DNNL_ARG_SCRATCHPAD, plan.scratchpad.get()}};
+  dnnl_status_t status = dnnl_primitive_execute(plan.prim.get(), cache.stream.get(), 4, args);
+  if (status == dnnl_success) status = dnnl_stream_wait(cache.stream.get());
+  XGRAD_CHECK(status == dnnl_success, "gemm_bf16 (oneDNN): the matmul failed with status ", static_cast<int>(status));
 }
 
 }  // namespace
@@ -175,9 +195,17 @@ bool onednn_gemm_bf16(bool trans_a, bool trans_b, std::size_t m, std::size_t n, 
   // A CPU without a bf16 matmul returns here, before any packing, with C untouched.
   if (bf16_plan(bf16_cache(), Bf16Key{trans_a, trans_b, m, m, n, k, std::max(ldc, n), alpha, beta}) == nullptr)
     return false;
-  // Written by this thread, read by the pool's chunks.
-  const std::unique_ptr<std::uint16_t[]> packed(new std::uint16_t[m * k + k * n]);
-  std::uint16_t* const pa = packed.get();
+  // Written by this thread, read by the pool's chunks (which call no onednn_gemm_bf16 themselves:
+  // inside a chunk a product is one block).
+  const std::size_t elements = m * k + k * n;
+  std::vector<std::uint16_t>& kept = bf16_cache().packed;
+  std::unique_ptr<std::uint16_t[]> own;
+  if (elements <= kKeptPackedElements) {
+    if (kept.size() < elements) kept.resize(kKeptPackedElements);
+  } else {
+    own.reset(new std::uint16_t[elements]);
+  }
+  std::uint16_t* const pa = own ? own.get() : kept.data();
   std::uint16_t* const pb = pa + m * k;
   if (trans_a) pack_bf16(a, k, m, std::max(lda, m), pa);
   else pack_bf16(a, m, k, std::max(lda, k), pa);
