@@ -152,7 +152,7 @@ TEST(Bf16Packed, PacksOnlyForOneDnnsBf16Matmul) {
     Backend b(GemmBackend::onednn);
     const bool has = std::string(detail::bf16_gemm_path()).find("oneDNN") != std::string::npos;
     EXPECT_EQ(detail::gemm_bf16_takes_packed(300, 200, 120), has);
-    EXPECT_FALSE(detail::gemm_bf16_takes_packed(6, 5, 4));  // under 2^17 multiply-adds: portable
+    EXPECT_FALSE(detail::gemm_bf16_takes_packed(6, 5, 4));  // under 2^18 multiply-adds: portable
     EXPECT_FALSE(detail::gemm_bf16_takes_packed(0, 5000, 5000));
   }
   Backend b(GemmBackend::openblas);

@@ -66,7 +66,7 @@ class AutocastGuard {
 };
 
 // Which implementation the bf16 gemms under autocast run, for programs to print: "oneDNN bf16
-// matmul (<isa>, native bf16; portable under 2^17 multiply-adds)" with the oneDNN gemm backend on
+// matmul (<isa>, native bf16; portable under 2^18 multiply-adds)" with the oneDNN gemm backend on
 // a CPU where oneDNN has a bf16 matmul, else "portable (fp32 gemm on bf16-rounded operands)".
 const char* autocast_gemm_path();
 

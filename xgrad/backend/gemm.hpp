@@ -39,7 +39,7 @@ void gemm_bf16(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::si
                std::size_t lda, const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc);
 
 // Whether gemm_bf16 of an (m, n, k) product runs oneDNN's bf16 matmul (oneDNN backend, a CPU with
-// one, at least 2^17 multiply-adds), the path that takes packed operands as they are: only then
+// one, at least 2^18 multiply-adds), the path that takes packed operands as they are: only then
 // does packing once for several gemms pay; the portable path would widen them back to float32.
 bool gemm_bf16_takes_packed(std::size_t m, std::size_t n, std::size_t k);
 
@@ -49,7 +49,7 @@ void gemm_bf16(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::si
                const Bf16Matrix& a, const Bf16Matrix& b, float beta, float* c, std::size_t ldc);
 
 // Which implementation gemm_bf16 runs, for programs to print: "oneDNN bf16 matmul
-// (avx512_core_bf16, native bf16; portable under 2^17 multiply-adds)" when the gemm backend is
+// (avx512_core_bf16, native bf16; portable under 2^18 multiply-adds)" when the gemm backend is
 // oneDNN and oneDNN has a bf16 matmul on this CPU, else "portable (fp32 gemm on bf16-rounded
 // operands)".
 const char* bf16_gemm_path();
