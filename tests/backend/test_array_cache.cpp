@@ -114,6 +114,14 @@ TEST_F(ArrayCache, IsBoundedByWhatTheThreadUsed) {
   }).join();
 }
 
+// One training step: zero the gradients, the loss, its backward, the optimizer's step.
+void train_step(xgrad::optim::Optimizer<float>& opt, const std::function<xgrad::Tensor<float>()>& loss_of) {
+  opt.zero_grad();
+  xgrad::Tensor<float> loss = loss_of();
+  loss.backward();
+  opt.step();
+}
+
 // A steady training step takes every tensor buffer from the cache: after two warm-up steps of a
 // small pre-norm encoder layer (dropout on, feed-forward activations of 128 KiB) with Adam, the
 // third step makes no array-cache miss on the stepping thread, and the cache stays within its
@@ -132,12 +140,7 @@ TEST_F(ArrayCache, ASteadyTrainingStepAllocatesNoTensorBuffer) {
                                                         .norm_first(true));
     xgrad::optim::Adam<float> opt(layer.parameters(), xgrad::optim::AdamOptions(1e-3));
     const xgrad::Tensor<float> x = xgrad::randn<float>({4, 32, 64}), target = xgrad::randn<float>({4, 32, 64});
-    const auto step = [&] {
-      opt.zero_grad();
-      xgrad::Tensor<float> loss = xgrad::mse_loss(layer.forward(x), target);
-      loss.backward();
-      opt.step();
-    };
+    const auto step = [&] { train_step(opt, [&] { return xgrad::mse_loss(layer.forward(x), target); }); };
     step();
     step();
     const xgrad::ArrayCacheStats before = xgrad::array_cache_stats();
@@ -157,12 +160,7 @@ TEST_F(ArrayCache, ASteadyTrainingStepAllocatesNoTensorBuffer) {
 void expect_steady(const char* what, const std::function<xgrad::Tensor<float>()>& loss_of,
                    const std::vector<xgrad::Tensor<float>>& parameters) {
   xgrad::optim::AdamW<float> opt(parameters, xgrad::optim::AdamWOptions(1e-3));
-  const auto step = [&] {
-    opt.zero_grad();
-    xgrad::Tensor<float> loss = loss_of();
-    loss.backward();
-    opt.step();
-  };
+  const auto step = [&] { train_step(opt, loss_of); };
   step();
   step();
   const xgrad::ArrayCacheStats before = xgrad::array_cache_stats();
