@@ -374,37 +374,27 @@ struct Function {
                                              const std::vector<bool>& arg_slots) {
     if (!any_grad) return outs;
     const Split split = split_dirty<T>(*ctx, inputs);
-    // The outputs' gradients, parked until the hidden node runs: Arrays, or, under create_graph,
-    // Tensors with history (`graphs`).
-    struct Slots {
-      std::vector<Array<T>> grads;
-      std::vector<Tensor<T>> graphs;
-      std::vector<bool> has;
-      std::vector<Shape> shapes;
-    };
-    auto slots = std::make_shared<Slots>();
-    slots->grads.resize(outs.size());
-    slots->graphs.resize(outs.size());
-    slots->has.assign(outs.size(), false);
-    for (const auto& o : outs) slots->shapes.push_back(o.shape());
+    // The outputs' gradients, parked until the hidden node runs (graph.hpp); an output that got
+    // none gives X::backward zeros of its shape.
+    auto slots = std::make_shared<xgrad::detail::ParkedGradients<T>>(outs.size());
+    std::vector<Shape> shapes;
+    for (const auto& o : outs) shapes.push_back(o.shape());
     Tensor<T> fn = make_result<T>(
         detail::node_name<X>(), Array<T>(T(0)), inputs,
-        [ctx, slots, args = &arg_slots](Node<T>& node) {
+        [ctx, slots, shapes, args = &arg_slots](Node<T>& node) {
           std::vector<Tensor<T>> grads;
           for (std::size_t k = 0; k < slots->grads.size(); ++k) {
-            if (!slots->has[k])
-              slots->grads[k] = full_array<T>(slots->shapes[k], T(0), "autograd::Function (backward)");
+            if (!slots->has[k]) slots->grads[k] = full_array<T>(shapes[k], T(0), "autograd::Function (backward)");
             grads.emplace_back(std::move(slots->grads[k]));
             slots->has[k] = false;
           }
           run_user_backward<T>(*ctx, node, std::move(grads), *args);
         },
-        [ctx, slots, args = &arg_slots](const BackwardArgs<T>& a) {
+        [ctx, slots, shapes, args = &arg_slots](const BackwardArgs<T>& a) {
           std::vector<Tensor<T>> grads;
           for (std::size_t k = 0; k < slots->graphs.size(); ++k) {
-            grads.push_back(slots->has[k]
-                                ? std::move(slots->graphs[k])
-                                : Tensor<T>(full_array<T>(slots->shapes[k], T(0), "autograd::Function (backward)")));
+            grads.push_back(slots->has[k] ? std::move(slots->graphs[k])
+                                          : Tensor<T>(full_array<T>(shapes[k], T(0), "autograd::Function (backward)")));
             slots->graphs[k] = Tensor<T>();
             slots->has[k] = false;
           }
@@ -416,16 +406,7 @@ struct Function {
         result.push_back(outs[k]);
         continue;
       }
-      auto park = [slots, k](Node<T>& node) {
-        slots->grads[k] = std::move(node.grad);
-        slots->has[k] = true;
-        node.input(0).accumulate_grad(Array<T>(T(0)));
-      };
-      GradFormula<T> park_graph = [slots, k](const BackwardArgs<T>& a) {
-        slots->graphs[k] = a.grad();
-        slots->has[k] = true;
-        return std::vector<Tensor<T>>{Tensor<T>(Array<T>(T(0)))};
-      };
+      auto [park, park_graph] = xgrad::detail::park_gradient<T>(slots, k);
       if (ctx->dirty(outs[k])) {
         adopt<T>(outs[k],
                  make_result<T>(detail::node_name<X>(), Array<T>(T(0)), {fn}, std::move(park), std::move(park_graph)),

@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include <xgrad/core/grad_mode.hpp>
@@ -83,6 +84,35 @@ template <class T>
 std::shared_ptr<Node<T>> split_history(Node<T>& x, const char* who);
 template <class T>
 void adopt_history(Node<T>& x, Node<T>& result, std::shared_ptr<Node<T>> prev);
+
+// Several outputs of one op (autograd::Function, add_layer_norm_with_sum): the op's node, over
+// the inputs with a scalar placeholder value, runs the backward once; each output is a node over
+// it that parks its gradient here (an Array, or under create_graph a Tensor with history) and
+// passes the op's node a scalar zero. The op's backward takes the parked gradients (has[k]: output
+// k got one) and clears `has`.
+template <class T>
+struct ParkedGradients {
+  explicit ParkedGradients(std::size_t outputs) : grads(outputs, no_array<T>()), graphs(outputs), has(outputs) {}
+  std::vector<Array<T>> grads;
+  std::vector<Tensor<T>> graphs;
+  std::vector<bool> has;
+};
+// The backward and the formula of output k's node.
+template <class T>
+std::pair<std::function<void(Node<T>&)>, GradFormula<T>> park_gradient(std::shared_ptr<ParkedGradients<T>> slots,
+                                                                       std::size_t k) {
+  auto park = [slots, k](Node<T>& node) {
+    slots->grads[k] = std::move(node.grad);
+    slots->has[k] = true;
+    node.input(0).accumulate_grad(Array<T>(T(0)));
+  };
+  GradFormula<T> park_graph = [slots, k](const BackwardArgs<T>& a) {
+    slots->graphs[k] = a.grad();
+    slots->has[k] = true;
+    return std::vector<Tensor<T>>{Tensor<T>(Array<T>(T(0)))};
+  };
+  return {std::move(park), std::move(park_graph)};
+}
 }  // namespace detail
 
 // torch's Variable._execution_engine.queue_callback: called from a hook during a backward, queues

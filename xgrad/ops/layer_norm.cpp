@@ -345,29 +345,30 @@ std::vector<Tensor<T>> add_layer_norm_formula(const BackwardArgs<T>& args, const
   return g;
 }
 
-// The checks and the inputs list shared by both forms; fills s's shape fields.
+// The checks and the inputs list of layer_norm and both fused forms: `inputs` holds x (then r, for
+// the fused forms); weight and bias are appended when defined. Fills s's shape fields and input
+// indices. op names the caller in the errors.
 template <class T>
-std::vector<Tensor<T>> add_layer_norm_inputs(const Tensor<T>& x, const Tensor<T>& r, const Shape& normalized_shape,
-                                             const Tensor<T>& weight, const Tensor<T>& bias, double eps,
-                                             LayerNormSaved& s) {
+std::vector<Tensor<T>> layer_norm_inputs(const char* op, std::vector<Tensor<T>> inputs, const Shape& normalized_shape,
+                                         const Tensor<T>& weight, const Tensor<T>& bias, double eps,
+                                         LayerNormSaved& s) {
+  const Tensor<T>& x = inputs.front();
   const Shape sx = x.shape();
   const std::size_t nn = normalized_shape.size();
-  XGRAD_CHECK(nn >= 1, "add_layer_norm: expected normalized_shape to be at least 1-dimensional, got ",
-              normalized_shape);
-  XGRAD_CHECK(sx.size() >= nn && std::equal(normalized_shape.begin(), normalized_shape.end(), sx.end() - nn),
-              "add_layer_norm: expected input with trailing shape ", normalized_shape, ", got ", sx);
+  XGRAD_CHECK(nn >= 1, op, ": expected normalized_shape to be at least 1-dimensional, got ", normalized_shape);
+  XGRAD_CHECK(sx.size() >= nn && std::equal(normalized_shape.begin(), normalized_shape.end(), sx.end() - nn), op,
+              ": expected input with trailing shape ", normalized_shape, ", got ", sx);
   if (weight.defined())
-    XGRAD_CHECK(weight.shape() == normalized_shape, "add_layer_norm: expected weight of shape ", normalized_shape,
-                ", got ", weight.shape());
+    XGRAD_CHECK(weight.shape() == normalized_shape, op, ": expected weight of shape ", normalized_shape, ", got ",
+                weight.shape());
   if (bias.defined())
-    XGRAD_CHECK(bias.shape() == normalized_shape, "add_layer_norm: expected bias of shape ", normalized_shape, ", got ",
+    XGRAD_CHECK(bias.shape() == normalized_shape, op, ": expected bias of shape ", normalized_shape, ", got ",
                 bias.shape());
-  XGRAD_CHECK(eps >= 0, "add_layer_norm: eps must be non-negative, got ", eps);
+  XGRAD_CHECK(eps >= 0, op, ": eps must be non-negative, got ", eps);
   s.d = detail::numel(normalized_shape);
   s.rows = s.d == 0 ? 0 : x.numel() / s.d;
   s.mean.resize(s.rows);
   s.rstd.resize(s.rows);
-  std::vector<Tensor<T>> inputs{x, r};
   if (weight.defined()) {
     s.weight = static_cast<int>(inputs.size());
     inputs.push_back(weight);
@@ -396,34 +397,9 @@ Tensor<T> layer_norm(const Tensor<T>& x, const ShapeArg& normalized_shape_arg, c
   const Shape& normalized_shape = normalized_shape_arg.get("layer_norm");
   const Shape sx = x.shape();
   const std::size_t nn = normalized_shape.size();
-  XGRAD_CHECK(nn >= 1, "layer_norm: expected normalized_shape to be at least 1-dimensional, got ",
-              normalized_shape);
-  XGRAD_CHECK(sx.size() >= nn && std::equal(normalized_shape.begin(), normalized_shape.end(), sx.end() - nn),
-              "layer_norm: expected input with trailing shape ", normalized_shape, ", got ", sx);
-  if (weight.defined())
-    XGRAD_CHECK(weight.shape() == normalized_shape, "layer_norm: expected weight of shape ", normalized_shape,
-                ", got ", weight.shape());
-  if (bias.defined())
-    XGRAD_CHECK(bias.shape() == normalized_shape, "layer_norm: expected bias of shape ", normalized_shape,
-                ", got ", bias.shape());
-  XGRAD_CHECK(eps >= 0, "layer_norm: eps must be non-negative, got ", eps);
-
   auto saved = std::make_shared<LayerNormSaved>();
   LayerNormSaved& s = *saved;
-  s.d = detail::numel(normalized_shape);
-  s.rows = s.d == 0 ? 0 : x.numel() / s.d;
-  s.mean.resize(s.rows);
-  s.rstd.resize(s.rows);
-
-  std::vector<Tensor<T>> inputs{x};
-  if (weight.defined()) {
-    s.weight = static_cast<int>(inputs.size());
-    inputs.push_back(weight);
-  }
-  if (bias.defined()) {
-    s.bias = static_cast<int>(inputs.size());
-    inputs.push_back(bias);
-  }
+  std::vector<Tensor<T>> inputs = layer_norm_inputs<T>("layer_norm", {x}, normalized_shape, weight, bias, eps, s);
 
   Array<T> y = empty_array<T>(sx, "layer_norm");
   const T* px = x.value().data();
@@ -477,7 +453,8 @@ Tensor<T> add_layer_norm(const Tensor<T>& x, const Tensor<T>& r, const ShapeArg&
   XGRAD_PROFILE_OP("add_layer_norm");
   const Shape& normalized_shape = normalized_shape_arg.get("add_layer_norm");
   auto saved = std::make_shared<LayerNormSaved>();
-  std::vector<Tensor<T>> inputs = add_layer_norm_inputs(x, r, normalized_shape, weight, bias, eps, *saved);
+  std::vector<Tensor<T>> inputs =
+      layer_norm_inputs<T>("add_layer_norm", {x, r}, normalized_shape, weight, bias, eps, *saved);
   Array<T> y = empty_array<T>(x.value().shape(), "add_layer_norm");
   add_layer_norm_forward<T>(*saved, x.value().data(), r.value().data(),
                             weight.defined() ? weight.value().data() : nullptr,
@@ -502,20 +479,15 @@ std::pair<Tensor<T>, Tensor<T>> add_layer_norm_with_sum(const Tensor<T>& x, cons
   XGRAD_PROFILE_OP("add_layer_norm");
   const Shape& normalized_shape = normalized_shape_arg.get("add_layer_norm");
   auto saved = std::make_shared<LayerNormSaved>();
-  std::vector<Tensor<T>> inputs = add_layer_norm_inputs(x, r, normalized_shape, weight, bias, eps, *saved);
+  std::vector<Tensor<T>> inputs =
+      layer_norm_inputs<T>("add_layer_norm", {x, r}, normalized_shape, weight, bias, eps, *saved);
   Array<T> y = empty_array<T>(x.value().shape(), "add_layer_norm");
   Array<T> sum = empty_array<T>(x.value().shape(), "add_layer_norm");
   add_layer_norm_forward<T>(*saved, x.value().data(), r.value().data(),
                             weight.defined() ? weight.value().data() : nullptr,
                             bias.defined() ? bias.value().data() : nullptr, sum.data(), y.data(), eps);
-  // The gradients of y (0) and s (1), parked by their nodes until the fused node runs: Arrays, or
-  // under create_graph Tensors with history.
-  struct Slots {
-    Array<T> grads[2] = {detail::no_array<T>(), detail::no_array<T>()};
-    Tensor<T> graphs[2];
-    bool has[2] = {false, false};
-  };
-  auto slots = std::make_shared<Slots>();
+  // The gradients of y (0) and s (1), parked by their nodes until the fused node runs (graph.hpp).
+  auto slots = std::make_shared<detail::ParkedGradients<T>>(2);
   const Tensor<T> fused = make_result<T>(
       "add_layer_norm", Array<T>(T(0)), std::move(inputs),
       [saved, slots](Node<T>& node) {
@@ -536,19 +508,9 @@ std::pair<Tensor<T>, Tensor<T>> add_layer_norm_with_sum(const Tensor<T>& x, cons
         return add_layer_norm_formula<T>(args, dy, dsum, nn, eps, w, b);
       });
   if (!fused.requires_grad()) return {Tensor<T>(std::move(sum)), Tensor<T>(std::move(y))};
-  const auto output = [&slots, &fused](Array<T>&& value, int k) {
-    return make_result<T>(
-        "add_layer_norm", std::move(value), {fused},
-        [slots, k](Node<T>& node) {
-          slots->grads[k] = std::move(node.grad);
-          slots->has[k] = true;
-          node.input(0).accumulate_grad(Array<T>(T(0)));
-        },
-        [slots, k](const BackwardArgs<T>& a) {
-          slots->graphs[k] = a.grad();
-          slots->has[k] = true;
-          return std::vector<Tensor<T>>{Tensor<T>(Array<T>(T(0)))};
-        });
+  const auto output = [&slots, &fused](Array<T>&& value, std::size_t k) {
+    auto [park, park_graph] = detail::park_gradient<T>(slots, k);
+    return make_result<T>("add_layer_norm", std::move(value), {fused}, std::move(park), std::move(park_graph));
   };
   Tensor<T> y_out = output(std::move(y), 0);
   Tensor<T> sum_out = output(std::move(sum), 1);
