@@ -1,23 +1,41 @@
 // The profiler (xgrad/core/profiler.hpp): a training step of a small transformer encoder under it,
 // the Chrome trace it writes, its totals against a clock, record_function nesting, the pool's
-// workers, and that nothing is recorded when no profile records.
+// workers, and that nothing is recorded when no profile records; exports that fail.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
+#include <thread>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include <xgrad/xgrad.hpp>
+#include "serialize_util.hpp"
 
 namespace {
 
 using namespace xgrad;
 namespace prof = xgrad::profiler;
+using xgrad::testing::error_of;
+using xgrad::testing::expect_error;
+using xgrad::testing::read_bytes;
+using xgrad::testing::TempDir;
 
 struct Step {
   std::shared_ptr<nn::TransformerEncoder<float>> encoder;
@@ -278,6 +296,71 @@ TEST(Profiler, ExportToAnUnwritablePathThrows) {
   prof::Profile p;
   p.stop();
   EXPECT_THROW(p.export_chrome_trace("/nonexistent-dir/trace.json"), std::runtime_error);
+}
+
+// A FIFO as the trace's path is refused at once, naming it, and stays a FIFO: opening it for
+// writing used to block until a reader came (forever, in a program writing its trace at exit).
+TEST(Profiler, ExportToAFifoIsRefusedWithoutBlocking) {
+  TempDir dir;
+  const std::string fifo = dir.file("trace.json");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  prof::Profile p;
+  p.stop();
+  auto exported = std::async(std::launch::async, [&] { return error_of([&] { p.export_chrome_trace(fifo); }); });
+  if (exported.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
+    const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);  // releases the writer, so that the test ends
+    exported.wait();
+    ::close(reader);
+    FAIL() << "export_chrome_trace to a FIFO blocked for 5 s";
+  }
+  const std::string message = exported.get();
+  for (const std::string& fragment : {std::string("export_chrome_trace"), fifo, std::string("a FIFO")})
+    EXPECT_NE(message.find(fragment), std::string::npos) << message;
+  struct stat st {};
+  ASSERT_EQ(::lstat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+}
+
+// An export that fails halfway (a file size limit, as a full disk would) or cannot replace its
+// path (a folder) leaves the previous trace byte for byte: it used to be truncated first, then
+// half overwritten.
+TEST(Profiler, FailedExportLeavesThePreviousTrace) {
+  TempDir dir;
+  const std::string path = dir.file("trace.json");
+  {
+    prof::Profile small;
+    { auto r = prof::record_function("small"); }
+    small.stop();
+    small.export_chrome_trace(path);
+  }
+  const std::string previous = read_bytes(path);
+  prof::Profile big;
+  for (int i = 0; i < 2000; ++i) {
+    auto r = prof::record_function(std::string(64, 'x'));
+  }
+  big.stop();
+  ASSERT_GT(big.chrome_trace_json().size(), 4u * 64 * 1024);
+
+  rlimit original{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &original), 0);
+  rlimit limited = original;
+  limited.rlim_cur = 64 * 1024;
+  auto* previous_handler = ::signal(SIGXFSZ, SIG_IGN);
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &limited), 0);
+  const std::string message = error_of([&] { big.export_chrome_trace(path); });
+  ::setrlimit(RLIMIT_FSIZE, &original);
+  ::signal(SIGXFSZ, previous_handler);
+  for (const std::string& fragment : {std::string("export_chrome_trace"), path, std::string(std::strerror(EFBIG))})
+    EXPECT_NE(message.find(fragment), std::string::npos) << message;
+  EXPECT_TRUE(read_bytes(path) == previous) << "the previous trace was changed";
+  EXPECT_EQ(dir.entries(), std::set<std::string>{"trace.json"});  // no temporary file left
+
+  std::filesystem::create_directory(dir.file("folder"));
+  expect_error<std::runtime_error>([&] { big.export_chrome_trace(dir.file("folder")); },
+                                   {"export_chrome_trace", dir.file("folder")});
+  // The export that can go through replaces the trace.
+  big.export_chrome_trace(path);
+  EXPECT_EQ(load_json(path)["traceEvents"].size(), 2000u + 1);  // and thread 0's name
 }
 
 }  // namespace

@@ -14,7 +14,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -25,6 +24,7 @@
 
 #include <xgrad/backend/parallel.hpp>
 #include <xgrad/base/check.hpp>
+#include <xgrad/serialize/atomic_file.hpp>
 
 namespace xgrad::profiler {
 
@@ -516,13 +516,16 @@ std::string Profile::chrome_trace_json() const {
   return out.str();
 }
 
+// Through write_file_atomically: a failed export (a full disk, a folder as the path) leaves the
+// previous trace as it was, and a FIFO or a device is refused before anything is written (opening
+// a FIFO for writing blocked until a reader came).
 void Profile::export_chrome_trace(const std::string& path) const {
   const std::string json = chrome_trace_json();
-  std::ofstream file(path, std::ios::binary | std::ios::trunc);
-  if (!file) throw std::runtime_error("profiler::Profile::export_chrome_trace: cannot open '" + path + "' for writing");
-  file << json;
-  file.close();
-  if (!file) throw std::runtime_error("profiler::Profile::export_chrome_trace: writing '" + path + "' failed");
+  try {
+    write_file_atomically(path, [&](std::ostream& out) { out.write(json.data(), std::streamsize(json.size())); });
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(std::string("profiler::Profile::export_chrome_trace: ") + e.what());
+  }
 }
 
 std::string save_report(Profile& profile, const std::string& path, int row_limit) {
