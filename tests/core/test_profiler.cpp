@@ -1,6 +1,7 @@
 // The profiler (xgrad/core/profiler.hpp): a training step of a small transformer encoder under it,
 // the Chrome trace it writes, its totals against a clock, record_function nesting, the pool's
-// workers, and that nothing is recorded when no profile records; exports that fail.
+// workers, and that nothing is recorded when no profile records; ranges closed out of order, and
+// exports that fail (tests/core/test_profiler_threads.cpp: several threads).
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
@@ -26,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include <xgrad/xgrad.hpp>
+#include "profile_checks.hpp"
 #include "serialize_util.hpp"
 
 namespace {
@@ -33,7 +35,10 @@ namespace {
 using namespace xgrad;
 namespace prof = xgrad::profiler;
 using xgrad::testing::error_of;
+using xgrad::testing::event_index;
+using xgrad::testing::event_named;
 using xgrad::testing::expect_error;
+using xgrad::testing::profile_violation;
 using xgrad::testing::read_bytes;
 using xgrad::testing::TempDir;
 
@@ -361,6 +366,35 @@ TEST(Profiler, FailedExportLeavesThePreviousTrace) {
   // The export that can go through replaces the trace.
   big.export_chrome_trace(path);
   EXPECT_EQ(load_json(path)["traceEvents"].size(), 2000u + 1);  // and thread 0's name
+}
+
+// RAII misused: a range closed while ranges opened inside it are still open. Closing a range ends
+// them with it (their own closes, later, are ignored), as leaving a scope ends the scopes inside
+// it: every event stays inside its parent and no self time is negative. The outer range's self
+// time used to be negative, the inner one outlasting it.
+TEST(Profiler, ClosingARangeEndsTheRangesOpenedInsideIt) {
+  prof::Profile p;
+  auto outer = std::make_unique<prof::RecordFunction>("outer");
+  auto middle = std::make_unique<prof::RecordFunction>("middle");
+  auto inner = std::make_unique<prof::RecordFunction>("inner");
+  const std::uint64_t op = prof::detail::open("op", prof::Event::Kind::Op);  // as XGRAD_PROFILE_OP opens one
+  std::this_thread::sleep_for(std::chrono::microseconds(200));
+  middle.reset();  // ends inner and op too
+  { auto after = prof::record_function("after"); }
+  std::this_thread::sleep_for(std::chrono::microseconds(200));
+  inner.reset();
+  prof::detail::close(op);
+  outer.reset();
+  p.stop();
+  EXPECT_EQ(profile_violation(p), "");
+  const int o = event_index(p, "outer"), m = event_index(p, "middle");
+  EXPECT_EQ(event_named(p, "middle").parent, o);
+  EXPECT_EQ(event_named(p, "inner").parent, m);
+  EXPECT_EQ(event_named(p, "inner").end_ns, event_named(p, "middle").end_ns);
+  EXPECT_EQ(event_named(p, "op").end_ns, event_named(p, "middle").end_ns);
+  EXPECT_EQ(event_named(p, "after").parent, o);
+  EXPECT_GE(event_named(p, "after").start_ns, event_named(p, "middle").end_ns);
+  EXPECT_EQ(p.events().size(), 5u);
 }
 
 }  // namespace

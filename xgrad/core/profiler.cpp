@@ -3,8 +3,18 @@
 //
 // Each thread that records during a profile gets a buffer of its own, registered with the
 // profile's session on its first event; its events are pushed under the buffer's mutex (never
-// contended except by stop(), which reads every buffer once). A handle names the session and the
-// event's index, so a range that closes after its profile stopped, or in a later one, is ignored.
+// contended except by stop(), which reads every buffer once, and by a range closed on another
+// thread). A range's handle names the session and the range's serial number in it, so a range
+// that closes after its profile stopped, or in a later one, is ignored, and one closed on another
+// thread ends in the buffer of the thread that opened it.
+//
+// What keeps the events a tree whatever the order of the closes (docs/profiler.md, "How ranges nest"):
+//  - closing a range also ends, at the same instant, every range opened inside it that is still
+//    open on its thread (their own closes come later and are ignored), so a child never outlasts
+//    its parent and self times are never negative;
+//  - a close reads the clock under the buffer's mutex, so it comes after every start pushed there;
+//  - stop() clips every event to the profile and to its parent, and leaves out the events that
+//    began after it took the profile's end (a thread still recording while stop() collects).
 #include <xgrad/core/profiler.hpp>
 
 #include <cxxabi.h>
@@ -47,7 +57,8 @@ struct Raw {
   const char* name = nullptr;
   int copy = -1;
   Event::Kind kind = Event::Kind::Op;
-  int parent = -1;  // the open op or range around it, in this buffer
+  int parent = -1;           // the open op or range around it, in this buffer
+  std::uint32_t serial = 0;  // an op or range: its number in the session (its handle's low half)
   std::int64_t start = 0, end = -1;
   int shapes = -1;  // index into ThreadBuffer::shapes
   int worker = -1;
@@ -71,6 +82,7 @@ struct Session {
   bool active = false;
   bool record_shapes = false;
   std::vector<std::shared_ptr<ThreadBuffer>> buffers;
+  std::atomic<std::uint32_t> serials{0};  // the ranges opened so far, on every thread
 };
 Session& session() {
   static Session s;
@@ -100,18 +112,31 @@ ThreadBuffer* buffer() {
   return t_state.buffer.get();
 }
 
-std::uint64_t handle_of(std::uint32_t id, std::size_t index) { return std::uint64_t(id) << 32 | (index + 1); }
-
+// A range's handle: its session's number, then its serial (from 1; 2^32 - 1 ranges a profile).
 std::uint64_t push_open(Raw raw) {
   ThreadBuffer* b = buffer();
   if (b == nullptr) return 0;
+  raw.serial = session().serials.fetch_add(1, std::memory_order_relaxed) + 1;
   std::lock_guard<std::mutex> lock(b->mutex);
   raw.parent = b->open.empty() ? -1 : b->open.back();
   raw.start = now_ns();
   b->events.push_back(raw);
-  const int index = static_cast<int>(b->events.size() - 1);
-  b->open.push_back(index);
-  return handle_of(t_state.id, static_cast<std::size_t>(index));
+  b->open.push_back(static_cast<int>(b->events.size() - 1));
+  return std::uint64_t(t_state.id) << 32 | raw.serial;
+}
+
+// Ends the range `serial` if it is open in `b`, and with it every range opened inside it that is
+// still open there (as leaving a scope ends the scopes inside it); false when it is not open in `b`.
+bool close_in(ThreadBuffer& b, std::uint32_t serial) {
+  std::lock_guard<std::mutex> lock(b.mutex);
+  const auto it = std::find_if(b.open.rbegin(), b.open.rend(),
+                               [&](int i) { return b.events[static_cast<std::size_t>(i)].serial == serial; });
+  if (it == b.open.rend()) return false;
+  const std::int64_t end = now_ns();  // under the mutex: after every start pushed before
+  const auto from = std::next(it).base();
+  for (auto i = from; i != b.open.end(); ++i) b.events[static_cast<std::size_t>(*i)].end = end;
+  b.open.erase(from, b.open.end());
+  return true;
 }
 
 void on_pool_event(const xgrad::detail::PoolEvent& e) {
@@ -233,6 +258,62 @@ std::string json_escape(const std::string& s) {
 
 bool is_pool(Event::Kind k) { return k == Event::Kind::PoolJob || k == Event::Kind::PoolChunk; }
 
+using BackwardNames = std::unordered_map<const char*, std::string>;  // a node's op -> its backward's name
+
+std::string event_name(const Raw& r, const ThreadBuffer& b, BackwardNames& backward_names) {
+  if (r.copy >= 0) return b.names[static_cast<std::size_t>(r.copy)];
+  switch (r.kind) {
+    case Event::Kind::Backward: {
+      auto it = backward_names.find(r.name);
+      if (it == backward_names.end()) it = backward_names.emplace(r.name, backward_name(r.name)).first;
+      return it->second;
+    }
+    case Event::Kind::PoolJob:
+      return "parallel_for";
+    case Event::Kind::PoolChunk:
+      return "chunk";
+    default:
+      return readable(r.name);
+  }
+}
+
+// Appends one thread's events to `out`, in nanoseconds from `start`, each within its parent (or,
+// at the top, within the profile, [start, end]): an event still open ends at `end`, and an event
+// that began at or after `end` -- on a thread still recording while stop() collects -- is left
+// out with the events inside it. Returns the pool worker the thread ran chunks as (-1: none).
+int append_thread(const ThreadBuffer& b, std::int64_t start, std::int64_t end, BackwardNames& backward_names,
+                  std::vector<Event>& out) {
+  std::vector<int> place(b.events.size(), -1);  // each raw event's index in `out`; -1: left out
+  int worker = -1;
+  for (std::size_t i = 0; i < b.events.size(); ++i) {
+    const Raw& r = b.events[i];
+    const int parent = r.parent < 0 ? -1 : place[static_cast<std::size_t>(r.parent)];
+    if (r.start >= end || (r.parent >= 0 && parent < 0)) continue;
+    std::int64_t lo = start, hi = end;
+    if (parent >= 0) {
+      lo = start + out[static_cast<std::size_t>(parent)].start_ns;
+      hi = start + out[static_cast<std::size_t>(parent)].end_ns;
+    }
+    Event e;
+    e.name = event_name(r, b, backward_names);
+    e.kind = r.kind;
+    e.thread = b.thread;
+    const std::int64_t from = std::clamp(r.start, lo, hi);
+    e.start_ns = from - start;
+    e.end_ns = std::clamp(r.end < 0 ? end : r.end, from, hi) - start;
+    e.parent = parent;
+    if (r.shapes >= 0) e.input_shapes = b.shapes[static_cast<std::size_t>(r.shapes)];
+    e.worker = r.worker;
+    e.job = r.job;
+    e.items = r.items;
+    if (r.kind == Event::Kind::PoolChunk && r.first && r.worker > 0) e.wake_latency_ns = r.start - r.publish;
+    if (r.kind == Event::Kind::PoolChunk) worker = std::max(worker, r.worker);
+    place[i] = static_cast<int>(out.size());
+    out.push_back(std::move(e));
+  }
+  return worker;
+}
+
 }  // namespace
 
 // ---- recording ------------------------------------------------------------------------------
@@ -259,16 +340,24 @@ std::uint64_t open_copy(const std::string& name, Event::Kind kind) {
   return push_open(r);
 }
 
+// The range is usually the innermost open on this thread. Otherwise it was opened on another
+// thread (its end goes there, not into this thread's events), or it has already ended with a
+// range around it, or its profile has stopped: then nothing is left to close.
 void close(std::uint64_t handle) {
-  const std::int64_t end = now_ns();
-  if (static_cast<std::uint32_t>(handle >> 32) != t_state.id || !t_state.buffer) return;
-  ThreadBuffer& b = *t_state.buffer;
-  const int index = static_cast<int>((handle & 0xffffffffu) - 1);
-  std::lock_guard<std::mutex> lock(b.mutex);
-  if (index < 0 || static_cast<std::size_t>(index) >= b.events.size()) return;
-  b.events[static_cast<std::size_t>(index)].end = end;
-  auto it = std::find(b.open.rbegin(), b.open.rend(), index);
-  if (it != b.open.rend()) b.open.erase(std::next(it).base());
+  const auto id = static_cast<std::uint32_t>(handle >> 32);
+  const auto serial = static_cast<std::uint32_t>(handle);
+  if (id != session_id.load(std::memory_order_acquire)) return;
+  ThreadBuffer* own = t_state.id == id ? t_state.buffer.get() : nullptr;
+  if (own != nullptr && close_in(*own, serial)) return;
+  std::vector<std::shared_ptr<ThreadBuffer>> buffers;
+  {
+    Session& s = session();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (session_id.load(std::memory_order_relaxed) != id) return;
+    buffers = s.buffers;
+  }
+  for (const auto& b : buffers)
+    if (b.get() != own && close_in(*b, serial)) return;
 }
 
 bool wants_shapes() {
@@ -314,6 +403,7 @@ Profile::Profile(ProfileOptions options) : options_(options) {
     s.active = true;
     s.record_shapes = options.record_shapes();
     s.buffers.clear();
+    s.serials.store(0, std::memory_order_relaxed);
     session_id.fetch_add(1, std::memory_order_acq_rel);
   }
   num_threads_ = get_num_threads();
@@ -343,40 +433,10 @@ void Profile::stop() {
     s.buffers.clear();
     s.active = false;
   }
-  std::unordered_map<const char*, std::string> backward_names;
+  BackwardNames backward_names;
   for (const auto& b : buffers) {
     std::lock_guard<std::mutex> lock(b->mutex);
-    const int base = static_cast<int>(events_.size());
-    int worker = -1;
-    for (const Raw& r : b->events) {
-      Event e;
-      e.kind = r.kind;
-      if (r.copy >= 0) {
-        e.name = b->names[static_cast<std::size_t>(r.copy)];
-      } else if (r.kind == Event::Kind::Backward) {
-        auto it = backward_names.find(r.name);
-        if (it == backward_names.end()) it = backward_names.emplace(r.name, backward_name(r.name)).first;
-        e.name = it->second;
-      } else if (r.kind == Event::Kind::PoolJob) {
-        e.name = "parallel_for";
-      } else if (r.kind == Event::Kind::PoolChunk) {
-        e.name = "chunk";
-      } else {
-        e.name = readable(r.name);
-      }
-      e.thread = b->thread;
-      e.start_ns = std::max<std::int64_t>(r.start, start_ns_) - start_ns_;
-      e.end_ns = (r.end < 0 ? end_ns_ : std::min(r.end, end_ns_)) - start_ns_;
-      e.end_ns = std::max(e.end_ns, e.start_ns);
-      e.parent = r.parent < 0 ? -1 : base + r.parent;
-      if (r.shapes >= 0) e.input_shapes = b->shapes[static_cast<std::size_t>(r.shapes)];
-      e.worker = r.worker;
-      e.job = r.job;
-      e.items = r.items;
-      if (r.kind == Event::Kind::PoolChunk && r.first && r.worker > 0) e.wake_latency_ns = r.start - r.publish;
-      if (r.kind == Event::Kind::PoolChunk) worker = std::max(worker, r.worker);
-      events_.push_back(std::move(e));
-    }
+    const int worker = append_thread(*b, start_ns_, end_ns_, backward_names, events_);
     thread_names_.push_back(b->thread == 0 ? "thread 0 (profile)"
                             : worker > 0   ? "pool worker " + std::to_string(worker)
                                            : "thread " + std::to_string(b->thread));
