@@ -1,7 +1,7 @@
 // The profiler (xgrad/core/profiler.hpp): a training step of a small transformer encoder under it,
 // the Chrome trace it writes, its totals against a clock, record_function nesting, the pool's
-// workers, and that nothing is recorded when no profile records; ranges closed out of order, and
-// exports that fail (tests/core/test_profiler_threads.cpp: several threads).
+// workers, and that nothing is recorded when no profile records; ranges closed out of order, names
+// of any bytes, and exports that fail (tests/core/test_profiler_threads.cpp: several threads).
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
@@ -395,6 +395,41 @@ TEST(Profiler, ClosingARangeEndsTheRangesOpenedInsideIt) {
   EXPECT_EQ(event_named(p, "after").parent, o);
   EXPECT_GE(event_named(p, "after").start_ns, event_named(p, "middle").end_ns);
   EXPECT_EQ(p.events().size(), 5u);
+}
+
+// Names of any bytes give a trace that parses: quotes, backslashes and control characters are
+// escaped, and each malformed UTF-8 sequence becomes one U+FFFD (as Python's errors="replace"
+// does). A byte such as 0xFF used to go into the trace as it was, which no JSON parser loads.
+TEST(Profiler, TraceIsJsonWhateverTheNames) {
+  const std::string r = "\xEF\xBF\xBD";  // U+FFFD
+  const std::vector<std::pair<std::string, std::string>> names = {
+      {"quote \" backslash \\ slash / brace }", ""},
+      {std::string("nul \0, \x01, \x1f, \n, \t, \x7f", 20), ""},
+      {"caf\xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x98\x80 \xf4\x8f\xbf\xbf", ""},  // 2 to 4 bytes, U+10FFFF
+      {"a\xff", "a" + r},
+      {"\x80 stray continuation", r + " stray continuation"},
+      {"\xc0\xaf overlong", r + r + " overlong"},
+      {"\xe0\x80\xaf overlong", r + r + r + " overlong"},
+      {"\xed\xa0\x80 surrogate", r + r + r + " surrogate"},
+      {"\xf4\x90\x80\x80 past U+10FFFF", r + r + r + r + " past U+10FFFF"},
+      {"\xf5\xfe\xff", r + r + r},
+      {"\xe2\x82 cut", r + " cut"},
+      {"cut \xf0\x9f\x98", "cut " + r},
+  };
+  prof::Profile p;
+  for (const auto& name : names) prof::RecordFunction range(name.first);
+  p.stop();
+  EXPECT_EQ(profile_violation(p), "");
+  TempDir dir;
+  p.export_chrome_trace(dir.file("trace.json"));
+  const nlohmann::json trace = load_json(dir.file("trace.json"));
+  std::vector<std::string> shown;
+  for (const auto& e : trace["traceEvents"])
+    if (e["ph"] == "X") shown.push_back(e["name"].get<std::string>());
+  ASSERT_EQ(shown.size(), names.size());
+  for (std::size_t i = 0; i < names.size(); ++i)
+    EXPECT_EQ(shown[i], names[i].second.empty() ? names[i].first : names[i].second) << "name " << i;
+  EXPECT_EQ(p.key_averages().at("a\xff").count, 1);  // the events keep the bytes
 }
 
 }  // namespace

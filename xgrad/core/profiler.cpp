@@ -227,31 +227,63 @@ std::string format_percent(double part, double whole) {
   return buf;
 }
 
+// The character at s[i]: its bytes, and whether they are well-formed UTF-8 (RFC 3629: no overlong
+// form, no surrogate, nothing past U+10FFFF). A malformed one is the longest start of a character
+// found there (at least one byte), which one U+FFFD replaces, as Unicode recommends (and Python's
+// errors="replace" does).
+struct Utf8Char {
+  std::size_t size;
+  bool valid;
+};
+Utf8Char utf8_char(const std::string& s, std::size_t i) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  if (c < 0x80) return {1, true};
+  std::size_t n = 0;
+  unsigned char lo = 0x80, hi = 0xBF;  // the second byte's range
+  if (c >= 0xC2 && c <= 0xDF) {
+    n = 2;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    n = 3;
+    if (c == 0xE0) lo = 0xA0;  // else overlong
+    if (c == 0xED) hi = 0x9F;  // else a surrogate
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    n = 4;
+    if (c == 0xF0) lo = 0x90;  // else overlong
+    if (c == 0xF4) hi = 0x8F;  // else past U+10FFFF
+  } else {
+    return {1, false};  // a continuation byte, an overlong lead (C0, C1) or F5..FF
+  }
+  for (std::size_t k = 1; k < n; ++k) {
+    if (i + k >= s.size()) return {k, false};
+    const auto b = static_cast<unsigned char>(s[i + k]);
+    if (b < (k == 1 ? lo : 0x80) || b > (k == 1 ? hi : 0xBF)) return {k, false};
+  }
+  return {n, true};
+}
+
+// `s` as the inside of a JSON string: quotes, backslashes and control characters escaped, and
+// what is not UTF-8 replaced by U+FFFD -- a range's name may hold any bytes, and a JSON parser
+// refuses a string that is not UTF-8.
 std::string json_escape(const std::string& s) {
   std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += c;
-        }
+  for (std::size_t i = 0; i < s.size();) {
+    const Utf8Char ch = utf8_char(s, i);
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (!ch.valid) {
+      out += "\xEF\xBF\xBD";
+    } else if (ch.size > 1) {
+      out.append(s, i, ch.size);
+    } else if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
     }
+    i += ch.size;
   }
   return out;
 }
