@@ -3,8 +3,10 @@
 // overflows or exceeds the file, truncated archives, lengths claiming 2^60 items). Each hostile
 // file must be refused with xgrad::FormatError before it becomes a seed: fuzz_seeds exits 1 naming
 // the file when one loads (or throws anything else), so fuzz/run.sh fails when a fix regresses.
+// The profiler's hostile scripts (names that are not UTF-8, closes out of order or on another
+// thread) must instead give a profile that holds its invariants, checked as fuzz_profiler_trace does.
 //   fuzz_seeds OUT_DIR   ->   OUT_DIR/safetensors/*.safetensors, OUT_DIR/checkpoint/*, OUT_DIR/hf_gpt2/*,
-//                             OUT_DIR/tokenizer/*
+//                             OUT_DIR/tokenizer/*, OUT_DIR/profiler_trace/*
 #include <cstdint>
 #include <exception>
 #include <filesystem>
@@ -23,6 +25,7 @@
 #include <xgrad/text/bpe_trainer.hpp>
 
 #include "hf_gpt2_folder.hpp"
+#include "profiler_script.hpp"
 
 namespace {
 
@@ -255,6 +258,63 @@ void tokenizer_seeds(const std::filesystem::path& dir) {
           [&](const std::string& b) { BPETokenizer::from_json_and_merges(b, bpe); });
 }
 
+// Scripts for fuzz_profiler_trace (fuzz/profiler_script.hpp): a well-nested step, and one hostile
+// script per profiler fix, each of which must run to a profile that holds the invariants.
+void profiler_trace_seeds(const std::filesystem::path& dir) {
+  using xgrad_fuzz::Script;
+  std::filesystem::create_directories(dir);
+  const auto seed = [&](const std::string& name, const Script& script) {
+    const std::string& b = script.bytes();
+    const std::string violation =
+        xgrad_fuzz::run_profiler_script(reinterpret_cast<const std::uint8_t*>(b.data()), b.size());
+    if (!violation.empty()) {
+      std::cerr << "fuzz_seeds: " << (dir / name).string() << ": " << violation << "\n";
+      ++failures;
+    }
+    write(dir / name, b);
+  };
+  seed("step", Script().open("train_step").open("forward").op().close().close().backward().close().close());
+  seed("parallel", Script().open("step").op().parallel(12).close().parallel(3).close());
+  // Names: every kind of malformed UTF-8, escapes, a NUL.
+  seed("hostile_names", Script()
+                            .open("a\xff")
+                            .close()
+                            .open("\x80 stray")
+                            .close()
+                            .open("\xc0\xaf overlong")
+                            .close()
+                            .open("\xe0\x80\xaf overlong")
+                            .close()
+                            .open("\xed\xa0\x80 surrogate")
+                            .close()
+                            .open("\xf4\x90\x80\x80 past U+10FFFF")
+                            .close()
+                            .open("\xf5\xfe\xff")
+                            .close()
+                            .open("cut \xe2\x82")
+                            .close()
+                            .open(std::string("\" \\ \x01\x1f\n\t\0 nul", 13))
+                            .close());
+  // Closed out of order: the outer range before the ones inside it (their self times went negative).
+  seed("hostile_out_of_order",
+       Script().open("outer").open("middle").op().open("inner").close(2).open("after").close(1).close(0).close(0));
+  // Closed on another thread than the one that opened it (it overwrote that thread's event).
+  seed("hostile_other_thread", Script()
+                                   .open("main")
+                                   .open_elsewhere("worker")
+                                   .open("child")
+                                   .close_elsewhere(1)
+                                   .close_elsewhere(0)
+                                   .open("last")
+                                   .close()
+                                   .close());
+  // A stop midway, with ranges still open and closed after it.
+  seed("hostile_stop_midway", Script().open("a").op().parallel(8).stop().close().open("after").close(1).close());
+  Script nested;
+  for (int i = 0; i < 200; ++i) nested.open("d");
+  seed("hostile_deep", nested.close(199).open("after").close_elsewhere(0));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -269,5 +329,6 @@ int main(int argc, char** argv) {
   hostile_archives(out / "checkpoint");
   hf_gpt2_seeds(out / "hf_gpt2");
   tokenizer_seeds(out / "tokenizer");
+  profiler_trace_seeds(out / "profiler_trace");
   return failures == 0 ? 0 : 1;
 }
