@@ -14,7 +14,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -25,6 +24,7 @@
 
 #include <xgrad/backend/parallel.hpp>
 #include <xgrad/base/check.hpp>
+#include <xgrad/serialize/atomic_file.hpp>
 
 namespace xgrad::profiler {
 
@@ -518,11 +518,11 @@ std::string Profile::chrome_trace_json() const {
 
 void Profile::export_chrome_trace(const std::string& path) const {
   const std::string json = chrome_trace_json();
-  std::ofstream file(path, std::ios::binary | std::ios::trunc);
-  if (!file) throw std::runtime_error("profiler::Profile::export_chrome_trace: cannot open '" + path + "' for writing");
-  file << json;
-  file.close();
-  if (!file) throw std::runtime_error("profiler::Profile::export_chrome_trace: writing '" + path + "' failed");
+  try {  // atomically: a trace is whole or absent, and a FIFO or device is refused, never written into
+    write_file_atomically(path, [&](std::ostream& out) { out.write(json.data(), std::streamsize(json.size())); });
+  } catch (const std::exception& e) {
+    throw std::runtime_error(std::string("profiler::Profile::export_chrome_trace: ") + e.what());
+  }
 }
 
 std::string save_report(Profile& profile, const std::string& path, int row_limit) {
