@@ -132,7 +132,9 @@ struct TrainerOptions {
 // check_run_paths takes them: --resume (an input), --checkpoint (which may rewrite the checkpoint
 // resumed), --csv and --save-weights (outputs). The Trainer's constructor checks them; a program
 // with files of its own checks them together with these, before its work:
-//   check_run_paths(concat(run_paths(options), {RunPath::output("--plot", plot), ...}))
+//   std::vector<RunPath> paths = run_paths(options);
+//   paths.push_back(RunPath::output("--plot", plot_path));
+//   check_run_paths(paths);
 std::vector<RunPath> run_paths(const TrainerOptions& options);
 
 class Trainer {
