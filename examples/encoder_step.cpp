@@ -18,7 +18,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <string>
 
 #include <xgrad/core/graphviz.hpp>
@@ -65,7 +64,8 @@ std::shared_ptr<xgrad::nn::TransformerEncoder<T>> make_encoder() {
 // Writes graph.dot and, when Graphviz is installed, renders graph.png.
 void write_graph(const Tensor<float>& loss, const xgrad::nn::Module<float>& model) {
   heading("backward graph");
-  std::ofstream("graph.dot") << xgrad::to_dot(loss, model.named_parameters());
+  const std::string dot = xgrad::to_dot(loss, model.named_parameters());
+  xgrad::write_file_atomically("graph.dot", [&](std::ostream& out) { out << dot; });
   std::printf("wrote graph.dot\n");
   std::fflush(stdout);  // before the output of the commands below
   if (std::system("command -v dot >/dev/null 2>&1") == 0) {

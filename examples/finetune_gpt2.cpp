@@ -23,7 +23,9 @@
 #include <xgrad/xgrad.hpp>
 
 #include "support/bpe_text.hpp"
+#include "support/files.hpp"
 #include "support/hf_gpt2_model.hpp"
+#include "support/output_paths.hpp"
 #include "support/plot.hpp"
 #include "support/sampling_flags.hpp"
 #ifdef XGRAD_WITH_ONNX
@@ -37,6 +39,7 @@ namespace data = xgrad::data;
 namespace train = xgrad::train;
 namespace cli = xgrad::train::cli;
 using train::Refused;
+using train::RunPath;
 
 const char* const kProgram = "finetune_gpt2";
 
@@ -50,13 +53,44 @@ struct Config {                             // the settings, saved in checkpoint
 
 struct Options {  // what is not a setting
   int iters = 200, sample = 0, train_tokenizer = 0;
-  std::string prompt, save_hf, onnx, plot = "finetune_gpt2.png";
+  std::string prompt, save_hf, onnx, plot = "finetune_gpt2.png", profile;
   xgrad::SamplingOptions sampling;
 };
 
+// The token file of the run: --tokens, else beside the checkpoint.
+std::string tokens_path(const Config& c, const std::string& checkpoint) {
+  return !c.tokens.empty() ? c.tokens : (checkpoint.empty() ? std::string(kProgram) : checkpoint) + ".tok";
+}
+
+// Every file of a fine-tuning or sampling run but the Trainer's, for output_paths::check.
+std::vector<RunPath> run_files(const Config& c, const Options& o, const std::string& checkpoint,
+                               const std::string& csv) {
+  std::vector<RunPath> paths = {RunPath::input_folder("--hf", c.hf, output_paths::kHfFiles),
+                                RunPath::input("--text", c.text),
+                                RunPath::input_folder("--tokenizer", c.tokenizer, output_paths::kTokenizerFiles),
+                                RunPath::output("--tokens", c.text.empty() ? "" : tokens_path(c, checkpoint)),
+                                output_paths::plot(o.plot, csv),
+                                RunPath::output_folder("--save-hf", o.save_hf, {"config.json", "model.safetensors"}),
+                                RunPath::output("--profile", o.profile)};
+  for (RunPath& p : output_paths::onnx(o.onnx)) paths.push_back(std::move(p));
+  return paths;
+}
+
+// --train-tokenizer N: its files checked, then a tokenizer of N ids trained on --text into --tokenizer.
+int train_tokenizer(const Config& c, const Options& o) {
+  output_paths::check({RunPath::input("--text", c.text),
+                       RunPath::output_folder("--tokenizer", c.tokenizer, {"encoder.json", "vocab.bpe"}),
+                       RunPath::output("--profile", o.profile)});
+  const cli::ProfileRun profiling(o.profile);
+  return bpe_text::train_command(c.text, c.tokenizer, std::size_t(o.train_tokenizer));
+}
+
 int run(Config& c, Options& o, const train::TrainerOptions& options, train::Settings& settings, const CLI::App& app) {
-  if (o.train_tokenizer > 0) return bpe_text::train_command(c.text, c.tokenizer, std::size_t(o.train_tokenizer));
-  // The checkpoint, CSV and weights paths are checked here, before anything is read or trained.
+  if (o.train_tokenizer > 0) return train_tokenizer(c, o);
+  // Every path, before anything is read or written: with the flags given, then (a resumed run's
+  // settings are the checkpoint's) with the checkpoint's.
+  const std::vector<RunPath> trainer_paths = train::run_paths(options);  // --resume, --checkpoint, --csv, ...
+  output_paths::check(options, run_files(c, o, trainer_paths[1].path, trainer_paths[2].path));
   train::Trainer trainer(kProgram, options, settings, train::single_process_world(),
                          cli::given(app));  // c: the checkpoint's
   trainer.options().val_check_interval = c.eval_interval;
@@ -66,17 +100,13 @@ int run(Config& c, Options& o, const train::TrainerOptions& options, train::Sett
   if (c.text.empty() && (o.sample == 0 || !o.save_hf.empty() || !o.onnx.empty()))
     throw Refused("expected --text FILE to fine-tune on (--save-hf, --export-onnx: after it), or --sample N");
   const std::string& checkpoint = trainer.options().checkpoint_path;
-  if (c.tokens.empty()) c.tokens = (checkpoint.empty() ? std::string(kProgram) : checkpoint) + ".tok";
-  if (!c.text.empty() && std::filesystem::weakly_canonical(c.tokens) == std::filesystem::weakly_canonical(c.text))
-    throw Refused("--tokens " + c.tokens + " is --text: expected another file (it is written)");
-  train::check_output_file("--export-onnx", o.onnx);  // before anything is read or trained
-  train::check_output_file("--plot", trainer.options().csv_path.empty() ? "" : o.plot);
-  train::check_output_file("--tokens", c.text.empty() ? "" : c.tokens);
-  train::check_output_folder("--save-hf", o.save_hf);
+  output_paths::check(options, run_files(c, o, checkpoint, trainer.options().csv_path));
+  c.tokens = tokens_path(c, checkpoint);
 #ifndef XGRAD_WITH_ONNX
   if (!o.onnx.empty()) throw Refused("--export-onnx: this build has no ONNX export (XGRAD_WITH_ONNX is off)");
 #endif
   if (!c.text.empty()) bpe_text::check_readable(c.text);
+  const cli::ProfileRun profiling(o.profile);  // the paths checked: until run() returns
   xgrad::models::GPTConfig config = hf_gpt2_model::config(c.hf);
   if (c.block_size > config.block_size)
     throw Refused("--block-size " + std::to_string(c.block_size) + " is beyond the model's n_positions " +
@@ -95,8 +125,11 @@ int run(Config& c, Options& o, const train::TrainerOptions& options, train::Sett
     return 0;
   }
 
-  if (!resumed || !std::filesystem::exists(c.tokens))
+  files::RemovedOnError made_tokens;  // a token file this run made goes when the run fails (a later run makes it again)
+  if (!resumed || !std::filesystem::exists(c.tokens)) {
+    made_tokens.path = c.tokens;
     bpe_text::tokenize(c.text, c.tokens, tok, std::uint64_t(config.vocab_size));
+  }
   const auto tokens = std::make_shared<const data::TokenFile>(c.tokens);
   if (resumed && std::to_string(tokens->size()) != resumed->metadata.at("tokens"))
     throw Refused("--tokens " + c.tokens + " holds " + std::to_string(tokens->size()) + " tokens, the checkpoint's " +
@@ -218,8 +251,7 @@ int main(int argc, char** argv) {
   cli::add_setting_flag(app, settings, "--random-init", c.random_init, "random weights of --hf's config.json");
   cli::add_max_steps_flag(app, o.iters, "--iters", "training steps");
   cli::add_trainer_flags(app, options);
-  std::string profile_path;
-  cli::add_profile_flag(app, profile_path);
+  cli::add_profile_flag(app, o.profile);
   plot::add_flag(app, o.plot);
   app.add_option("--sample", o.sample, "generate N tokens after --prompt (after training, if any)")
       ->check(cli::integer_in(1, 1000000));
@@ -233,6 +265,5 @@ int main(int argc, char** argv) {
       ->check(cli::integer_in(257, 1 << 20));
   CLI11_PARSE(app, argc, argv);
   cli::finish_max_steps(app, options, "--iters", o.iters);
-  const cli::ProfileRun profiling(profile_path);
   return train::guarded(kProgram, [&] { return run(c, o, options, settings, app); });
 }

@@ -7,7 +7,9 @@
 #
 #   sh examples/plot_metrics.sh [--title NAME] METRICS.csv [OUT.png]     (OUT: METRICS.png)
 #
-# Needs gnuplot (apt-get install gnuplot-nox).
+# Needs gnuplot (apt-get install gnuplot-nox). The PNG is written as xgrad writes its files
+# (docs/reliability.md, "Output rule"): into a temporary file beside it, renamed over it once
+# gnuplot succeeded; a target that is not a regular file (a FIFO, a device) is refused.
 set -eu
 usage() {
   sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
@@ -66,12 +68,18 @@ IFS=$old_ifs
 panels=1
 for _ in $others; do panels=$((panels + 1)); done
 [ "$lr" -eq 0 ] || panels=$((panels + 1))
+if [ -e "$png" ] && [ ! -f "$png" ]; then
+  echo "plot_metrics.sh: $png is not a regular file; refusing to replace it" >&2
+  exit 1
+fi
+tmp=$(dirname "$png")/.$(basename "$png").tmp-$$
+trap 'rm -f "$tmp"' EXIT
 
 quote() { printf %s "$1" | sed "s/'/''/g"; }
 esc() { printf %s "$1" | sed 's/_/\\\\_/g'; }
 {
   echo "set terminal pngcairo size 900,$((220 * panels + 60)) font ',11'"
-  echo "set output '$(quote "$png")'"
+  echo "set output '$(quote "$tmp")'"
   echo "set datafile separator ','"
   echo "set multiplot layout $panels,1 title '$(quote "$(esc "$title")")'"
   echo "set grid xtics ytics"
@@ -100,4 +108,5 @@ esc() { printf %s "$1" | sed 's/_/\\\\_/g'; }
   fi
   echo "unset multiplot"
 } | gnuplot -e "csv='$(quote "$csv")'" /dev/stdin
+mv -f "$tmp" "$png"
 echo "wrote $png"

@@ -13,7 +13,10 @@
 #      model right after training;
 #   5. --export-onnx writes a model (checked by onnx's checker and ONNX Runtime when XGRAD_ONNX_TOOLS
 #      and XGRAD_ONNXRUNTIME are set, as test_train_gpt.sh);
-#   6. bad input is refused with one line and a non-zero exit, before any training or writing.
+#   6. bad input is refused with one line and a non-zero exit, before any training or writing;
+#   7. special files (FIFOs, /dev/zero, /dev/urandom) and two flags naming one file (--tokens x --csv x,
+#      --checkpoint naming --hf's model.safetensors) are refused at once, naming both flags, under a
+#      timeout; nothing is written, no temporary or token file is left behind.
 #
 #   test_finetune_gpt2.sh PROGRAM WORKDIR FIXTURE
 set -euo pipefail
@@ -126,12 +129,13 @@ fi
 
 echo "== 6. refused"
 ls -l --time-style=+%s full.ckpt full.csv >before.txt
-refused() {  # expected message, then the command
+refused() {  # expected message, then the command (under a timeout: a hang fails, it does not block)
   local expected=$1 status=0
   shift
-  "$@" >bad.log 2>&1 || status=$?
+  timeout 60 "$@" >bad.log 2>&1 </dev/null || status=$?
   cat bad.log
   [[ $status != 0 ]] || fail "exit status 0: $*"
+  [[ $status != 124 ]] || fail "hung (killed after 60 s): $*"
   grep -qF -- "$expected" bad.log || fail "not refused with '$expected': $*"
   [[ $(grep -vc "^Run with --help" bad.log) == 1 ]] || fail "not one line of error: $*"
 }
@@ -140,6 +144,7 @@ refused "cannot read --text missing.txt" "$program" --hf "$fixture" --text missi
 refused "--hf $fixture: no GPT-2 tokenizer" "$program" --hf "$fixture" --sample 4
 head -c 300 text.txt >short.txt
 refused "--text short.txt is too short" "$program" --hf "$fixture" --text short.txt --tokenizer tok --tokens short.tok
+[[ ! -e short.tok ]] || fail "a run refused after tokenizing left its token file short.tok behind"
 refused "--block-size 256 is beyond the model's n_positions 128" "$program" "${flags[@]}" --block-size 256
 refused "--lr: expected a positive number, got 'abc'" "$program" "${flags[@]}" --lr abc
 refused "--top-p: expected a number in (0, 1], got '2'" "$program" "${flags[@]}" --top-p 2
@@ -148,14 +153,63 @@ refused "--checkpoint nodir/a.ckpt: the folder nodir does not exist" "$program" 
 refused "--csv nodir/a.csv: the folder nodir does not exist" "$program" "${flags[@]}" --csv nodir/a.csv
 refused "--save-weights nodir/w: the folder nodir does not exist" "$program" "${flags[@]}" --save-weights nodir/w
 "$program" --help >help.txt; grep -q "step,loss,val_loss,lr,elapsed" help.txt || fail "--help does not name the CSV's columns"
-refused "--export-onnx tok: is a folder" "$program" "${flags[@]}" --export-onnx tok
+refused "--export-onnx out: is a folder" "$program" "${flags[@]}" --export-onnx out
 refused "--save-hf full.csv: is a file, expected a folder" "$program" "${flags[@]}" --save-hf full.csv
-refused "--tokens ./text.txt is --text: expected another file" "$program" "${flags[@]}" --tokens ./text.txt
+refused "--text text.txt and --tokens ./text.txt name the same file" "$program" "${flags[@]}" --tokens ./text.txt
 refused "--tokenizer $fixture: no GPT-2 tokenizer" "$program" "${flags[@]}" --tokenizer "$fixture"
-refused "--hf $fixture/model.safetensors: no config.json there" "$program" "${flags[@]}" --hf "$fixture/model.safetensors"
+refused "cannot read --hf $fixture/model.safetensors: is a file, expected a folder" "$program" "${flags[@]}" --hf "$fixture/model.safetensors"
 mkdir -p bert && sed 's/"model_type": *"gpt2"/"model_type": "bert"/' out/config.json >bert/config.json
 refused "bert/config.json" "$program" "${flags[@]}" --hf bert
 refused "expected --text FILE to fine-tune on" "$program" --hf out --tokenizer tok --save-hf out2
+
+echo "== 7. special files, paths naming one file, flags named"
+# Each refused at once (FIFOs block an open for ever, /dev/zero and /dev/urandom never end), before
+# anything is written: no token file, no temporary file, no change to the files named.
+mkfifo fifo
+cp -r "$fixture" hf  # a copy: the checks below must not risk the fixture's weights
+ls -l --time-style=+%s.%N hf text.txt full.ckpt full.csv full.ckpt.tok >before7.txt
+refused "--profile: expected a regular file, got 'fifo'" "$program" "${flags[@]}" --profile fifo --tokens p.tok
+refused "cannot read --text fifo: it is a FIFO" "$program" --hf "$fixture" --text fifo "${common[@]}" --tokens f.tok
+refused "cannot read --text fifo: it is a FIFO" "$program" --text fifo --tokenizer tok2 --train-tokenizer 384
+refused "cannot read --text /dev/urandom: it is a character device" "$program" --hf "$fixture" --text /dev/urandom \
+  "${common[@]}" --tokens u.tok
+refused "cannot read --text /dev/zero: it is a character device" "$program" --text /dev/zero --tokenizer tok2 \
+  --train-tokenizer 384
+[[ ! -e tok2 && ! -e p.tok && ! -e f.tok && ! -e u.tok && ! -e finetune_gpt2.ckpt.tok ]] ||
+  fail "a refused run wrote a token file or a tokenizer"
+refused "--profile nodir/trace.json: the folder nodir does not exist" "$program" "${flags[@]}" \
+  --profile nodir/trace.json --tokens p.tok
+if [[ $(id -u) != 0 ]]; then  # root writes into any folder
+  mkdir -p locked && chmod a-w locked
+  refused "--profile locked/trace.json: the folder locked is not writable" "$program" "${flags[@]}" \
+    --profile locked/trace.json --tokens p.tok
+fi
+refused "--csv same.bin and --tokens same.bin name the same file" "$program" "${flags[@]}" --tokens same.bin \
+  --csv same.bin
+refused "--hf hf (its model.safetensors) and --tokens hf/model.safetensors name the same file" \
+  "$program" "${flags[@]}" --hf hf --tokens hf/model.safetensors
+refused "--checkpoint hf/model.safetensors and --hf hf (its model.safetensors) name the same file" \
+  "$program" "${flags[@]}" --hf hf --checkpoint hf/model.safetensors --tokens p.tok
+refused "--csv hf/config.json and --hf hf (its config.json) name the same file" \
+  "$program" "${flags[@]}" --hf hf --csv hf/config.json --tokens p.tok
+ln -sf hf/model.safetensors weights-link
+refused "--save-weights weights-link and --hf hf (its model.safetensors) name the same file" \
+  "$program" "${flags[@]}" --hf hf --save-weights weights-link --tokens p.tok
+refused "--hf hf (its config.json) and --save-hf hf (its config.json) name the same file" \
+  "$program" "${flags[@]}" --hf hf --save-hf hf --tokens p.tok
+refused "--csv text.txt and --text text.txt name the same file" "$program" "${flags[@]}" --csv text.txt
+refused "--resume full.ckpt and --plot full.ckpt name the same file" "$program" --resume full.ckpt \
+  --checkpoint full.ckpt --csv full.csv --plot full.ckpt
+refused "--checkpoint half.ckpt and --csv half.ckpt name the same file" "$program" --resume full.ckpt \
+  --checkpoint half.ckpt --csv half.ckpt
+refused "--iters 2 is below the checkpoint's step 40" "$program" --resume full.ckpt --checkpoint r.ckpt --csv r.csv \
+  --iters 2
+ls -l --time-style=+%s.%N hf text.txt full.ckpt full.csv full.ckpt.tok | diff before7.txt - ||
+  fail "a refused run wrote over a file"
+cmp hf/model.safetensors "$fixture/model.safetensors" || fail "a refused run wrote over --hf's weights"
+[[ -z $(find . -name '.*.tmp-*' -o -name '*.xgrad-save-*') ]] || fail "a refused run left a temporary file"
+[[ ! -e p.tok && ! -e same.bin && ! -e r.ckpt && ! -e r.csv ]] || fail "a refused run wrote a file"
+
 ls -l --time-style=+%s full.ckpt full.csv | diff before.txt - || fail "a refused run wrote over a file"
 [[ ! -e finetune_gpt2.ckpt && ! -e finetune_gpt2.csv && ! -e out2 ]] || fail "a refused run wrote the default checkpoint or CSV"
 cmp <(head -c 300 text.txt) short.txt || fail "a refused run wrote over the text"

@@ -124,7 +124,7 @@ fi
 
 echo "== 5b. path flags that are not regular files, strict UTF-8, seeds, a changed text"
 mkfifo fifo
-for flag in --text --init-weights --resume --checkpoint --csv --save-weights --plot --export-onnx; do
+for flag in --text --init-weights --resume --checkpoint --csv --save-weights --plot --export-onnx --profile; do
   refused "^$flag: expected a regular file, got 'fifo', a FIFO (named pipe)$" timeout 60 "$program" "$flag" fifo
   refused "^$flag: expected a regular file, got '/dev/zero', a character device$" \
     timeout 60 "$program" "$flag" /dev/zero
@@ -133,6 +133,16 @@ refused "^--text: expected a regular file, got '/dev/urandom', a character devic
   timeout 60 "$program" --text /dev/urandom
 refused "^--checkpoint: expected a regular file, got 'fifo', a FIFO (named pipe)$" \
   timeout 60 "$program" --checkpoint fifo --sample "In"
+# Two paths naming one file (docs/reliability.md, "Output rule"), files derived from a flag included.
+refused "^--checkpoint same.out and --csv same.out name the same file: two outputs would overwrite each other" \
+  timeout 60 "$program" --text text.txt --checkpoint same.out --csv same.out
+refused "^--csv text.txt and --text text.txt name the same file: an output would overwrite an input" \
+  timeout 60 "$program" --text text.txt --csv text.txt
+refused "^--csv run.ckpt.train.tok and the training token file of --checkpoint run.ckpt.train.tok name the same file" \
+  timeout 60 "$program" --text text.txt --checkpoint run.ckpt --csv run.ckpt.train.tok
+refused "^--profile nodir/trace.json: the folder nodir does not exist$" \
+  timeout 60 "$program" --text text.txt --profile nodir/trace.json
+[[ ! -e same.out && ! -e run.ckpt && ! -e run.ckpt.train.tok ]] || fail "a refused run wrote a file"
 { cat text.txt; printf 'caf\xe9 au lait\n'; } >latin1.txt
 refused "^--text latin1.txt is not UTF-8: at byte offset $(($(wc -c <text.txt) + 3)) (line 121), the byte 0xE9 starts a 3-byte character but is followed by 0x20; a Latin-1 (ISO-8859-1) file converts with: iconv -f latin1 -t utf-8 latin1.txt > latin1.txt.utf8$" \
   "$program" --text latin1.txt

@@ -24,6 +24,7 @@
 #include "support/files.hpp"
 #include "support/gpt_text.hpp"
 #include "support/hf_gpt2_model.hpp"
+#include "support/output_paths.hpp"
 #include "support/plot.hpp"
 #include "support/sampling_flags.hpp"
 
@@ -35,6 +36,7 @@ namespace data = xgrad::data;
 namespace train = xgrad::train;
 namespace cli = xgrad::train::cli;
 using train::Refused;
+using train::RunPath;
 
 const char* const kProgram = "train_gpt";
 
@@ -62,9 +64,47 @@ xgrad::models::GPTConfig model_config(const Config& c, std::size_t vocab_size) {
   return g;
 }
 
+// The files of a run beside its checkpoint (and rank r > 0's beside its own): PREFIX.train.tok,
+// PREFIX.val.tok.
+std::string token_prefix(const std::string& checkpoint, const train::World& world) {
+  return (checkpoint.empty() ? std::string(kProgram) : checkpoint) +
+         (world.rank() ? ".rank" + std::to_string(world.rank()) : "");
+}
+
+// Every file of a training run but the Trainer's, for output_paths::check.
+std::vector<RunPath> run_files(const Config& c, const train::TrainerOptions& resolved, const std::string& plot_path,
+                               const std::string& onnx_path, const std::string& profile_path,
+                               const train::World& world) {
+  const std::string prefix = token_prefix(resolved.checkpoint_path, world);
+  const std::string& resume = resolved.ckpt_path;
+  std::vector<RunPath> paths = {
+      RunPath::input("--text", c.text),
+      RunPath::input("--init-weights", c.init_weights),
+      RunPath::input("the tokenizer file of --resume", resume.empty() ? "" : gpt_text::tokenizer_path(resume)),
+      RunPath::output("the tokenizer file of --checkpoint",
+                      resolved.checkpoint_path.empty() ? "" : gpt_text::tokenizer_path(resolved.checkpoint_path))
+          .may_replace("the tokenizer file of --resume"),
+      RunPath::output("the training token file of --checkpoint", prefix + ".train.tok"),
+      RunPath::output("the held-out token file of --checkpoint", prefix + ".val.tok"),
+      output_paths::plot(plot_path, resolved.csv_path),
+      RunPath::output("--profile", profile_path)};
+  for (RunPath& p : output_paths::onnx(onnx_path, {".vocab.json", ".sample.json"})) paths.push_back(std::move(p));
+  return paths;
+}
+
+// The Trainer's options with their paths resolved as the Trainer resolves them (run_paths).
+train::TrainerOptions resolved_paths(train::TrainerOptions o) {
+  const std::vector<RunPath> paths = train::run_paths(o);  // --resume, --checkpoint, --csv, --save-weights
+  o.ckpt_path = paths[0].path, o.checkpoint_path = paths[1].path, o.csv_path = paths[2].path;
+  return o;
+}
+
 // --sample: text from the model of --checkpoint, through the tokenizer saved beside it.
 int sample(const Config& c, const Sampling& s, const std::string& checkpoint, train::Settings& settings,
-           const CLI::App& app) {
+           const CLI::App& app, const std::string& profile_path) {
+  output_paths::check({RunPath::input("--checkpoint", checkpoint),
+                       RunPath::input("the tokenizer file of --checkpoint", gpt_text::tokenizer_path(checkpoint)),
+                       RunPath::output("--profile", profile_path)});
   files::refuse_special("--checkpoint", checkpoint, "a checkpoint of train_gpt");
   if (!std::ifstream(checkpoint))  // a regular file or nothing: the open cannot block
     throw Refused("--sample: no checkpoint " + checkpoint + ": train first, or pass --checkpoint FILE");
@@ -81,15 +121,21 @@ int sample(const Config& c, const Sampling& s, const std::string& checkpoint, tr
                   std::to_string(c.block_size) + ": expected 0 to " + std::to_string(c.block_size));
   Model model(model_config(c, tok.vocab_size()));
   model.load_state_dict(saved.checkpoint()->model);
+  const cli::ProfileRun profiling(profile_path);  // the paths checked: until sample() returns
   xgrad::Generator generator(s.seed);
   std::printf("%s\n", gpt_text::sample(model, tok, prompt, s.tokens, s.window, s.options, generator).c_str());
   return 0;
 }
 
 int train_model(Config& c, const Sampling& sampling, train::TrainerOptions& options, const std::string& plot_path,
-                train::Settings& settings, const CLI::App& app, train::World& world, const std::string& onnx_path) {
-  train::check_output_file("--export-onnx", onnx_path);  // before training, as the Trainer's own paths
+                train::Settings& settings, const CLI::App& app, train::World& world, const std::string& onnx_path,
+                const std::string& profile_path) {
+  // Every path before anything is read or written: with the flags given, then (a resumed run's
+  // settings are the checkpoint's) with the checkpoint's.
+  output_paths::check(options, run_files(c, resolved_paths(options), plot_path, onnx_path, profile_path, world));
   train::Trainer trainer(kProgram, options, settings, world, cli::given(app));  // c: the checkpoint's
+  output_paths::check(options, run_files(c, trainer.options(), plot_path, onnx_path, profile_path, world));
+  const cli::ProfileRun profiling(profile_path);  // the paths checked: until train_model() returns
   trainer.options().val_check_interval = c.eval_interval;
   trainer.options().gradient_clip_val = c.clip;
   const auto refuse_if = [](bool bad, const std::string& why) {
@@ -111,9 +157,7 @@ int train_model(Config& c, const Sampling& sampling, train::TrainerOptions& opti
   const std::string& checkpoint = trainer.options().checkpoint_path;
   const std::size_t T = std::size_t(c.block_size), B = std::size_t(c.batch_size);
   const gpt_text::Text t = gpt_text::read_for_run(c.text, c.seed, c.tokenizer, std::size_t(c.vocab_size), T, B, resumed,
-                                                  trainer.options().ckpt_path,
-                                                  (checkpoint.empty() ? std::string(kProgram) : checkpoint) +
-                                                      (world.rank() ? ".rank" + std::to_string(world.rank()) : ""));
+                                                  trainer.options().ckpt_path, token_prefix(checkpoint, world));
   trainer.seed_everything(c.seed);
   const auto model_ptr = std::make_shared<Model>(model_config(c, t.tokenizer->vocab_size()));
   Model& model = *model_ptr;
@@ -231,7 +275,6 @@ int main(int argc, char** argv) {
       ->check(cli::not_special_file());
   CLI11_PARSE(app, argc, argv);
   cli::finish_max_steps(app, options, "--iters", c.iters);
-  const cli::ProfileRun profiling(profile_path);  // --profile: until main returns
   gpt_text::set_attention(attention);
   if (app.count("--seed") > 0) sampling.seed = c.seed;  // --sample draws from its own --seed (default 1)
   const std::unique_ptr<train::World> world = train::launched_world();  // MPI under mpirun -np N > 1
@@ -239,9 +282,9 @@ int main(int argc, char** argv) {
       kProgram,
       [&] {
         if (sampling.prompt.empty() && app.count("--sample") == 0)
-          return train_model(c, sampling, options, plot_path, settings, app, *world, onnx_path);
+          return train_model(c, sampling, options, plot_path, settings, app, *world, onnx_path, profile_path);
         if (!onnx_path.empty()) throw Refused("--export-onnx exports after training, not with --sample");
-        return sample(c, sampling, options.checkpoint_path, settings, app);
+        return sample(c, sampling, options.checkpoint_path, settings, app, profile_path);
       },
       *world);
 }

@@ -20,6 +20,7 @@
 
 #include "support/files.hpp"
 #include "support/masked_chars.hpp"
+#include "support/output_paths.hpp"
 #include "support/plot.hpp"
 #include "support/schedule.hpp"
 
@@ -30,6 +31,7 @@ using namespace masked_chars;  // kVocab, encode, mask_batch, MaskedCharModel...
 namespace data = xgrad::data;
 namespace train = xgrad::train;
 namespace cli = xgrad::train::cli;
+using train::RunPath;
 
 struct Config {  // the settings, saved in checkpoints
   std::string words = "/usr/share/dict/words";
@@ -41,12 +43,13 @@ struct Config {  // the settings, saved in checkpoints
 
 struct Options {  // what is not a setting
   int workers = 1, eval_interval = 500;
-  std::string plot = "masked_chars.png", onnx, predict;
+  std::string plot = "masked_chars.png", onnx, predict, profile;
 };
 
 // Fills the blanks ('_') of each word with the checkpoint's model: the top 3 letters and their probabilities.
 int predict(const std::string& text, const train::TrainerOptions& options, train::Settings& settings,
-            const CLI::App& app, const Config& c) {
+            const CLI::App& app, const Config& c, const std::string& profile) {
+  output_paths::check({RunPath::input("--checkpoint", options.checkpoint_path), RunPath::output("--profile", profile)});
   files::refuse_special("--checkpoint", options.checkpoint_path, "a checkpoint of train_masked_chars");
   if (!std::ifstream(options.checkpoint_path))  // a regular file or nothing: the open cannot block
     throw train::Refused("--predict: no checkpoint " + options.checkpoint_path +
@@ -57,6 +60,7 @@ int predict(const std::string& text, const train::TrainerOptions& options, train
                              cli::given(app));  // sets c
   MaskedCharModel model(c.model);
   model.load_state_dict(saved.checkpoint()->model);
+  const cli::ProfileRun profiling(profile);  // the paths checked: until predict() returns
   xgrad::NoGradGuard no_grad;
   std::istringstream words(text);
   for (std::string word; words >> word;) {
@@ -79,14 +83,25 @@ int predict(const std::string& text, const train::TrainerOptions& options, train
   return 0;
 }
 
+// Every file of a training run but the Trainer's, for output_paths::check.
+std::vector<RunPath> run_files(const Config& c, const Options& o, const std::string& csv) {
+  std::vector<RunPath> paths = {RunPath::input("--words", c.words), output_paths::plot(o.plot, csv),
+                                RunPath::output("--profile", o.profile)};
+  for (RunPath& p : output_paths::onnx(o.onnx)) paths.push_back(std::move(p));
+  return paths;
+}
+
 int train_model(Config& c, const train::TrainerOptions& options, const Options& o, train::Settings& settings,
                 const CLI::App& app) {
+  // Every path before anything is read or written: with the flags given, then (a resumed run's
+  // settings are the checkpoint's) with the checkpoint's --words.
+  output_paths::check(options, run_files(c, o, options.csv_path));
 #ifndef XGRAD_WITH_ONNX
   if (!o.onnx.empty()) throw train::Refused("--export-onnx: this build has no ONNX export (XGRAD_WITH_ONNX is off)");
 #endif
-  train::check_output_file("--export-onnx", o.onnx);  // before training, as the Trainer's own paths
-  train::check_output_file("--plot", options.csv_path.empty() ? "" : o.plot);
   train::Trainer trainer("train_masked_chars", options, settings, train::single_process_world(), cli::given(app));
+  output_paths::check(options, run_files(c, o, options.csv_path));
+  const cli::ProfileRun profiling(o.profile);  // the paths checked: until train_model() returns
   trainer.options().val_check_interval = o.eval_interval;
   trainer.options().gradient_clip_val = c.clip;
   files::refuse_special("--words", c.words, "a word list, one word per line");
@@ -204,8 +219,7 @@ int main(int argc, char** argv) {
   app.add_option("--workers", o.workers, "DataLoader threads preparing batches")->capture_default_str();
   app.add_option("--eval-interval", o.eval_interval, "steps between evaluations")->check(cli::integer_from(1));
   cli::add_trainer_flags(app, options);
-  std::string profile_path;
-  cli::add_profile_flag(app, profile_path);
+  cli::add_profile_flag(app, o.profile);
   plot::add_flag(app, o.plot);
   app.add_option("--predict", o.predict, "fill the blanks of words like \"h_llo w_rld\" with --checkpoint's model");
   app.add_option("--export-onnx", o.onnx,
@@ -215,9 +229,8 @@ int main(int argc, char** argv) {
       ->check(cli::not_special_file());
   CLI11_PARSE(app, argc, argv);
   cli::finish_max_steps(app, options, "--steps", steps);
-  const cli::ProfileRun profiling(profile_path);  // --profile: until main returns
   return train::guarded("train_masked_chars", [&] {
     return o.predict.empty() ? train_model(c, options, o, settings, app)
-                             : predict(o.predict, options, settings, app, c);
+                             : predict(o.predict, options, settings, app, c, o.profile);
   });
 }

@@ -30,6 +30,7 @@
 #include <xgrad/train/trainer.hpp>
 #include <xgrad/xgrad.hpp>
 
+#include "support/output_paths.hpp"
 #include "support/plot.hpp"
 #include "support/schedule.hpp"
 #include "support/sort_digits.hpp"
@@ -53,7 +54,7 @@ struct Config {
 };
 
 struct Outputs {  // what is not a setting
-  std::string plot = "toy_encoder.png", onnx;
+  std::string plot = "toy_encoder.png", onnx, profile;
   double min_accuracy = 0;
 };
 
@@ -70,12 +71,15 @@ Batch training_batch(const Config& c, const sort_digits::Task& task, int step,
 
 int train_model(Config& c, train::TrainerOptions& options, const Outputs& out, train::Settings& settings,
                 const CLI::App& app, train::World& world) {
+  std::vector<train::RunPath> own = {output_paths::plot(out.plot, options.csv_path),
+                                     train::RunPath::output("--profile", out.profile)};
+  for (train::RunPath& p : output_paths::onnx(out.onnx)) own.push_back(std::move(p));
+  output_paths::check(options, own);  // every path, before anything is read or written
 #ifndef XGRAD_WITH_ONNX
   if (!out.onnx.empty()) throw train::Refused("--export-onnx: this build has no ONNX export (XGRAD_WITH_ONNX is off)");
 #endif
-  train::check_output_file("--export-onnx", out.onnx);  // before training, as the Trainer's own paths
-  train::check_output_file("--plot", options.csv_path.empty() ? "" : out.plot);
   train::Trainer trainer("train_toy_encoder", options, settings, world, cli::given(app));  // c: the checkpoint's
+  const cli::ProfileRun profiling(out.profile);  // the paths checked: until train_model() returns
   trainer.options().val_check_interval = c.eval_interval;
   trainer.options().gradient_clip_val = c.clip;
   const sort_digits::Task task{c.task == "sort", c.seq_len, c.vocab};
@@ -186,8 +190,7 @@ int main(int argc, char** argv) {
   setting("--eval-size", c.eval_size, "held-out sequences")->check(cli::integer_in(1, 1000000));
   cli::add_bf16_flag(app, settings, c.bf16);
   cli::add_trainer_flags(app, options);
-  std::string profile_path;
-  cli::add_profile_flag(app, profile_path);
+  cli::add_profile_flag(app, out.profile);
   plot::add_flag(app, out.plot);
   app.add_option("--min-accuracy", out.min_accuracy, "exit with 1 if the final held-out token accuracy is lower")
       ->check(cli::number_in(0.0, 1.0));
@@ -198,7 +201,6 @@ int main(int argc, char** argv) {
       ->check(cli::not_special_file());
   CLI11_PARSE(app, argc, argv);
   cli::finish_max_steps(app, options, "--steps", steps);
-  const cli::ProfileRun profiling(profile_path);                        // --profile: until main returns
   const std::unique_ptr<train::World> world = train::launched_world();  // MPI under mpirun -np N > 1
   return train::guarded(
       "train_toy_encoder", [&] { return train_model(c, options, out, settings, app, *world); }, *world);

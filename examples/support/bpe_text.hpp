@@ -17,8 +17,6 @@
 #include <xgrad/text/bpe_trainer.hpp>
 #include <xgrad/train/trainer.hpp>
 
-#include "output_paths.hpp"
-
 namespace bpe_text {
 
 // The tokenizer of `dir` (tokenizer.json, vocab.json + merges.txt or encoder.json + vocab.bpe),
@@ -31,9 +29,14 @@ inline xgrad::text::BPETokenizer load(const std::string& flag, const std::string
   }
 }
 
-// Refuses a --text that cannot be read.
+// Refuses a --text that cannot be read, or that is not a regular file: a FIFO would block the
+// open, /dev/zero or /dev/urandom would be read without end (checked with stat, before the open).
 inline void check_readable(const std::string& path) {
-  if (!std::ifstream(path, std::ios::binary) || std::filesystem::is_directory(path))
+  const std::string kind = xgrad::train::special_file_kind(path);
+  if (!kind.empty())
+    throw xgrad::train::Refused("cannot read --text " + path + ": it is " + kind +
+                                ", not a regular file; expected a text file");
+  if (!std::ifstream(path, std::ios::binary))
     throw xgrad::train::Refused("cannot read --text " + path + ": expected a readable text file");
 }
 
@@ -70,7 +73,6 @@ inline void train(const std::string& text, const std::string& dir, std::size_t v
 inline int train_command(const std::string& text, const std::string& dir, std::size_t vocab_size) {
   if (text.empty() || dir.empty())
     throw xgrad::train::Refused("--train-tokenizer needs --text FILE and --tokenizer DIR");
-  output_paths::check_folder("--tokenizer", dir);
   train(text, dir, vocab_size);
   std::printf("tokenizer: %zu ids trained on %s, saved to %s\n", vocab_size, text.c_str(), dir.c_str());
   return 0;

@@ -3,6 +3,8 @@
 // /dev/urandom would be read until memory runs out: both are refused before anything is opened.
 #pragma once
 
+#include <exception>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -51,5 +53,19 @@ void load_weights(const std::string& flag, const std::string& path, Module& mode
     throw xgrad::train::Refused(flag + " " + path + " does not fit this model: " + e.what());
   }
 }
+
+// A file the program made for the run (finetune_gpt2's token file), removed when the scope is left
+// by an exception: a failed run leaves nothing behind, and a later run makes the file again. Kept
+// when the scope ends normally (a run stopped by Ctrl-C too: --resume reuses it). Empty: nothing.
+struct RemovedOnError {
+  std::string path;
+  RemovedOnError() = default;
+  RemovedOnError(const RemovedOnError&) = delete;
+  RemovedOnError& operator=(const RemovedOnError&) = delete;
+  ~RemovedOnError() {
+    std::error_code ec;
+    if (!path.empty() && std::uncaught_exceptions() > 0) std::filesystem::remove(path, ec);
+  }
+};
 
 }  // namespace files

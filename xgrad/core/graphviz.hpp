@@ -2,7 +2,7 @@
 // ellipse per leaf that requires grad (a parameter or input), edges from inputs to the op
 // that consumed them. Render with `dot -Tpng graph.dot -o graph.png`.
 //
-//   std::ofstream("graph.dot") << xgrad::to_dot(loss, model->named_parameters());
+//   xgrad::write_file_atomically("graph.dot", [&](std::ostream& out) { out << xgrad::to_dot(loss, params); });
 #pragma once
 
 #include <string>

@@ -205,6 +205,43 @@ void write_file_atomically(const std::string& requested, const std::function<voi
   }
 }
 
+// ---- appending -----------------------------------------------------------------------------------
+
+AppendOnlyFile::AppendOnlyFile(const std::string& path, const std::string& initial) : path_(path) {
+  write_file_atomically(path, [&](std::ostream& out) { out.write(initial.data(), std::streamsize(initial.size())); });
+  const auto fail = [&](const std::string& reason) {
+    throw std::runtime_error("AppendOnlyFile: cannot append to '" + path + "': " + reason);
+  };
+  // O_NONBLOCK: a FIFO swapped in since the rename must not block the open.
+  fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_NONBLOCK | O_CLOEXEC);
+  if (fd_ < 0) fail(errno_text(errno));
+  struct stat st {};
+  const bool stated = ::fstat(fd_, &st) == 0;
+  if (!stated || !S_ISREG(st.st_mode)) {
+    const std::string why =
+        stated ? std::string("it is ") + file_kind(st.st_mode) + ", not a regular file" : errno_text(errno);
+    ::close(fd_);
+    fd_ = -1;
+    fail(why);
+  }
+  const int flags = ::fcntl(fd_, F_GETFL);
+  if (flags >= 0) ::fcntl(fd_, F_SETFL, flags & ~O_NONBLOCK);
+}
+
+AppendOnlyFile::~AppendOnlyFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void AppendOnlyFile::append(const std::string& bytes) {
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t w = ::write(fd_, bytes.data() + done, bytes.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) throw std::runtime_error("AppendOnlyFile: cannot append to '" + path_ + "': " + errno_text(errno));
+    done += static_cast<std::size_t>(w);
+  }
+}
+
 // ---- reading -------------------------------------------------------------------------------------
 
 RegularFile::RegularFile(const char* who, const std::string& path) : who_(who), path_(path) {

@@ -40,6 +40,29 @@ namespace xgrad {
 // missing; a target that is a folder (the rename fails).
 void write_file_atomically(const std::string& path, const std::function<void(std::ostream&)>& write);
 
+// A log that grows by lines while a program runs (the Trainer's CSV), where rewriting the whole
+// file at each line would cost a rename and an fsync per line. The file is first written whole by
+// write_file_atomically (`initial`: a header, the rows a resumed run keeps), so that a crash leaves
+// the previous file or the new start, never a half-written one; each append() is then one
+// write(2) at the end (O_APPEND): a reader sees whole lines, the lines written before a crash stay.
+// A full disk makes append() throw (std::runtime_error naming the path), and may leave part of a
+// line at the end. The open after the rename refuses (std::runtime_error) anything that is not a
+// regular file by then, without blocking (O_NONBLOCK), as write_file_atomically refuses devices,
+// FIFOs and sockets before it writes.
+class AppendOnlyFile {
+ public:
+  AppendOnlyFile(const std::string& path, const std::string& initial);
+  ~AppendOnlyFile();
+  AppendOnlyFile(const AppendOnlyFile&) = delete;
+  AppendOnlyFile& operator=(const AppendOnlyFile&) = delete;
+
+  void append(const std::string& bytes);
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
+
 // For the loaders: reads a whole file, refusing anything but a regular file. The file is opened
 // with O_NONBLOCK (so a FIFO without a writer cannot block the open) and then fstat'ed: a folder,
 // a device (/dev/zero is endless), a FIFO or a socket is refused with a std::runtime_error that

@@ -236,19 +236,24 @@ inline CLI::Option* add_max_steps_flag(CLI::App& app, int& steps, const std::str
 }
 inline void finish_max_steps(const CLI::App& app, TrainerOptions& options, const std::string& flag, int steps) {
   options.max_steps = app.count(flag) != 0 || options.ckpt_path.empty() ? steps : -1;
+  options.max_steps_flag = flag;  // the Trainer's messages name it
 }
 
 // --profile FILE: profile the run with xgrad::profiler (docs/profiler.md).
 inline CLI::Option* add_profile_flag(CLI::App& app, std::string& path) {
-  return app.add_option("--profile", path,
-                        "profile the run (xgrad::profiler): write its Chrome trace to this file (chrome://tracing, "
-                        "Perfetto) and print the op and thread-pool tables to stderr at the end");
+  return app
+      .add_option("--profile", path,
+                  "profile the run (xgrad::profiler): write its Chrome trace to this file (chrome://tracing, "
+                  "Perfetto) and print the op and thread-pool tables to stderr at the end")
+      ->check(not_special_file());
 }
 
-// The --profile scope of a program's main: records from construction to destruction when `path`
+// The --profile scope of a program's run: records from construction to destruction when `path`
 // is not empty, then writes the trace and prints the tables to stderr (an error, too: a
-// destructor does not throw).
+// destructor does not throw). Made once the run's paths, --profile among them, are checked
+// (check_run_paths), so that a refused run writes no trace and a bad path is refused at once:
 //   std::string profile_path;  cli::add_profile_flag(app, profile_path);  CLI11_PARSE(...);
+//   check_run_paths({..., RunPath::output("--profile", profile_path)});
 //   cli::ProfileRun profiling(profile_path);
 class ProfileRun {
  public:

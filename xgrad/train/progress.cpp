@@ -89,27 +89,33 @@ CsvLog::CsvLog(const std::string& path, int resumed_step, const std::string& met
   if (!kind.empty())
     throw std::runtime_error("cannot write the CSV log " + path + ": it is " + kind +
                              ", not a regular file; expected a regular file path");
-  std::vector<std::string> kept;
-  if (resumed_step > 0) {
-    std::ifstream in(path);
-    std::string line;
-    while (std::getline(in, line))
-      if (!line.empty() && std::isdigit(static_cast<unsigned char>(line[0])) && std::stoi(line) <= resumed_step)
-        kept.push_back(line);
+  std::string text = "step,loss," + metric_column + ",lr,elapsed\n";
+  if (resumed_step > 0 && ::access(path.c_str(), F_OK) == 0) {
+    const std::string previous = xgrad::read_regular_file("the CSV log", path);
+    std::size_t begin = 0;
+    while (begin < previous.size()) {
+      std::size_t end = previous.find('\n', begin);
+      if (end == std::string::npos) end = previous.size();
+      const std::string line = previous.substr(begin, end - begin);
+      begin = end + 1;
+      char* after = nullptr;
+      const long step = std::strtol(line.c_str(), &after, 10);  // a row starts with its step
+      if (!line.empty() && std::isdigit(static_cast<unsigned char>(line[0])) && *after == ',' && step <= resumed_step)
+        text += line + '\n';
+    }
   }
-  out_.open(path, std::ios::trunc);
-  if (!out_) throw std::runtime_error("cannot write the CSV log " + path + ": expected a writable path");
-  out_ << "step,loss," << metric_column << ",lr,elapsed\n";
-  for (const auto& line : kept) out_ << line << '\n';
-  out_.flush();
+  try {
+    out_ = std::make_unique<xgrad::AppendOnlyFile>(path, text);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("cannot write the CSV log " + path + ": " + e.what());
+  }
 }
 
 void CsvLog::row(const Metrics& m) {
-  if (!out_.is_open()) return;
+  if (!out_) return;
   char buf[160];
   std::snprintf(buf, sizeof buf, "%d,%.9g,%.9g,%.9g,%.3f\n", m.step, m.loss, m.val_metric, m.lr, m.elapsed);
-  out_ << buf;
-  out_.flush();
+  out_->append(buf);
 }
 
 }  // namespace detail

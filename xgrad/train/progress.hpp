@@ -3,9 +3,11 @@
 #pragma once
 
 #include <chrono>
-#include <fstream>
 #include <functional>
+#include <memory>
 #include <string>
+
+#include <xgrad/serialize/atomic_file.hpp>
 
 namespace xgrad::train {
 
@@ -56,15 +58,16 @@ namespace detail {
 
 // The Trainer's CSV log: step,loss,<ValidationMetric::column>,lr,elapsed, one row per evaluation.
 // A resumed run keeps the rows up to its step (a run stopped after its last checkpoint may have
-// written more) and appends. An empty path: no file. A special file (a FIFO would block the
-// open, /dev/zero be read without end) is refused (std::runtime_error).
+// written more) and appends. An empty path: no file. The header and the kept rows are written
+// atomically, each row is then appended whole (xgrad::AppendOnlyFile). A special file (a FIFO
+// would block the open, /dev/zero be read without end) is refused (std::runtime_error).
 class CsvLog {
  public:
   CsvLog(const std::string& path, int resumed_step, const std::string& metric_column);
   void row(const Metrics& m);
 
  private:
-  std::ofstream out_;
+  std::unique_ptr<xgrad::AppendOnlyFile> out_;
 };
 
 }  // namespace detail

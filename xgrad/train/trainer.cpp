@@ -201,6 +201,19 @@ std::string in_root(const std::string& root, const std::string& path) {
   return (std::filesystem::path(root) / path).string();
 }
 
+}  // namespace
+
+std::vector<RunPath> run_paths(const TrainerOptions& o) {
+  const std::string& root = o.default_root_dir;
+  return {RunPath::input("--resume", in_root(root, o.ckpt_path)),
+          RunPath::output("--checkpoint", o.enable_checkpointing ? in_root(root, o.checkpoint_path) : "")
+              .may_replace("--resume"),  // read whole by the constructor, rewritten atomically
+          RunPath::output("--csv", in_root(root, o.csv_path)),
+          RunPath::output("--save-weights", in_root(root, o.weights_path))};
+}
+
+namespace {
+
 void check_options(const TrainerOptions& o) {
   if (o.max_steps < 0)
     throw std::invalid_argument("Trainer: expected max_steps >= 0, got " + std::to_string(o.max_steps));
@@ -233,14 +246,12 @@ Trainer::Trainer(std::string program, TrainerOptions options, Settings& settings
     if (world_.is_main()) std::filesystem::create_directories(o.default_root_dir);
     world_.barrier();
   }
+  // Before anything is read or trained: a typo or two flags naming one file fail at once.
+  check_run_paths(run_paths(o));
   o.ckpt_path = in_root(o.default_root_dir, o.ckpt_path);
   o.checkpoint_path = o.enable_checkpointing ? in_root(o.default_root_dir, o.checkpoint_path) : std::string();
   o.csv_path = in_root(o.default_root_dir, o.csv_path);
   o.weights_path = in_root(o.default_root_dir, o.weights_path);
-  // Before anything is read or trained: a typo fails at once, naming the flag.
-  check_output_file("--checkpoint", o.checkpoint_path);
-  check_output_file("--csv", o.csv_path);
-  check_output_file("--save-weights", o.weights_path);
   check_launched_world(program_, world_);
   xgrad::set_num_threads(o.num_threads);
   if (!o.ckpt_path.empty()) {
@@ -248,14 +259,16 @@ Trainer::Trainer(std::string program, TrainerOptions options, Settings& settings
     state_ = resume_settings(program_, o.ckpt_path, *checkpoint_, settings, world_, given_on_command_line);
     const auto& m = checkpoint_->metadata;
     const int saved = saved_max_steps(m);
+    const std::string steps_flag = o.max_steps_flag.empty() ? "max_steps" : o.max_steps_flag;
     if (o.max_steps < 0) {
       if (saved <= 0)
-        throw Refused("cannot resume: " + o.ckpt_path + " does not record its max_steps: give the step count");
+        throw Refused("cannot resume: " + o.ckpt_path + " does not record its max_steps: give " + steps_flag);
       o.max_steps = saved;
     }
     if (o.max_steps < state_.step)
-      throw Refused("max_steps " + std::to_string(o.max_steps) + " is below the checkpoint's step " +
-                    std::to_string(state_.step) + " (" + o.ckpt_path + ")");
+      throw Refused(steps_flag + " " + std::to_string(o.max_steps) + " is below the checkpoint's step " +
+                    std::to_string(state_.step) + " (" + o.ckpt_path + "): expected at least " +
+                    std::to_string(state_.step));
     const auto planned = m.find(kPlannedStepsKey);
     planned_steps_ = planned != m.end() ? std::stoi(planned->second) : (saved > 0 ? saved : o.max_steps);
   } else {

@@ -100,6 +100,9 @@ struct TrainerOptions {
   // In all, counting the steps of the runs resumed. -1: when resuming, the count the checkpoint's
   // run planned; more than that extends the run (a run without ckpt_path needs a count).
   int max_steps = -1;
+  // How messages name max_steps: the program's flag ("--iters", set by cli::finish_max_steps);
+  // empty: "max_steps".
+  std::string max_steps_flag = {};
   int val_check_interval = 50;  // steps between evaluations (and CSV rows); the last step is evaluated too
   // max gradient norm (clip_grad_norm_); 0: none; infinity: the norm measured, nothing clipped;
   // NaN or negative: refused (std::invalid_argument)
@@ -125,10 +128,20 @@ struct TrainerOptions {
   int num_threads = 1;              // xgrad::set_num_threads, applied by the constructor [--threads]
 };
 
+// The files a Trainer with `options` reads and writes, resolved in default_root_dir, as
+// check_run_paths takes them: --resume (an input), --checkpoint (which may rewrite the checkpoint
+// resumed), --csv and --save-weights (outputs). The Trainer's constructor checks them; a program
+// with files of its own checks them together with these, before its work:
+//   std::vector<RunPath> paths = run_paths(options);
+//   paths.push_back(RunPath::output("--plot", plot_path));
+//   check_run_paths(paths);
+std::vector<RunPath> run_paths(const TrainerOptions& options);
+
 class Trainer {
  public:
-  // The Trainer that owns the run. Checks `options`' paths (resolved in default_root_dir) before
-  // anything is trained (Refused naming the flag), applies num_threads, refuses a program started
+  // The Trainer that owns the run. Checks `options`' paths (run_paths: resolved in
+  // default_root_dir, no two naming the same file) before anything is read or trained (Refused
+  // naming the flag, or both flags), applies num_threads, refuses a program started
   // by mpirun with a world of another size, and, with options.ckpt_path, reads the checkpoint and
   // sets `settings` to its values (a setting the user gave, given_on_command_line(key), must agree:
   // otherwise Refused naming both) and resolves max_steps (see TrainerOptions::max_steps; below the
