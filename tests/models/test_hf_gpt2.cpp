@@ -599,7 +599,15 @@ TEST(HFGPT2, RefusesAnotherModelTypeAndBadConfigValues) {
       {[](json& c) { c["layer_norm_epsilon"] = "small"; }, {"\"layer_norm_epsilon\""}},
       {[](json& c) { c["attn_pdrop"] = 0.1; }, {"\"attn_pdrop\"", "\"resid_pdrop\""}},
       {[](json& c) { c["scale_attn_weights"] = 1; }, {"\"scale_attn_weights\""}},
-      {[](json& c) { c = json::array({1, 2}); }, {"not a JSON object"}},
+      {[](json& c) {
+         c = json::array({1, 2});
+       },
+       {"not a JSON object"}},
+      {[](json& c) { c["eos_token_id"] = -5; }, {"\"eos_token_id\"", "-5"}},
+      {[](json& c) {
+         c["bos_token_id"] = json::array({0, 1});
+       },
+       {"\"bos_token_id\""}},
   };
   for (const Case& k : cases) {
     FixtureCopy copy;
@@ -615,6 +623,9 @@ TEST(HFGPT2, RefusesAnotherModelTypeAndBadConfigValues) {
   FixtureCopy deep;
   write_bytes(deep.file("config.json"), std::string(100000, '[') + std::string(100000, ']'));
   expect_names(load_error(deep.path()), {deep.file("config.json"), "deeper"});
+  FixtureCopy generation;  // kept for the save, so it must be a JSON object
+  write_bytes(generation.file("generation_config.json"), "[1, 2]");
+  expect_names(load_error(generation.path()), {generation.file("generation_config.json"), "not a JSON object"});
 }
 
 TEST(HFGPT2, RefusesMissingMisshapedAndUnexpectedTensors) {
