@@ -116,12 +116,43 @@ TEST(TokenFile, EmptyFiles) {
   EXPECT_NO_THROW(file->verify());
   EXPECT_TRUE(contains(error_of([&] { TokenWindowDataset(file, 4); }), "TokenWindowDataset: '" + dir.file("empty.tok") +
                                                                            "' has 0 ids; a window of block_size 4 "
-                                                                           "needs at least 5"));
+                                                                           "needs block_size + 1 ids (more than 4)"));
   write_bytes(dir.file("empty.bin"), "");
   EXPECT_EQ(TokenFile(dir.file("empty.bin"), HeaderlessTokens{TokenDtype::UInt16}).size(), 0u);
   // Refused as a token file: an empty file has no header.
   EXPECT_EQ(format_error_of([&] { TokenFile f(dir.file("empty.bin")); }),
             "TokenFile: '" + dir.file("empty.bin") + "': truncated: the header needs 64 bytes, the file has 0");
+}
+
+// A range past the end is refused before anything is allocated or computed from it: read(0, n)
+// with n beyond memory, and offset + n wrapping around, name the file, n and the offset.
+TEST(TokenFile, AHugeOrWrappingRangeIsRefusedBeforeAnythingIsAllocated) {
+  TempDir dir;
+  write_token_file(dir.file("ids.tok"), std::vector<std::int64_t>{1, 2, 3, 4, 5});
+  const TokenFile file(dir.file("ids.tok"));
+  const auto out_of_range = [&](std::uint64_t offset, std::size_t n) {
+    try {
+      file.read(offset, n);
+    } catch (const std::out_of_range& e) {
+      return std::string(e.what());
+    } catch (const std::exception& e) {
+      return std::string("another error: ") + e.what();
+    }
+    return std::string("no error");
+  };
+  const std::string where = "TokenFile: '" + dir.file("ids.tok") + "': ";
+  EXPECT_EQ(out_of_range(0, SIZE_MAX), where + "18446744073709551615 ids from id 0 are out of range for 5 ids");
+  EXPECT_EQ(out_of_range(0, std::size_t(1) << 40), where + "1099511627776 ids from id 0 are out of range for 5 ids");
+  EXPECT_EQ(out_of_range(3, SIZE_MAX - 1), where + "18446744073709551614 ids from id 3 are out of range for 5 ids");
+  std::int64_t sink[1];
+  EXPECT_EQ(error_of([&] { file.read(4, SIZE_MAX - 2, sink); }),
+            where + "18446744073709551613 ids from id 4 are out of range for 5 ids");
+  // A window as long as size_t allows: what it needs is said without overflowing.
+  const auto shared = std::make_shared<const TokenFile>(dir.file("ids.tok"));
+  EXPECT_EQ(error_of([&] { TokenWindowDataset(shared, SIZE_MAX); }),
+            "TokenWindowDataset: '" + dir.file("ids.tok") +
+                "' has 5 ids; a window of block_size 18446744073709551615 needs block_size + 1 ids (more than "
+                "18446744073709551615)");
 }
 
 TEST(TokenFile, HeaderlessNanoGptBin) {

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <functional>
 #include <initializer_list>
+#include <limits>
 #include <map>
 
 #include <nlohmann/json.hpp>
@@ -302,6 +303,37 @@ TEST(HFGPT2, LoadsGPT2ModelNamesWithTheMaskBuffersAndAStoredHead) {
   EXPECT_TRUE(same_bits(logits_of(*model, ids), logits_of(*fixture, ids)));
 }
 
+TEST(HFGPT2, SkipsBoolAndU8MaskBuffersWithoutReadingThem) {
+  // Older transformers stored the causal mask h.{i}.attn.bias as BOOL or U8 (1, 1, P, P): skipped as
+  // the F32 ones are, whatever their dtype, and their bytes are not converted.
+  FixtureCopy copy;
+  std::vector<RawTensor> raw;
+  for (const auto& [name, value] : fixture_tensors()) raw.push_back(encode(name, value, "F32"));
+  std::string mask(128 * 128, '\0');
+  for (std::size_t q = 0; q < 128; ++q)
+    for (std::size_t k = 0; k <= q; ++k) mask[q * 128 + k] = 1;
+  raw.push_back({"transformer.h.0.attn.bias", "BOOL", {1, 1, 128, 128}, mask});
+  raw.push_back({"transformer.h.1.attn.bias", "U8", {1, 1, 128, 128}, mask});
+  raw.push_back({"transformer.h.0.attn.masked_bias", "U8", {}, std::string(1, '\0')});
+  raw.push_back({"transformer.h.1.attn.masked_bias", "BOOL", {}, std::string(1, '\1')});
+  write_bytes(copy.file("model.safetensors"), safetensors_file(raw));
+  auto model = models::load_hf_gpt2<float>(copy.path());
+  EXPECT_LE(max_error_against_fixture(*model), 1e-5);
+}
+
+TEST(HFGPT2, AStoredHeadBitwiseEqualToWteIsTiedEvenWithANaN) {
+  // Tied weights are one tensor: a NaN in wte is in lm_head too, and NaN == NaN is false, so the
+  // comparison is of bits.
+  FixtureCopy copy;
+  NamedArrays<float> tensors = fixture_tensors();
+  tensor(tensors, "transformer.wte.weight")(3, 4) = std::numeric_limits<float>::quiet_NaN();
+  tensors.emplace_back("lm_head.weight", tensor(tensors, "transformer.wte.weight"));
+  write_model(copy.path(), tensors);
+  auto model = models::load_hf_gpt2<float>(copy.path());
+  EXPECT_TRUE(std::isnan(model->state_dict().at("wte.weight")(3, 4)));
+  EXPECT_EQ(model->state_dict().at("wte.weight")(3, 5), tensor(tensors, "transformer.wte.weight")(3, 5));
+}
+
 TEST(HFGPT2, LoadsWeightsIntoAModelBuiltFromAnEditedConfig) {
   models::GPTConfig c = models::load_hf_gpt2_config(kFixture);
   c.dropout = 0.1;  // for fine-tuning
@@ -435,13 +467,106 @@ TEST(HFGPT2, AFailedSaveLeavesTheFolderAsItWas) {
   EXPECT_EQ(read_bytes(odd.file("model.safetensors")), model_before);
   EXPECT_EQ(odd.entries(), (std::set<std::string>{"config.json", "model.safetensors"}));
 
-  // And the save that can go through replaces both.
+  // And the save that can go through replaces both, and adds generation_config.json.
   models::save_hf_gpt2(smaller, folder.path());
   EXPECT_EQ(models::load_hf_gpt2<float>(folder.path())->config().n_layer, 1);
-  EXPECT_EQ(folder.dir.entries(), (std::set<std::string>{"config.json", "model.safetensors"}));
+  EXPECT_EQ(folder.dir.entries(),
+            (std::set<std::string>{"config.json", "generation_config.json", "model.safetensors"}));
+}
+
+TEST(HFGPT2, SavesTheModelsTokenIdsAndGenerationConfig) {
+  // The fixture's generation_config.json (transformers' own) comes back byte for byte, whether it
+  // is copied from the folder or made from config.json's ids (a folder without one).
+  TempDir out;
+  models::save_hf_gpt2(*models::load_hf_gpt2<float>(kFixture), out.file("copied"));
+  EXPECT_EQ(read_bytes(out.file("copied/generation_config.json")), read_bytes(kFixture + "/generation_config.json"));
+  FixtureCopy without_generation;  // config.json and model.safetensors only
+  models::save_hf_gpt2(*models::load_hf_gpt2<float>(without_generation.path()), out.file("made"));
+  EXPECT_EQ(read_bytes(out.file("made/generation_config.json")), read_bytes(kFixture + "/generation_config.json"));
+
+  // A model built here of 500 tokens: 50256 is not one of them, its last id (499) stands for it.
+  models::GPTConfig c;
+  c.vocab_size = 500;
+  c.block_size = 8;
+  c.n_layer = 1;
+  c.n_head = 2;
+  c.n_embd = 8;
+  models::GPT<float> model(c);
+  models::save_hf_gpt2(model, out.file("fresh"));
+  const json fresh = read_json(out.file("fresh/config.json"));
+  EXPECT_EQ(fresh["bos_token_id"], 499);
+  EXPECT_EQ(fresh["eos_token_id"], 499);
+  json generation = read_json(out.file("fresh/generation_config.json"));
+  EXPECT_EQ(generation, json::parse(R"({"_from_model_config": true, "bos_token_id": 499, "eos_token_id": 499,
+      "output_attentions": false, "output_hidden_states": false, "transformers_version": "5.17.0",
+      "use_cache": true})"));
+
+  // That folder with bos and eos 0 and a generation config of its own: loaded, saved elsewhere, both
+  // come back as they were.
+  json config = fresh;
+  config["bos_token_id"] = 0;
+  config["eos_token_id"] = 0;
+  write_json(out.file("fresh/config.json"), config);
+  generation["bos_token_id"] = 0;
+  generation["eos_token_id"] = 0;
+  generation["max_length"] = 30;
+  write_json(out.file("fresh/generation_config.json"), generation);
+  auto loaded = models::load_hf_gpt2<float>(out.file("fresh"));
+  EXPECT_EQ(loaded->config().bos_token_id, 0);
+  EXPECT_EQ(loaded->config().eos_token_id, 0);
+  models::save_hf_gpt2(*loaded, out.file("again"));
+  EXPECT_EQ(read_json(out.file("again/config.json")), config);
+  EXPECT_EQ(read_json(out.file("again/generation_config.json")), generation);
+
+  // Without a generation config, the ids of config.json make it; a null id stays null (and out).
+  config["eos_token_id"] = nullptr;
+  write_json(out.file("fresh/config.json"), config);
+  fs::remove(out.file("fresh/generation_config.json"));
+  models::save_hf_gpt2(*models::load_hf_gpt2<float>(out.file("fresh")), out.file("null"));
+  EXPECT_EQ(read_json(out.file("null/config.json")), config);
+  generation = read_json(out.file("null/generation_config.json"));
+  EXPECT_EQ(generation["bos_token_id"], 0);
+  EXPECT_FALSE(generation.contains("eos_token_id"));
 }
 
 // ---- bad folders: each error names the file and the key ----------------------------------------
+
+TEST(HFGPT2, RefusesConfigSizesTheWeightsDoNotHaveBeforeBuildingAModel) {
+  // load_hf_gpt2_config is what a fine-tuning program builds its GPT from: a forged size would
+  // allocate (a billion positions of wpe) before the weights were looked at.
+  struct Case {
+    std::function<void(json&)> edit;
+    std::vector<std::string> names;
+  };
+  const std::vector<Case> cases = {
+      {[](json& c) { c["n_positions"] = 1000000000; },
+       {"\"n_positions\" is 1000000000", "\"transformer.wpe.weight\"", "128 rows"}},
+      {[](json& c) { c["vocab_size"] = 2000000000; },
+       {"\"vocab_size\" is 2000000000", "\"transformer.wte.weight\"", "384 rows"}},
+      {[](json& c) { c["n_embd"] = 1048576; }, {"\"n_embd\" is 1048576", "\"transformer.wte.weight\"", "64 columns"}},
+      {[](json& c) { c["n_inner"] = 100000000; },
+       {"\"n_inner\" is 100000000", "\"transformer.h.0.mlp.c_fc.weight\"", "256 columns"}},
+      {[](json& c) { c["n_layer"] = 100000; }, {"\"n_layer\" is 100000", "\"transformer.h.99999.attn.c_attn.weight\""}},
+  };
+  for (const Case& k : cases) {
+    FixtureCopy copy;
+    copy.edit_config(k.edit);
+    std::string message;
+    try {
+      models::load_hf_gpt2_config(copy.path());
+      ADD_FAILURE() << "load_hf_gpt2_config accepted the forged config";
+    } catch (const FormatError& e) {
+      message = e.what();
+    }
+    SCOPED_TRACE(message);
+    expect_names(message, {copy.file("config.json"), copy.file("model.safetensors")});
+    for (const std::string& name : k.names) expect_names(message, {name});
+  }
+  // A folder of config.json alone (to build a fresh model from) is read as before.
+  FixtureCopy config_only;
+  fs::remove(config_only.file("model.safetensors"));
+  EXPECT_EQ(models::load_hf_gpt2_config(config_only.path()).block_size, 128);
+}
 
 TEST(HFGPT2, RefusesAFolderWithoutConfigOrWeights) {
   FixtureCopy copy;
@@ -474,7 +599,15 @@ TEST(HFGPT2, RefusesAnotherModelTypeAndBadConfigValues) {
       {[](json& c) { c["layer_norm_epsilon"] = "small"; }, {"\"layer_norm_epsilon\""}},
       {[](json& c) { c["attn_pdrop"] = 0.1; }, {"\"attn_pdrop\"", "\"resid_pdrop\""}},
       {[](json& c) { c["scale_attn_weights"] = 1; }, {"\"scale_attn_weights\""}},
-      {[](json& c) { c = json::array({1, 2}); }, {"not a JSON object"}},
+      {[](json& c) {
+         c = json::array({1, 2});
+       },
+       {"not a JSON object"}},
+      {[](json& c) { c["eos_token_id"] = -5; }, {"\"eos_token_id\"", "-5"}},
+      {[](json& c) {
+         c["bos_token_id"] = json::array({0, 1});
+       },
+       {"\"bos_token_id\""}},
   };
   for (const Case& k : cases) {
     FixtureCopy copy;
@@ -490,6 +623,9 @@ TEST(HFGPT2, RefusesAnotherModelTypeAndBadConfigValues) {
   FixtureCopy deep;
   write_bytes(deep.file("config.json"), std::string(100000, '[') + std::string(100000, ']'));
   expect_names(load_error(deep.path()), {deep.file("config.json"), "deeper"});
+  FixtureCopy generation;  // kept for the save, so it must be a JSON object
+  write_bytes(generation.file("generation_config.json"), "[1, 2]");
+  expect_names(load_error(generation.path()), {generation.file("generation_config.json"), "not a JSON object"});
 }
 
 TEST(HFGPT2, RefusesMissingMisshapedAndUnexpectedTensors) {

@@ -3,7 +3,10 @@
 
 #include <cmath>
 #include <cstring>
+#include <new>
 #include <stdexcept>
+
+#include <xgrad/base/check.hpp>
 
 namespace xgrad::data {
 
@@ -31,8 +34,21 @@ std::uint64_t uniform_below(Generator& generator, std::uint64_t n) {
 }
 }  // namespace
 
-std::vector<std::size_t> randperm(std::size_t n, Generator& generator) {
-  std::vector<std::size_t> perm(n);
+std::vector<std::size_t> index_vector(std::size_t n, const char* who, const char* what) {
+  try {
+    return std::vector<std::size_t>(n);
+  } catch (const std::bad_alloc&) {
+  } catch (const std::length_error&) {  // n beyond the vector's max_size()
+  }
+  const auto bytes = static_cast<unsigned __int128>(n) * sizeof(std::size_t);
+  throw OutOfMemoryError(who, xgrad::detail::concat("for ", what, " (", n, " indices): tried to allocate ",
+                                                    bytes >> 64 ? std::string("more than 2^64")
+                                                                : std::to_string(static_cast<std::uint64_t>(bytes)),
+                                                    " bytes"));
+}
+
+std::vector<std::size_t> randperm(std::size_t n, Generator& generator, const char* who) {
+  std::vector<std::size_t> perm = index_vector(n, who, "a permutation of the dataset's indices");
   for (std::size_t i = 0; i < n; ++i) perm[i] = i;
   // Fisher-Yates from the back: position i takes a uniform pick of 0..i.
   for (std::size_t i = n; i > 1; --i) std::swap(perm[i - 1], perm[uniform_below(generator, i)]);

@@ -33,8 +33,13 @@ class Dataset {
 namespace detail {
 // Throws std::out_of_range "<who>: index <index> is out of range for <size> examples".
 void check_index(const std::string& who, std::size_t index, std::size_t size);
-// A uniformly random permutation of 0 .. n - 1 (torch.randperm), drawn from generator.
-std::vector<std::size_t> randperm(std::size_t n, Generator& generator);
+// A uniformly random permutation of 0 .. n - 1 (torch.randperm), drawn from generator; `who` names
+// the caller when the memory for it cannot be had (index_vector).
+std::vector<std::size_t> randperm(std::size_t n, Generator& generator, const char* who = "randperm");
+// n indices (zeros), e.g. one epoch of a sampler. When the memory cannot be had (num_samples = 1e9
+// is 8 GB) it throws xgrad::OutOfMemoryError "<who>: not enough memory for <what> (<n> indices):
+// tried to allocate <bytes> bytes" instead of a bare std::bad_alloc.
+std::vector<std::size_t> index_vector(std::size_t n, const char* who, const char* what);
 // Uniform on 0 .. n - 1 (n >= 1), without modulo bias.
 std::size_t uniform_index(Generator& generator, std::size_t n);
 // The lengths random_split uses: whole counts summing to `size`, or fractions summing to 1

@@ -1,6 +1,8 @@
 // Samplers (sampler.hpp).
 #include <xgrad/data/sampler.hpp>
 
+#include <new>
+
 #include <xgrad/base/check.hpp>
 #include <xgrad/data/dataset.hpp>
 
@@ -12,7 +14,7 @@ void Sampler::load_state(const std::optional<GeneratorState>& state) {
 }
 
 std::vector<std::size_t> SequentialSampler::indices() {
-  std::vector<std::size_t> order(size_);
+  std::vector<std::size_t> order = detail::index_vector(size_, "SequentialSampler", "the dataset's indices");
   for (std::size_t i = 0; i < size_; ++i) order[i] = i;
   return order;
 }
@@ -27,9 +29,9 @@ RandomSampler::RandomSampler(std::size_t size, Generator generator, bool replace
 }
 
 std::vector<std::size_t> RandomSampler::indices() {
-  if (!replacement_) return detail::randperm(data_size_, generator_);
+  if (!replacement_) return detail::randperm(data_size_, generator_, "RandomSampler");
   XGRAD_CHECK(data_size_ > 0, "RandomSampler: cannot draw with replacement from an empty dataset");
-  std::vector<std::size_t> order(num_samples_);
+  std::vector<std::size_t> order = detail::index_vector(num_samples_, "RandomSampler", "an epoch of num_samples");
   for (auto& i : order) i = detail::uniform_index(generator_, data_size_);
   return order;
 }
@@ -55,9 +57,9 @@ std::vector<std::size_t> DistributedSampler::indices() {
   if (options_.shuffle()) {
     // seed + epoch, wrapping as torch's manual_seed does for a 64-bit seed.
     Generator generator(options_.seed() + static_cast<std::uint64_t>(epoch_));
-    order = detail::randperm(dataset_size_, generator);
+    order = detail::randperm(dataset_size_, generator, "DistributedSampler");
   } else {
-    order.resize(dataset_size_);
+    order = detail::index_vector(dataset_size_, "DistributedSampler", "the dataset's indices");
     for (std::size_t i = 0; i < dataset_size_; ++i) order[i] = i;
   }
   const std::size_t total = total_size();
@@ -88,11 +90,17 @@ std::size_t BatchSampler::size() const {
 std::vector<std::vector<std::size_t>> BatchSampler::batches() {
   const std::vector<std::size_t> order = sampler_->indices();
   std::vector<std::vector<std::size_t>> out;
-  out.reserve(order.size() / batch_size_ + 1);
-  for (std::size_t begin = 0; begin < order.size(); begin += batch_size_) {
-    const std::size_t end = std::min(order.size(), begin + batch_size_);
-    if (drop_last_ && end - begin < batch_size_) break;
-    out.emplace_back(order.begin() + begin, order.begin() + end);
+  try {
+    out.reserve(order.size() / batch_size_ + 1);
+    for (std::size_t begin = 0; begin < order.size(); begin += batch_size_) {
+      const std::size_t end = std::min(order.size(), begin + batch_size_);
+      if (drop_last_ && end - begin < batch_size_) break;
+      out.emplace_back(order.begin() + begin, order.begin() + end);
+    }
+  } catch (const std::bad_alloc&) {  // the batches copy the order: twice its memory
+    throw OutOfMemoryError("BatchSampler", xgrad::detail::concat("for an epoch's batches of ", batch_size_, " (",
+                                                                 order.size(), " indices, copied into batches: ",
+                                                                 order.size() * sizeof(std::size_t), " bytes more)"));
   }
   return out;
 }

@@ -213,10 +213,15 @@ std::uint32_t TokenFile::at(std::uint64_t i) const {
   return static_cast<std::uint32_t>(id);
 }
 
-void TokenFile::read(std::uint64_t offset, std::size_t n, std::int64_t* out) const {
+// Before anything is read or allocated; offset + n may wrap, so it is not computed.
+void TokenFile::check_range(std::uint64_t offset, std::size_t n) const {
   if (offset > count_ || n > count_ - offset)
-    throw std::out_of_range(where(path_) + "ids " + std::to_string(offset) + " to " + std::to_string(offset + n) +
-                            " (exclusive) are out of range for " + std::to_string(count_) + " ids");
+    throw std::out_of_range(where(path_) + std::to_string(n) + " ids from id " + std::to_string(offset) +
+                            " are out of range for " + std::to_string(count_) + " ids");
+}
+
+void TokenFile::read(std::uint64_t offset, std::size_t n, std::int64_t* out) const {
+  check_range(offset, n);
   for (std::size_t k = 0; k < n; ++k) {
     const std::uint64_t id = raw(offset + k);
     if (vocab_size_ > 0 && id >= vocab_size_) bad_id(offset + k, id);
@@ -225,6 +230,7 @@ void TokenFile::read(std::uint64_t offset, std::size_t n, std::int64_t* out) con
 }
 
 std::vector<std::int64_t> TokenFile::read(std::uint64_t offset, std::size_t n) const {
+  check_range(offset, n);  // before the vector of n ids is allocated
   std::vector<std::int64_t> out(n);
   read(offset, n, out.data());
   return out;
@@ -257,8 +263,9 @@ TokenWindowDataset::TokenWindowDataset(std::shared_ptr<const TokenFile> tokens, 
     : tokens_(std::move(tokens)), block_size_(block_size), size_(0) {
   XGRAD_CHECK(tokens_ != nullptr, "TokenWindowDataset: the token file is null");
   XGRAD_CHECK(block_size_ > 0, "TokenWindowDataset: block_size must be positive, got 0");
+  // Not "at least block_size + 1": that overflows for block_size = SIZE_MAX.
   XGRAD_CHECK(tokens_->size() > block_size_, "TokenWindowDataset: '", tokens_->path(), "' has ", tokens_->size(),
-              " ids; a window of block_size ", block_size_, " needs at least ", block_size_ + 1);
+              " ids; a window of block_size ", block_size_, " needs block_size + 1 ids (more than ", block_size_, ")");
   size_ = static_cast<std::size_t>(tokens_->size() - block_size_);
 }
 

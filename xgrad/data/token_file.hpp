@@ -167,7 +167,8 @@ class TokenFile {
 
   // Id i; std::out_of_range past the end, FormatError if it is not below vocab_size().
   std::uint32_t at(std::uint64_t i) const;
-  // Ids offset .. offset + n - 1 as int64 into out; the same checks.
+  // Ids offset .. offset + n - 1 as int64 into out; the same checks (the range checked first:
+  // std::out_of_range naming the file, n and offset).
   void read(std::uint64_t offset, std::size_t n, std::int64_t* out) const;
   std::vector<std::int64_t> read(std::uint64_t offset, std::size_t n) const;
 
@@ -178,6 +179,7 @@ class TokenFile {
 
  private:
   void open(const std::string& path, const HeaderlessTokens* headerless);
+  void check_range(std::uint64_t offset, std::size_t n) const;
   std::uint64_t raw(std::uint64_t i) const;
   [[noreturn]] void bad_id(std::uint64_t position, std::uint64_t id) const;
 
@@ -211,7 +213,7 @@ struct TokenBatch {
 // the file's vocab_size (FormatError naming the file and the position).
 class TokenWindowDataset : public Dataset<TokenWindow> {
  public:
-  // The file needs at least block_size + 1 ids; otherwise std::invalid_argument naming it.
+  // The file needs more than block_size ids; otherwise std::invalid_argument naming it.
   TokenWindowDataset(std::shared_ptr<const TokenFile> tokens, std::size_t block_size);
   std::size_t size() const override { return size_; }
   TokenWindow get(std::size_t index) const override;

@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,15 @@ struct GPTConfig {
   double layer_norm_eps = 1e-5;      // every LayerNorm's eps (layer_norm_epsilon)
   std::int64_t n_inner = 0;          // the MLP's hidden width; 0: 4 * n_embd (n_inner = null)
   std::string activation = "gelu";   // the MLP's: "gelu" (erf), "gelu_tanh" (GPT-2's gelu_new) or "relu"
+  // Hugging Face's bos_token_id and eos_token_id, which GPT does not use: load_hf_gpt2 keeps
+  // config.json's and save_hf_gpt2 writes them back. Unset (a model built here): 50256, GPT-2's
+  // <|endoftext|> and GPT2Config's default, when vocab_size holds it, else vocab_size - 1. -1: none
+  // (null in config.json).
+  std::optional<std::int64_t> bos_token_id, eos_token_id;
+  // The text save_hf_gpt2 writes as generation_config.json: load_hf_gpt2_config's is the folder's
+  // (keys sorted, 2-space indent, as save_pretrained writes it). Empty (a model built here, or a
+  // folder without one): save_hf_gpt2 writes transformers' default one with the token ids above.
+  std::string generation_config;
 };
 
 template <class T = float>

@@ -1,7 +1,7 @@
 // Hugging Face GPT-2 folders. Loading trusts the folder for nothing: config.json is checked key by
 // key, then every tensor's name, dtype and shape in the safetensors headers against the config,
 // and only then is the model built and are the tensors read (a forged config cannot make it
-// allocate more than the files hold). Saving stages both files before renaming either into place.
+// allocate more than the files hold). Saving stages the three files before renaming any into place.
 #include <xgrad/models/hf_gpt2.hpp>
 
 #include <fcntl.h>
@@ -16,6 +16,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <utility>
@@ -41,6 +42,11 @@ constexpr std::uint64_t kMaxJsonBytes = std::uint64_t(64) << 20;
 constexpr int kMaxJsonDepth = 64;
 // Every size of the config (the model's dims) must fit a 32-bit int, as in transformers' kernels.
 constexpr std::int64_t kMaxSize = std::numeric_limits<std::int32_t>::max();
+// GPT-2's <|endoftext|>, GPT2Config's bos_token_id and eos_token_id.
+constexpr std::int64_t kEndOfText = 50256;
+// The transformers release whose save_pretrained files save_hf_gpt2 writes (tests/fixtures/hf-gpt2-tiny
+// was made with it).
+constexpr const char* kTransformersVersion = "5.17.0";
 
 template <class... Args>
 [[noreturn]] void malformed(const std::string& file, const Args&... args) {
@@ -133,6 +139,19 @@ class ConfigReader {
     return v->get<std::string>();
   }
 
+  // A token id: an integer >= 0, or null (-1: none); GPT2Config's 50256 when absent. It is not
+  // checked against vocab_size: transformers writes 50256 for any vocabulary.
+  std::int64_t token_id(const char* key) const {
+    const json* v = find(key);
+    if (v == nullptr) return kEndOfText;
+    if (v->is_null()) return -1;
+    if (v->is_number_unsigned() && v->get<std::uint64_t>() <= std::uint64_t(std::numeric_limits<std::int64_t>::max()))
+      return static_cast<std::int64_t>(v->get<std::uint64_t>());
+    if (v->is_number_integer() && !v->is_number_unsigned() && v->get<std::int64_t>() >= 0)
+      return v->get<std::int64_t>();
+    malformed(path_, quote(key), " must be a token id (an integer >= 0) or null, got ", excerpt(*v));
+  }
+
   // An option xgrad implements only at its default value: refused by name otherwise.
   void require_default(const char* key, bool default_value) const {
     if (boolean(key, default_value) != default_value)
@@ -175,6 +194,8 @@ GPTConfig parse_config(const std::string& path, const json& root) {
   c.n_inner = n_inner == nullptr || n_inner->is_null() ? 0 : r.size("n_inner", 0);
   c.layer_norm_eps = r.number("layer_norm_epsilon", 1e-5, 0.0, 1.0);
   c.bias = true;
+  c.bos_token_id = r.token_id("bos_token_id");
+  c.eos_token_id = r.token_id("eos_token_id");
 
   const std::string activation = r.string("activation_function", "gelu_new");
   const auto it = activations().find(activation);
@@ -338,11 +359,43 @@ Checkpoint read_checkpoint_files(const std::string& dir) {
   return ck;
 }
 
-// Reads the headers and checks every tensor against config c (`origin`: where c comes from).
-Checkpoint read_checkpoint(const std::string& dir, const GPTConfig& c, const char* origin) {
+// The checkpoint's files and tensors, with the prefix of its names.
+Checkpoint read_checkpoint_headers(const std::string& dir) {
   Checkpoint ck = read_checkpoint_files(dir);
   ck.prefix = ck.tensors.count("wte.weight") != 0 && ck.tensors.count("transformer.wte.weight") == 0 ? ""
                                                                                                     : "transformer.";
+  return ck;
+}
+
+// config.json's sizes against the stored shapes, so that a forged size is refused, naming its key,
+// before a model of that size is allocated: vocab_size and n_embd against wte, n_positions against
+// wpe, n_inner against the first c_fc, n_layer against the last layer's c_attn. A tensor that is
+// missing or not 2-D here is left to read_checkpoint's check, which names it.
+void check_sizes(const std::string& config_path, const GPTConfig& c, const Checkpoint& ck) {
+  const auto dim = [&](const std::string& said, std::int64_t value, const std::string& tensor, std::size_t axis,
+                       const char* what) {
+    const auto it = ck.tensors.find(ck.prefix + tensor);
+    if (it == ck.tensors.end() || it->second.entry.shape.size() != 2) return;
+    const std::size_t stored = it->second.entry.shape[axis];
+    if (stored != static_cast<std::size_t>(value))
+      malformed(config_path, said, " but ", quote(ck.prefix + tensor), " in '", it->second.file, "' has ", stored, " ",
+                what);
+  };
+  dim(detail::concat("\"vocab_size\" is ", c.vocab_size), c.vocab_size, "wte.weight", 0, "rows");
+  dim(detail::concat("\"n_embd\" is ", c.n_embd), c.n_embd, "wte.weight", 1, "columns");
+  dim(detail::concat("\"n_positions\" is ", c.block_size), c.block_size, "wpe.weight", 0, "rows");
+  const std::int64_t F = c.n_inner > 0 ? c.n_inner : 4 * c.n_embd;
+  dim(c.n_inner > 0 ? detail::concat("\"n_inner\" is ", F) : detail::concat("\"n_inner\" is null (4 n_embd = ", F, ")"),
+      F, "h.0.mlp.c_fc.weight", 1, "columns");
+  const std::string last = ck.prefix + "h." + std::to_string(c.n_layer - 1) + ".attn.c_attn.weight";
+  if (ck.tensors.count(last) == 0)
+    malformed(config_path, "\"n_layer\" is ", c.n_layer, " but '", ck.listing, "' has no ", quote(last), " (no layer ",
+              c.n_layer - 1, ")");
+}
+
+// Reads the headers and checks every tensor against config c (`origin`: where c comes from).
+Checkpoint read_checkpoint(const std::string& dir, const GPTConfig& c, const char* origin) {
+  Checkpoint ck = read_checkpoint_headers(dir);
   std::set<std::string> used;
   const auto check = [&](const std::string& name, const Shape& shape) {
     const auto it = ck.tensors.find(name);
@@ -382,9 +435,9 @@ Array<T> transposed(const Array<T>& a) {  // (rows, cols) -> (cols, rows)
 template <class T>
 nn::StateDict<T> read_state(const Checkpoint& ck, const GPTConfig& c) {
   std::map<std::string, Array<T>> values;  // the tensors GPT takes, and lm_head.weight
-  for (const std::string& file : ck.files)
-    for (auto& [name, array] : load_safetensors<T>(file))
-      if (!is_mask_buffer(name, ck.prefix, c.n_layer)) values[name] = std::move(array);
+  const auto weight = [&](const std::string& name) { return !is_mask_buffer(name, ck.prefix, c.n_layer); };
+  for (const std::string& file : ck.files)  // the mask buffers, of any dtype (BOOL, U8), are not read
+    for (auto& [name, array] : load_safetensors_if<T>(file, weight)) values[name] = std::move(array);
   const auto value = [&](const std::string& name, const Shape& shape) -> Array<T>& {
     const auto it = values.find(name);
     if (it == values.end() || shape_of(it->second) != shape)  // the file changed since its header was read
@@ -399,7 +452,8 @@ nn::StateDict<T> read_state(const Checkpoint& ck, const GPTConfig& c) {
   if (ck.tensors.count("lm_head.weight") != 0) {
     const Array<T>& wte = state.at("wte.weight");
     const Array<T>& head = value("lm_head.weight", shape_of(wte));
-    if (!std::equal(head.begin(), head.end(), wte.begin()))
+    // Tied means the same bits: a NaN in wte is tied to the same NaN (== would call them different).
+    if (std::memcmp(head.data(), wte.data(), wte.size() * sizeof(T)) != 0)
       malformed(ck.tensors.at("lm_head.weight").file, "tensor \"lm_head.weight\" differs from \"", ck.prefix,
                 "wte.weight\": xgrad's GPT ties the head to the token embedding");
   }
@@ -416,6 +470,14 @@ std::string hf_activation(const std::string& activation) {
   return activation;
 }
 
+// A token id as config.json holds it: the model's (-1: null), else the default of a model built
+// here: 50256 when the vocabulary holds it, else its last id (GPTConfig's comment).
+json token_id(const char* key, const std::optional<std::int64_t>& id, std::int64_t vocab_size) {
+  if (!id) return std::min(kEndOfText, vocab_size - 1);
+  XGRAD_CHECK(*id >= -1, kSave, ": ", key, " must be a token id >= 0, or -1 for none, got ", *id);
+  return *id == -1 ? json(nullptr) : json(*id);
+}
+
 // config.json as GPT2Config.save_pretrained writes it for this model (its keys sorted, 2-space indent).
 std::string hf_config_text(const GPTConfig& c) {
   json j = json::object();
@@ -423,10 +485,10 @@ std::string hf_config_text(const GPTConfig& c) {
   j["add_cross_attention"] = false;
   j["architectures"] = json::array({"GPT2LMHeadModel"});
   j["attn_pdrop"] = c.dropout;
-  j["bos_token_id"] = 50256;
+  j["bos_token_id"] = token_id("bos_token_id", c.bos_token_id, c.vocab_size);
   j["dtype"] = "float32";
   j["embd_pdrop"] = c.dropout;
-  j["eos_token_id"] = 50256;
+  j["eos_token_id"] = token_id("eos_token_id", c.eos_token_id, c.vocab_size);
   j["initializer_range"] = 0.02;
   j["layer_norm_epsilon"] = c.layer_norm_eps;
   j["model_type"] = "gpt2";
@@ -448,6 +510,23 @@ std::string hf_config_text(const GPTConfig& c) {
   j["tie_word_embeddings"] = true;
   j["use_cache"] = true;
   j["vocab_size"] = c.vocab_size;
+  return j.dump(2) + "\n";
+}
+
+// generation_config.json: the loaded folder's, else what save_pretrained writes for a GPT-2 without
+// one (GenerationConfig.from_model_config: the token ids that are not null, and the flags).
+std::string hf_generation_config_text(const GPTConfig& c) {
+  if (!c.generation_config.empty()) return c.generation_config;
+  json j = json::object();
+  j["_from_model_config"] = true;
+  for (const auto& [key, id] : {std::pair{"bos_token_id", c.bos_token_id}, std::pair{"eos_token_id", c.eos_token_id}}) {
+    const json v = token_id(key, id, c.vocab_size);
+    if (!v.is_null()) j[key] = v;
+  }
+  j["output_attentions"] = false;
+  j["output_hidden_states"] = false;
+  j["transformers_version"] = kTransformersVersion;
+  j["use_cache"] = true;
   return j.dump(2) + "\n";
 }
 
@@ -545,7 +624,16 @@ GPTConfig load_hf_gpt2_config(const std::string& dir) {
   if (!is_file(path))
     throw std::runtime_error(detail::concat(kLoad, ": '", path, "' does not exist: a Hugging Face model folder holds "
                                             "config.json and model.safetensors"));
-  return parse_config(path, read_json(path));
+  GPTConfig c = parse_config(path, read_json(path));
+  const std::string generation = join(dir, "generation_config.json");
+  if (is_file(generation)) {
+    const json g = read_json(generation);
+    if (!g.is_object()) malformed(generation, "not a JSON object (it is ", g.type_name(), ")");
+    c.generation_config = g.dump(2) + "\n";  // as save_pretrained writes it: keys sorted, 2-space indent
+  }
+  if (is_file(join(dir, "model.safetensors")) || is_file(join(dir, "model.safetensors.index.json")))
+    check_sizes(path, c, read_checkpoint_headers(dir));
+  return c;
 }
 
 template <class T>
@@ -569,6 +657,7 @@ void save_hf_gpt2(const GPT<T>& model, const std::string& dir) {
   const GPTConfig& c = model.config();
   XGRAD_CHECK(c.bias, kSave, ": the model has bias=false; GPT-2 has biases in every linear and LayerNorm");
   const std::string config_text = hf_config_text(c);  // refuses an activation GPT-2 has no name for
+  const std::string generation_text = hf_generation_config_text(c);
   const nn::StateDict<T> state = model.state_dict();
   NamedArrays<float> tensors;
   for_each_slot(c, "transformer.", [&](const Slot& slot) {
@@ -577,11 +666,16 @@ void save_hf_gpt2(const GPT<T>& model, const std::string& dir) {
   });
   // safetensors' Python writer orders the tensors by name (within a dtype).
   std::sort(tensors.begin(), tensors.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::vector<Staged> files(2);
+  const auto text = [](const std::string& t) {
+    return [&t](std::ostream& out) { out.write(t.data(), static_cast<std::streamsize>(t.size())); };
+  };
+  std::vector<Staged> files(3);
   files[0].name = "config.json";
-  files[0].write = [&](std::ostream& out) { out.write(config_text.data(), static_cast<std::streamsize>(config_text.size())); };
+  files[0].write = text(config_text);
   files[1].name = "model.safetensors";
   files[1].write = [&](std::ostream& out) { write_safetensors(out, tensors, {{"format", "pt"}}); };
+  files[2].name = "generation_config.json";
+  files[2].write = text(generation_text);
   save_together(dir, files);
 }
 

@@ -23,8 +23,10 @@
 //
 // The weights of GPT-2's Conv1D are stored (in, out) and transposed into Linear's (out, in);
 // c_attn's output is q, k, v concatenated, which is in_proj_weight's row order. The buffers
-// h.{i}.attn.bias and h.{i}.attn.masked_bias (the causal mask) are skipped; lm_head.weight, when
-// stored, must equal wte's. F32, F64, F16 and BF16 tensors are converted to T.
+// h.{i}.attn.bias and h.{i}.attn.masked_bias (the causal mask) are skipped, whatever their dtype
+// (older transformers stored BOOL or U8 masks), and not read; lm_head.weight, when stored, must
+// equal wte's bit for bit (a NaN in wte is tied to the same NaN). F32, F64, F16 and BF16 tensors
+// are converted to T.
 //
 // config.json (missing keys take GPT2Config's defaults): model_type must be "gpt2"; vocab_size,
 // n_positions, n_embd, n_layer, n_head, n_inner (null: 4 n_embd), layer_norm_epsilon;
@@ -32,8 +34,10 @@
 // "relu"; attn_pdrop, embd_pdrop and resid_pdrop must be equal (GPT has one dropout). Options GPT
 // does not implement are refused by name when they are not their default:
 // scale_attn_by_inverse_layer_idx, reorder_and_upcast_attn, add_cross_attention (false),
-// scale_attn_weights and tie_word_embeddings (true), another activation_function. Keys that do not
-// change the language model (bos/eos ids, summary_*, task_specific_params, n_ctx) are not read.
+// scale_attn_weights and tie_word_embeddings (true), another activation_function. bos_token_id and
+// eos_token_id (an integer >= 0 or null, absent: 50256) are kept in GPTConfig for save_hf_gpt2, and
+// so is the text of generation_config.json when the folder has one. Other keys that do not change
+// the language model (summary_*, task_specific_params, n_ctx) are not read.
 //
 // Errors: a file that cannot be read (a folder without config.json) throws std::runtime_error
 // naming it; bad content throws xgrad::FormatError (a std::runtime_error) naming the file and the
@@ -50,7 +54,11 @@
 
 namespace xgrad::models {
 
-// Reads and checks dir/config.json.
+// Reads and checks dir/config.json (and keeps dir/generation_config.json's text). When the folder
+// has weights, its sizes are checked against their headers before it is returned, so that a model
+// built from it allocates no more than the files hold: a forged size throws FormatError naming
+// config.json, the key and the tensor ("n_positions" is 1000000000 but "transformer.wpe.weight"
+// ... has 128 rows). A folder of config.json alone is read without that check.
 GPTConfig load_hf_gpt2_config(const std::string& dir);
 
 // Builds the GPT that dir's config.json describes (`generator` draws its initial weights, which
@@ -66,12 +74,16 @@ template <class T>
 void load_hf_gpt2_weights(GPT<T>& model, const std::string& dir);
 
 // Writes `model` as save_pretrained does: dir/config.json (GPT2Config's keys, as transformers
-// writes them) and dir/model.safetensors (the names above with the "transformer." prefix, F32,
-// sorted by name, metadata {"format": "pt"}; neither the attention mask buffers nor lm_head).
-// The folder is created when missing. Both files are written to temporary files first and then
-// renamed over the old ones: a failed save (std::runtime_error naming the file, or
-// std::invalid_argument for a model GPT-2 cannot hold: bias=false) leaves the folder's previous
-// files as they were. A target that exists and is not a regular file is refused before anything
+// writes them, with the config's bos_token_id and eos_token_id), dir/model.safetensors (the names
+// above with the "transformer." prefix, F32, sorted by name, metadata {"format": "pt"}; neither the
+// attention mask buffers nor lm_head) and dir/generation_config.json (the config's
+// generation_config, else transformers' default one: _from_model_config, the token ids,
+// output_attentions, output_hidden_states, transformers_version, use_cache). A model built here
+// has no ids of its own: 50256 (GPT-2's <|endoftext|>) is written when the vocabulary holds it,
+// else its last id. The folder is created when missing. The three files are written to temporary
+// files first and then renamed over the old ones: a failed save (std::runtime_error naming the
+// file, or std::invalid_argument for a model GPT-2 cannot hold: bias=false) leaves the folder's
+// previous files as they were. A target that exists and is not a regular file is refused before anything
 // is written; a symbolic link is written through. A model.safetensors.index.json already in the
 // folder is left there (transformers and load_hf_gpt2 read model.safetensors first).
 template <class T>

@@ -365,9 +365,13 @@ Array<T> decode(const SafetensorsEntry& e, const unsigned char* p) {
   return a;
 }
 
-void check_loadable(const std::string& where, const SafetensorsHeader& header) {
+bool keep_all(const std::string&) { return true; }
+
+// The dtype of every tensor that `keep` selects.
+void check_loadable(const std::string& where, const SafetensorsHeader& header,
+                    const SafetensorsFilter& keep = keep_all) {
   for (const auto& e : header.tensors)
-    if (e.dtype != "F32" && e.dtype != "F64" && e.dtype != "F16" && e.dtype != "BF16")
+    if (keep(e.name) && e.dtype != "F32" && e.dtype != "F64" && e.dtype != "F16" && e.dtype != "BF16")
       malformed(where, "tensor ", quote(e.name), " has dtype ", e.dtype,
                 ", which xgrad does not load (it loads F16, BF16, F32 and F64)");
 }
@@ -457,13 +461,20 @@ SafetensorsHeader read_safetensors_header(const std::string& path) {
 
 template <class T>
 NamedArrays<T> load_safetensors(const std::string& path, SafetensorsMetadata* metadata) {
+  return load_safetensors_if<T>(path, keep_all, metadata);
+}
+
+template <class T>
+NamedArrays<T> load_safetensors_if(const std::string& path, const SafetensorsFilter& keep,
+                                   SafetensorsMetadata* metadata) {
   InputFile file(path);
   const SafetensorsHeader header = read_header(file);
-  check_loadable(path, header);
+  check_loadable(path, header, keep);
   const std::uint64_t data_start = 8 + header.header_size;
   NamedArrays<T> result;
   std::vector<unsigned char> bytes;
   for (const auto& e : header.tensors) {
+    if (!keep(e.name)) continue;
     bytes.resize(e.end - e.begin);
     file.read(data_start + e.begin, bytes.size(), bytes.data());
     result.emplace_back(e.name, decode<T>(e, bytes.data()));
@@ -539,5 +550,9 @@ void save_safetensors(const NamedArrays<T>& tensors, const std::string& path,
 XGRAD_INSTANTIATE(float)
 XGRAD_INSTANTIATE(double)
 #undef XGRAD_INSTANTIATE
+template NamedArrays<float> load_safetensors_if<float>(const std::string&, const SafetensorsFilter&,
+                                                       SafetensorsMetadata*);
+template NamedArrays<double> load_safetensors_if<double>(const std::string&, const SafetensorsFilter&,
+                                                         SafetensorsMetadata*);
 
 }  // namespace xgrad

@@ -22,13 +22,15 @@
 // becoming +-inf; F32 into double is exact); F16 and BF16 are converted exactly (subnormals,
 // infinities and NaN included). The other dtypes of the format (BOOL, U8, I8, F8_E5M2, F8_E4M3,
 // I16, U16, I32, U32, I64, U64) are recognised in the header, which read_safetensors_header
-// reports, but loading one as floating point throws FormatError. Saving writes F32 for float and
+// reports, but loading one as floating point throws FormatError (load_safetensors_if leaves such a
+// tensor unread when it is not selected). Saving writes F32 for float and
 // F64 for double, the header padded with spaces to a multiple of 8 bytes (as the reference
 // implementation does) and the tensors laid out contiguously in the given order.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <ostream>
 #include <string>
@@ -74,6 +76,16 @@ SafetensorsHeader read_safetensors_header(const std::string& path);
 // or holds a tensor of a dtype other than F16, BF16, F32, F64.
 template <class T = float>
 NamedArrays<T> load_safetensors(const std::string& path, SafetensorsMetadata* metadata = nullptr);
+
+// Selects tensors by name.
+using SafetensorsFilter = std::function<bool(const std::string&)>;
+
+// Loads only the tensors whose names `keep` accepts, in the order of the header: the others are
+// neither read nor converted, whatever their dtype (a BOOL attention mask beside float weights).
+// The header is validated whole, as by load_safetensors.
+template <class T = float>
+NamedArrays<T> load_safetensors_if(const std::string& path, const SafetensorsFilter& keep,
+                                   SafetensorsMetadata* metadata = nullptr);
 
 // The same from bytes in memory; `name` stands for the file in error messages.
 template <class T = float>
