@@ -236,24 +236,28 @@ Regex::Regex(std::string pattern, bool literal) : pattern_(std::move(pattern)), 
 }
 
 void Regex::find_all(std::string_view text, std::vector<std::pair<std::size_t, std::size_t>>& matches) const {
+  for_each_match(text, [&](std::size_t begin, std::size_t end) { matches.emplace_back(begin, end); });
+}
+
+void Regex::for_each_match(std::string_view text, const std::function<void(std::size_t, std::size_t)>& match) const {
   const std::size_t n = text.size();
   if (literal_) {  // Hugging Face's &str pattern: non-overlapping, left to right; "" matches nothing
     if (pattern_.empty()) return;
     for (std::size_t at = text.find(pattern_); at != std::string_view::npos;
          at = text.find(pattern_, at + pattern_.size()))
-      matches.emplace_back(at, at + pattern_.size());
+      match(at, at + pattern_.size());
     return;
   }
-  MatchData match(compiled_->code);
+  MatchData data(compiled_->code);
   const auto* s = reinterpret_cast<PCRE2_SPTR>(text.data());
   std::size_t at = 0, last_end = std::string_view::npos;
   while (at <= n) {
-    int rc = pcre2_match(compiled_->code, s, n, at, PCRE2_NO_UTF_CHECK, match.data, nullptr);
+    int rc = pcre2_match(compiled_->code, s, n, at, PCRE2_NO_UTF_CHECK, data.data, nullptr);
     if (rc < 0 && rc != PCRE2_ERROR_NOMATCH)  // the JIT's stack: the interpreter keeps its own on the heap
-      rc = pcre2_match(compiled_->code, s, n, at, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, match.data, nullptr);
+      rc = pcre2_match(compiled_->code, s, n, at, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, data.data, nullptr);
     if (rc == PCRE2_ERROR_NOMATCH) return;
     if (rc < 0) throw std::runtime_error("the pattern " + pattern_.substr(0, 200) + ": PCRE2 " + pcre2_message(rc));
-    const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match.data);
+    const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(data.data);
     const std::size_t begin = ovector[0], end = ovector[1];
     if (begin == end && begin == last_end) {  // Oniguruma's find_iter: move one character on
       if (at >= n) return;
@@ -261,7 +265,7 @@ void Regex::find_all(std::string_view text, std::vector<std::pair<std::size_t, s
       while (at < n && (s[at] & 0xC0) == 0x80) ++at;
       continue;
     }
-    matches.emplace_back(begin, end);
+    match(begin, end);
     at = last_end = end;
   }
 }

@@ -16,6 +16,7 @@
 // original bytes. The pieces always concatenate to the input.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -63,6 +64,8 @@ class Regex {
   // skipped (the search moves one character on). Throws std::runtime_error when PCRE2 gives up
   // (a resource limit), naming the pattern.
   void find_all(std::string_view text, std::vector<std::pair<std::size_t, std::size_t>>& matches) const;
+  // The same, each match given to `match(begin, end)` as it is found.
+  void for_each_match(std::string_view text, const std::function<void(std::size_t, std::size_t)>& match) const;
   const std::string& pattern() const { return pattern_; }
 
  private:

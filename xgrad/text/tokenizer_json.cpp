@@ -492,31 +492,34 @@ void encode_word(const hf::Pipeline& p, std::string_view word, std::vector<std::
 }
 
 // A normalized stretch: pre-tokenizer, then the model.
-void encode_normalized(const hf::Pipeline& p, std::string text, bool first, std::vector<std::int32_t>& ids) {
+void encode_normalized(const hf::Pipeline& p, std::string_view text, bool first, std::vector<std::int32_t>& ids) {
   std::vector<std::int32_t> scratch;
   if (p.pre_tokenizers.empty()) {
     encode_word(p, text, ids, scratch);
     return;
   }
-  std::vector<hf::Piece> pieces;
-  pieces.push_back({std::move(text), first});
-  hf::pre_tokenize(p.pre_tokenizers, pieces);
-  for (const hf::Piece& piece : pieces) encode_word(p, piece.text, ids, scratch);
+  hf::pre_tokenize(p.pre_tokenizers, hf::Piece{text, first},
+                   [&](const hf::Piece& piece) { encode_word(p, piece.text, ids, scratch); });
 }
 
 // A stretch of the raw text between added tokens: normalized, split at normalized added tokens.
 void encode_stretch(const hf::Pipeline& p, std::string_view raw, bool first, std::vector<std::int32_t>& ids) {
-  std::string text(raw);
-  hf::normalize(p.normalizers, text);
+  std::string normalized;
+  std::string_view text = raw;
+  if (!p.normalizers.empty()) {
+    normalized.assign(raw);
+    hf::normalize(p.normalizers, normalized);
+    text = normalized;
+  }
   if (p.normalized_added.empty()) {
-    encode_normalized(p, std::move(text), first, ids);
+    encode_normalized(p, text, first, ids);
     return;
   }
   split_added(p.normalized_added, text, [&](std::string_view part, std::int32_t id, std::size_t offset) {
     if (id >= 0)
       ids.push_back(id);
     else
-      encode_normalized(p, std::string(part), first && offset == 0, ids);
+      encode_normalized(p, part, first && offset == 0, ids);
   });
 }
 

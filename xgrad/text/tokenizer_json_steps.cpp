@@ -64,17 +64,9 @@ struct Segment {
   bool is_match;
 };
 
-// NormalizedString::split: the matches and the text between them, grouped by `behavior`, then
-// every removed or empty part dropped.
-void split_piece(Piece piece, const Matches& matches, SplitBehavior behavior, bool invert, std::vector<Piece>& out) {
-  std::vector<Segment> all;
-  std::size_t at = 0;
-  for (const auto& [begin, end] : matches) {
-    if (begin > at) all.push_back({at, begin, invert});
-    all.push_back({begin, end, !invert});
-    at = end;
-  }
-  if (at < piece.text.size()) all.push_back({at, piece.text.size(), invert});
+// The behaviors that join neighbours (NormalizedString::split's folds): the segments grouped, each
+// group's is_match false.
+std::vector<Segment> group(const std::vector<Segment>& all, SplitBehavior behavior) {
   std::vector<Segment> grouped;
   bool previous = false;
   auto fold = [&](const Segment& s, bool extend) {
@@ -84,7 +76,7 @@ void split_piece(Piece piece, const Matches& matches, SplitBehavior behavior, bo
       else
         grouped.back().end = s.end;
     } else {
-      grouped.push_back({s.begin, s.end, behavior == SplitBehavior::removed && s.is_match});
+      grouped.push_back({s.begin, s.end, false});
     }
     previous = s.is_match;
   };
@@ -92,91 +84,103 @@ void split_piece(Piece piece, const Matches& matches, SplitBehavior behavior, bo
     for (auto it = all.rbegin(); it != all.rend(); ++it) fold(*it, it->is_match && !previous);
     std::reverse(grouped.begin(), grouped.end());
   } else {
-    for (const Segment& s : all) {
-      const bool extend = behavior == SplitBehavior::contiguous             ? s.is_match == previous
-                          : behavior == SplitBehavior::merged_with_previous ? s.is_match && !previous
-                                                                            : false;
-      fold(s, extend);
-    }
+    for (const Segment& s : all)
+      fold(s, behavior == SplitBehavior::contiguous ? s.is_match == previous : s.is_match && !previous);
   }
-  for (const Segment& s : grouped) {
-    if (s.is_match || s.end == s.begin) continue;  // is_match here: removed
-    out.push_back({piece.text.substr(s.begin, s.end - s.begin), piece.first && s.begin == 0});
-  }
+  return grouped;
 }
 
-void split_step(const PreTokenizer& step, std::vector<Piece>& pieces) {
-  std::vector<Piece> out;
-  out.reserve(pieces.size());
-  Matches matches;
-  for (Piece& piece : pieces) {
-    matches.clear();
-    step.pattern->find_all(piece.text, matches);
-    split_piece(std::move(piece), matches, step.behavior, step.invert, out);
-  }
-  pieces.swap(out);
+// NormalizedString::split: the matches of `pattern` and the text between them, grouped by
+// `behavior`; removed and empty parts are dropped. Isolated and Removed stream their parts.
+template <class Next>
+void split_piece(const Piece& piece, const Regex& pattern, SplitBehavior behavior, bool invert, const Next& next) {
+  const std::string_view text = piece.text;
+  const bool streams = behavior == SplitBehavior::isolated || behavior == SplitBehavior::removed;
+  std::vector<Segment> all;
+  auto segment = [&](std::size_t begin, std::size_t end, bool is_match) {
+    if (!streams)
+      all.push_back({begin, end, is_match});
+    else if (end > begin && !(behavior == SplitBehavior::removed && is_match))
+      next(Piece{text.substr(begin, end - begin), piece.first && begin == 0});
+  };
+  std::size_t at = 0;
+  pattern.for_each_match(text, [&](std::size_t begin, std::size_t end) {
+    if (begin > at) segment(at, begin, invert);
+    segment(begin, end, !invert);
+    at = end;
+  });
+  if (at < text.size()) segment(at, text.size(), invert);
+  if (streams) return;
+  for (const Segment& s : group(all, behavior))
+    if (s.end > s.begin) next(Piece{text.substr(s.begin, s.end - s.begin), piece.first && s.begin == 0});
 }
 
 // ByteLevel: a space before each piece (add_prefix_space), GPT-2's pattern (use_regex), then each
 // byte as its character of bytes_to_unicode.
-void byte_level_step(const PreTokenizer& step, std::vector<Piece>& pieces) {
+template <class Next>
+void byte_level_step(const PreTokenizer& step, const Piece& piece, const Next& next) {
   static const Pretokenizer gpt2;
-  std::vector<Piece> out;
-  out.reserve(pieces.size());
-  std::vector<std::string_view> parts;
-  for (Piece& piece : pieces) {
-    if (step.add_prefix_space && (piece.text.empty() || piece.text[0] != ' ')) piece.text.insert(0, " ");
-    if (!step.use_regex) {
-      out.push_back({unicode_from_bytes(piece.text), piece.first});
-      continue;
-    }
-    parts.clear();
-    gpt2.split(piece.text, parts);
-    for (std::size_t i = 0; i < parts.size(); ++i) out.push_back({unicode_from_bytes(parts[i]), piece.first && i == 0});
+  std::string spaced;
+  std::string_view text = piece.text;
+  if (step.add_prefix_space && (text.empty() || text[0] != ' ')) {
+    spaced = " " + std::string(text);
+    text = spaced;
   }
-  pieces.swap(out);
+  if (!step.use_regex) {
+    const std::string chars = unicode_from_bytes(text);
+    next(Piece{chars, piece.first});
+    return;
+  }
+  const std::vector<std::string_view> parts = gpt2.split(text);
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    const std::string chars = unicode_from_bytes(parts[i]);
+    next(Piece{chars, piece.first && i == 0});
+  }
 }
 
 // Metaspace: spaces become the replacement, which is put before the piece as prepend_scheme says
 // (unless there already), then the piece is split before each replacement (MergedWithNext).
-void metaspace_step(const PreTokenizer& step, std::vector<Piece>& pieces) {
-  std::vector<Piece> out;
-  out.reserve(pieces.size());
-  const Regex space(" ", true);
-  Matches matches;
-  for (Piece& piece : pieces) {
-    piece.text = replace_all(space, step.replacement, piece.text);
-    const bool has = piece.text.compare(0, step.replacement.size(), step.replacement) == 0;
-    if (!has && (step.prepend == PreTokenizer::Prepend::always ||
-                 (step.prepend == PreTokenizer::Prepend::first && piece.first)))
-      piece.text.insert(0, step.replacement);
-    if (!step.split) {
-      out.push_back(std::move(piece));
-      continue;
-    }
-    matches.clear();
-    step.pattern->find_all(piece.text, matches);
-    split_piece(std::move(piece), matches, SplitBehavior::merged_with_next, false, out);
+template <class Next>
+void metaspace_step(const PreTokenizer& step, const Piece& piece, const Next& next) {
+  static const Regex space(" ", true);
+  std::string text = replace_all(space, step.replacement, std::string(piece.text));
+  const bool has = text.compare(0, step.replacement.size(), step.replacement) == 0;
+  if (!has &&
+      (step.prepend == PreTokenizer::Prepend::always || (step.prepend == PreTokenizer::Prepend::first && piece.first)))
+    text.insert(0, step.replacement);
+  if (!step.split) {
+    next(Piece{text, piece.first});
+    return;
   }
-  pieces.swap(out);
+  split_piece(Piece{text, piece.first}, *step.pattern, SplitBehavior::merged_with_next, false, next);
+}
+
+void run_steps(const std::vector<PreTokenizer>& steps, std::size_t k, const Piece& piece,
+               const std::function<void(const Piece&)>& sink) {
+  if (k == steps.size()) {
+    sink(piece);
+    return;
+  }
+  const PreTokenizer& step = steps[k];
+  const auto next = [&](const Piece& part) { run_steps(steps, k + 1, part, sink); };
+  switch (step.kind) {
+    case PreTokenizer::Kind::split:
+      split_piece(piece, *step.pattern, step.behavior, step.invert, next);
+      break;
+    case PreTokenizer::Kind::byte_level:
+      byte_level_step(step, piece, next);
+      break;
+    case PreTokenizer::Kind::metaspace:
+      metaspace_step(step, piece, next);
+      break;
+  }
 }
 
 }  // namespace
 
-void pre_tokenize(const std::vector<PreTokenizer>& steps, std::vector<Piece>& pieces) {
-  for (const PreTokenizer& step : steps) {
-    switch (step.kind) {
-      case PreTokenizer::Kind::split:
-        split_step(step, pieces);
-        break;
-      case PreTokenizer::Kind::byte_level:
-        byte_level_step(step, pieces);
-        break;
-      case PreTokenizer::Kind::metaspace:
-        metaspace_step(step, pieces);
-        break;
-    }
-  }
+void pre_tokenize(const std::vector<PreTokenizer>& steps, const Piece& piece,
+                  const std::function<void(const Piece&)>& sink) {
+  run_steps(steps, 0, piece, sink);
 }
 
 // ---------------------------------------------------------------------------------------------

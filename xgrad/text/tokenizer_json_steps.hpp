@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -26,10 +27,10 @@ struct Normalizer {
 };
 void normalize(const std::vector<Normalizer>& steps, std::string& text);
 
-// One piece of text on its way to the model. `first`: it starts where the original text starts
-// (Metaspace's prepend_scheme "first").
+// One piece of text on its way to the model, a view valid while the sink that gets it runs.
+// `first`: it starts where the original text starts (Metaspace's prepend_scheme "first").
 struct Piece {
-  std::string text;
+  std::string_view text;
   bool first = false;
 };
 
@@ -48,7 +49,10 @@ struct PreTokenizer {
   enum class Prepend { always, first, never } prepend = Prepend::always;
   bool split = true;
 };
-void pre_tokenize(const std::vector<PreTokenizer>& steps, std::vector<Piece>& pieces);
+// Runs the steps on `piece` depth first, calling sink(piece) for each final piece in order (no
+// list of a whole text's pieces is ever built).
+void pre_tokenize(const std::vector<PreTokenizer>& steps, const Piece& piece,
+                  const std::function<void(const Piece&)>& sink);
 
 // The BPE model.
 struct BPEModel {
