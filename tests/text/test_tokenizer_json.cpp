@@ -4,6 +4,8 @@
 // normalizers; and files that must be refused by name.
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include <nlohmann/json.hpp>
 
 #include <xgrad/serialize/format_error.hpp>
@@ -99,6 +101,33 @@ TEST(HFTokenizer, RefusesIdsWithoutTokenAndTextThatIsNotUtf8) {
             std::string::npos);
   EXPECT_THROW(tok.id_to_token(100000), std::invalid_argument);
   EXPECT_NE(thrown<xgrad::text::Utf8Error>([&] { tok.encode("ok \xff"); }).find("byte offset 3"), std::string::npos);
+}
+
+// One tokenizer (one cache) on four threads gives each thread the ids one thread alone gets.
+TEST(HFTokenizer, EncodesOnSeveralThreadsAtOnce) {
+  const HFTokenizer tok = HFTokenizer::from_file(fixture("bytelevel-llama3/tokenizer.json"));
+  const json cases = json::parse(xgrad::testing::read_file(fixture("bytelevel-llama3/cases.json")));
+  std::vector<std::string> texts;
+  for (const json& c : cases["cases"]) texts.push_back(c["text"]);
+  std::vector<std::vector<std::int64_t>> results(4);
+  std::vector<std::thread> threads;
+  for (std::size_t t = 0; t < results.size(); ++t)
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 5; ++round)
+        for (std::size_t i = 0; i < texts.size(); ++i) {
+          const auto ids = tok.encode(texts[(i + 37 * t) % texts.size()], false);
+          if (round == 0) results[t].insert(results[t].end(), ids.begin(), ids.end());
+        }
+    });
+  for (auto& thread : threads) thread.join();
+  for (std::size_t t = 0; t < results.size(); ++t) {
+    std::vector<std::int64_t> expected;
+    for (std::size_t i = 0; i < texts.size(); ++i) {
+      const auto ids = ids_of(cases["cases"][(i + 37 * t) % texts.size()]["ids"]);
+      expected.insert(expected.end(), ids.begin(), ids.end());
+    }
+    EXPECT_EQ(results[t], expected) << "thread " << t;
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
