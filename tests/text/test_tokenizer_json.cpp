@@ -159,6 +159,34 @@ TEST(HFTokenizer, UnicodeNormalizersComeFromUtf8proc) {
             std::string("a\0b", 3));
 }
 
+// An added token with normalized: true is found in the normalized text (its own content normalized
+// too); with normalized: false, in the raw text only.
+TEST(HFTokenizer, NormalizedAddedTokensMatchAfterTheNormalizer) {
+  auto with_added = [](bool normalized) {
+    std::string text = small_json(R"({"type": "NFC"})");
+    const std::string added = R"("added_tokens": [{"id": 13, "content": "xe\u0301", "special": false, "normalized": )" +
+                              std::string(normalized ? "true" : "false") + "}]";
+    return HFTokenizer::from_json(text.replace(text.find(R"("added_tokens": [])"), 18, added));
+  };
+  const std::string decomposed =
+      "axe\xCC\x81"
+      "b";  // a x e+◌́ b
+  // normalized: the content "xe◌́" becomes "xé" and is found in the NFC text.
+  EXPECT_EQ(with_added(true).encode(decomposed, false), (std::vector<std::int64_t>{1, 13, 2}));
+  EXPECT_EQ(with_added(true).encode("ax\xC3\xA9"
+                                    "b",
+                                    false),
+            (std::vector<std::int64_t>{1, 13, 2}));
+  // not normalized: only the raw "xe◌́" matches, never the precomposed "xé".
+  EXPECT_EQ(with_added(false).encode(decomposed, false), (std::vector<std::int64_t>{1, 13, 2}));
+  EXPECT_EQ(with_added(false).encode("ax\xC3\xA9"
+                                     "b",
+                                     false),
+            (std::vector<std::int64_t>{1, 10, 4, 2}));
+  EXPECT_EQ(with_added(true).token_to_id("xe\xCC\x81"), 13);
+  EXPECT_FALSE(with_added(true).is_special(13));
+}
+
 TEST(HFTokenizer, UnknownCharactersFuseAndMetaspaceFirst) {
   const HFTokenizer fused = HFTokenizer::from_json(small_json("null", "null", R"("fuse_unk": true, )"));
   EXPECT_EQ(fused.encode("a\xE2\x82\xAC\xE2\x82\xAC"

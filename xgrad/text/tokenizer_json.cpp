@@ -378,6 +378,7 @@ void read_added_tokens(const Reader& r, const json& root, hf::Pipeline& p) {
                                std::to_string(in_vocab->second));
     set_token(r, p, id, content, path + ".id");
     p.special[id] = special;
+    p.added_ids[content] = static_cast<std::int32_t>(id);
     if (!r.boolean(v, "normalized", path, !special)) {
       p.raw_added.add(content, static_cast<std::int32_t>(id));
       continue;
@@ -582,11 +583,11 @@ std::string HFTokenizer::decode(const std::vector<std::int64_t>& ids, bool skip_
 
 std::int64_t HFTokenizer::token_to_id(std::string_view token) const {
   const hf::Pipeline& p = *pipeline_;
-  const auto it = p.model.vocab.find(std::string(token));
-  if (it != p.model.vocab.end()) return it->second;
-  for (std::size_t id = 0; id < p.tokens.size(); ++id)  // added tokens outside the model's vocabulary
-    if (p.has_token[id] && p.tokens[id] == token) return static_cast<std::int64_t>(id);
-  return -1;
+  const std::string key(token);
+  const auto added = p.added_ids.find(key);  // the library looks at added tokens first
+  if (added != p.added_ids.end()) return added->second;
+  const auto it = p.model.vocab.find(key);
+  return it == p.model.vocab.end() ? -1 : it->second;
 }
 
 const std::string& HFTokenizer::id_to_token(std::int64_t id) const {
@@ -598,7 +599,8 @@ const std::string& HFTokenizer::id_to_token(std::int64_t id) const {
 }
 
 bool HFTokenizer::is_special(std::int64_t id) const {
-  return id_to_token(id).empty() ? false : pipeline_->special[id] != 0;
+  id_to_token(id);  // throws for an id without a token
+  return pipeline_->special[id] != 0;
 }
 
 std::size_t HFTokenizer::vocab_size() const { return pipeline_->tokens.size(); }

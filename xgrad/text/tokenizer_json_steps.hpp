@@ -94,10 +94,11 @@ std::string decode(const std::vector<Decoder>& steps, std::vector<std::string> t
 
 // Everything a tokenizer.json describes, read and checked.
 struct Pipeline {
-  std::vector<std::string> tokens;  // by id (model and added); "" where an id has none
-  std::vector<char> has_token;      // by id
-  std::vector<char> special;        // by id: an added token with special: true
-  AddedTokenMatcher raw_added;      // normalized: false
+  std::vector<std::string> tokens;                          // by id (model and added); "" where an id has none
+  std::vector<char> has_token;                              // by id
+  std::vector<char> special;                                // by id: an added token with special: true
+  std::unordered_map<std::string, std::int32_t> added_ids;  // added tokens by content
+  AddedTokenMatcher raw_added;                              // normalized: false
   AddedTokenMatcher normalized_added;
   std::vector<Normalizer> normalizers;
   std::vector<PreTokenizer> pre_tokenizers;
