@@ -7,7 +7,8 @@
 //    throw xgrad::FormatError; a file that loads must round-trip the input as text too;
 //  - a Hugging Face tokenizer.json (HFTokenizer, any model the file describes): refused with
 //    FormatError, or it loads and encodes and decodes a fixed text (PCRE2 giving up on a pattern
-//    of the file, std::runtime_error, is an outcome too).
+//    of the file, std::runtime_error, and Replace steps refused for growing a text past 64x,
+//    std::invalid_argument, are outcomes too).
 // Anything else (another exception, a crash, a sanitizer report, a leak, a hang) is a finding.
 #include <cstddef>
 #include <cstdint>
@@ -64,7 +65,8 @@ void load_hf(std::string_view input) {
     const std::vector<std::int64_t> ids = tok->encode(text, true);
     tok->decode(ids, false);
     tok->decode(ids, true);
-  } catch (const std::runtime_error&) {  // a resource limit of PCRE2 on the file's pattern
+  } catch (const std::runtime_error&) {     // a resource limit of PCRE2 on the file's pattern
+  } catch (const std::invalid_argument&) {  // Replace steps that grow the text past 64x
   }
 }
 

@@ -206,6 +206,30 @@ TEST(HFTokenizer, UnknownCharactersFuseAndMetaspaceFirst) {
   EXPECT_EQ(first.tokenize("bb"), (std::vector<std::string>{"ab", "b"}));
 }
 
+// Replace steps that make the text grow without end (an empty match, a long content, many steps)
+// are stopped at 64x + 1 KiB instead of exhausting memory.
+TEST(HFTokenizer, RefusesNormalizersAndDecodersThatBlowUpTheText) {
+  const std::string grow =
+      R"({"type": "Replace", "pattern": {"Regex": ""}, "content": ")" + std::string(200, 'x') + "\"}";
+  std::string steps = grow;
+  for (int i = 0; i < 9; ++i) steps += ", " + grow;
+  const HFTokenizer normalizer =
+      HFTokenizer::from_json(small_json(R"({"type": "Sequence", "normalizers": [)" + steps + "]}"));
+  EXPECT_NE(thrown<std::invalid_argument>([&] {
+              normalizer.encode("ab");
+            }).find("normalizer makes a text longer than 1152 bytes"),
+            std::string::npos);
+  const HFTokenizer decoder =
+      HFTokenizer::from_json(small_json("null", "null", "", R"({"type": "Sequence", "decoders": [)" + steps + "]}"));
+  EXPECT_NE(thrown<std::invalid_argument>([&] {
+              decoder.decode({1, 2});
+            }).find("decoder makes a text longer than"),
+            std::string::npos);
+  const HFTokenizer once =
+      HFTokenizer::from_json(small_json(R"({"type": "Replace", "pattern": {"String": "b"}, "content": "ab"})"));
+  EXPECT_EQ(once.encode("bb", false), (std::vector<std::int64_t>{3, 3}));  // an ordinary Replace still works
+}
+
 // Each bad file is refused with the file's name, the key path and what was expected.
 TEST(HFTokenizer, RefusesUnsupportedAndMalformedFilesByName) {
   const std::string good = small_json("null");

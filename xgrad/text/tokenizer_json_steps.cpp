@@ -3,6 +3,7 @@
 #include <xgrad/text/tokenizer_json_steps.hpp>
 
 #include <algorithm>
+#include <stdexcept>
 #include <utility>
 
 #include <xgrad/text/bpe_merge.hpp>
@@ -13,8 +14,19 @@ namespace {
 
 using Matches = std::vector<std::pair<std::size_t, std::size_t>>;
 
-// `text` with every match of `pattern` replaced by `content` (Replace: a literal content).
-std::string replace_all(const Regex& pattern, const std::string& content, const std::string& text) {
+// A file's Replace steps (an empty match, a long content, many steps) could make a text grow
+// without end: a normalizer or decoder may make its text at most this much longer.
+std::size_t growth_limit(std::size_t size) { return 64 * size + 1024; }
+
+[[noreturn]] void refuse_growth(const char* step, std::size_t limit) {
+  throw std::invalid_argument(std::string("HFTokenizer: the tokenizer.json's ") + step + " makes a text longer than " +
+                              std::to_string(limit) + " bytes (64 times its length + 1 KiB); refused");
+}
+
+// `text` with every match of `pattern` replaced by `content` (Replace: a literal content), at most
+// `limit` bytes long (else refused, naming `step`).
+std::string replace_all(const Regex& pattern, const std::string& content, const std::string& text,
+                        std::size_t limit = std::string::npos, const char* step = "") {
   Matches matches;
   pattern.find_all(text, matches);
   if (matches.empty()) return text;
@@ -25,6 +37,7 @@ std::string replace_all(const Regex& pattern, const std::string& content, const 
     out.append(text, at, begin - at);
     out += content;
     at = end;
+    if (out.size() > limit) refuse_growth(step, limit);
   }
   out.append(text, at, std::string::npos);
   return out;
@@ -39,18 +52,20 @@ std::size_t char_length(unsigned char lead) { return lead < 0x80 ? 1 : lead < 0x
 // Normalizers
 
 void normalize(const std::vector<Normalizer>& steps, std::string& text) {
+  const std::size_t limit = growth_limit(text.size());
   for (const Normalizer& step : steps) {
     switch (step.kind) {
       case Normalizer::Kind::prepend:  // Prepend: only a non-empty text
         if (!text.empty()) text.insert(0, step.text);
         break;
       case Normalizer::Kind::replace:
-        text = replace_all(*step.pattern, step.text, text);
+        text = replace_all(*step.pattern, step.text, text, limit, "normalizer");
         break;
       case Normalizer::Kind::unicode:
         text = normalize_unicode(text, step.form);
         break;
     }
+    if (text.size() > limit) refuse_growth("normalizer", limit);
   }
 }
 
@@ -294,6 +309,12 @@ std::string utf8_lossy(std::string_view bytes) {
 
 namespace {
 
+std::size_t total_size(const std::vector<std::string>& tokens) {
+  std::size_t n = 0;
+  for (const std::string& token : tokens) n += token.size();
+  return n;
+}
+
 // "<0xNN>" -> its byte (ByteFallback: Rust's u8::from_str_radix, which also takes "+N").
 bool byte_token(const std::string& token, unsigned char& byte) {
   if (token.size() != 6 || token.compare(0, 3, "<0x") != 0 || token[5] != '>') return false;
@@ -342,7 +363,7 @@ std::string strip(const std::string& token, const std::string& c, std::size_t st
   return token.substr(begin, end - begin);
 }
 
-void decode_step(const Decoder& step, std::vector<std::string>& tokens) {
+void decode_step(const Decoder& step, std::vector<std::string>& tokens, std::size_t limit) {
   switch (step.kind) {
     case Decoder::Kind::byte_level: {  // a token with a character outside the alphabet gives its own bytes
       std::string all, bytes;
@@ -350,9 +371,15 @@ void decode_step(const Decoder& step, std::vector<std::string>& tokens) {
       tokens.assign(1, utf8_lossy(all));
       break;
     }
-    case Decoder::Kind::replace:
-      for (std::string& token : tokens) token = replace_all(*step.pattern, step.content, token);
+    case Decoder::Kind::replace: {  // the tokens together stay within `limit`
+      std::size_t others = total_size(tokens);
+      for (std::string& token : tokens) {
+        others -= token.size();
+        token = replace_all(*step.pattern, step.content, token, limit - std::min(limit, others), "decoder");
+        others += token.size();
+      }
       break;
+    }
     case Decoder::Kind::byte_fallback:
       byte_fallback(tokens);
       break;
@@ -377,7 +404,8 @@ void decode_step(const Decoder& step, std::vector<std::string>& tokens) {
 }  // namespace
 
 std::string decode(const std::vector<Decoder>& steps, std::vector<std::string> tokens) {
-  for (const Decoder& step : steps) decode_step(step, tokens);
+  const std::size_t limit = growth_limit(total_size(tokens));
+  for (const Decoder& step : steps) decode_step(step, tokens, limit);
   std::string out;
   for (const std::string& token : tokens) out += token;
   return out;
