@@ -22,22 +22,6 @@
 
 #include "bench_util.hpp"
 
-namespace {
-
-// The verses' text, as `bible` prints it (headers and verse numbers kept: they are text too).
-std::string read_bible() {
-  FILE* pipe = popen("COLUMNS=1000 bible \"gen1:1-rev22:21\" 2>/dev/null", "r");
-  std::string all;
-  if (pipe != nullptr) {
-    char buffer[1 << 16];
-    for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) all.append(buffer, n);
-    pclose(pipe);
-  }
-  return all;
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
   CLI::App app{"GPT-2 tokenizer encoding speed"};
   std::string text_path, tokenizer_dir = std::string(XGRAD_SOURCE_DIR) + "/tests/fixtures/tokenizer", ids_out;
@@ -50,7 +34,7 @@ int main(int argc, char** argv) {
 
   std::string text;
   if (text_path.empty()) {
-    text = read_bible();
+    text = xgrad::bench::read_kjv();
     if (text.empty()) {
       std::cerr << "bench_tokenizer: the `bible` program printed nothing (apt-get install bible-kjv), or pass --text\n";
       return 1;

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <string>
 #include <vector>
 
 namespace xgrad::bench {
@@ -34,6 +36,19 @@ inline double peak_rss_mib() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   return static_cast<double>(usage.ru_maxrss) / 1024.0;
+}
+
+// The King James Bible's verses as Debian's `bible` prints them (package bible-kjv; headers and
+// verse numbers kept: they are text too), or "" when the program is missing.
+inline std::string read_kjv() {
+  FILE* pipe = popen("COLUMNS=1000 bible \"gen1:1-rev22:21\" 2>/dev/null", "r");
+  std::string all;
+  if (pipe != nullptr) {
+    char buffer[1 << 16];
+    for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) all.append(buffer, n);
+    pclose(pipe);
+  }
+  return all;
 }
 
 }  // namespace xgrad::bench

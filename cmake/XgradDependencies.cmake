@@ -18,3 +18,4 @@ xgrad_require(Threads libc6-dev)
 include(XgradFindDNNL)  # oneDNN, the float32 and bf16 gemms (xgrad/backend/onednn.cpp), without OpenCL
 xgrad_require(OpenMP libgomp1)  # oneDNN's threads; xgrad sets their count (omp_set_num_threads)
 include(XgradFindPCRE2)  # PCRE2, GPT-2's pre-tokenization pattern (xgrad/text/pretokenizer.cpp)
+include(XgradFindUtf8proc)  # utf8proc, tokenizer.json's NFC/NFKC normalizers (xgrad/text/utf8.cpp)

@@ -4,17 +4,23 @@
 //    give the input's bytes exactly, valid UTF-8 or not;
 //  - a file: read as vocab.bpe (beside that tokenizer's encoder.json), as encoder.json (beside its
 //    vocab.bpe), as both (split at the first NUL byte) and as tokenizer.json. A malformed file must
-//    throw xgrad::FormatError; a file that loads must round-trip the input as text too.
+//    throw xgrad::FormatError; a file that loads must round-trip the input as text too;
+//  - a Hugging Face tokenizer.json (HFTokenizer, any model the file describes): refused with
+//    FormatError, or it loads and encodes and decodes a fixed text (PCRE2 giving up on a pattern
+//    of the file, std::runtime_error, and Replace steps refused for growing a text past 64x,
+//    std::invalid_argument, are outcomes too).
 // Anything else (another exception, a crash, a sanitizer report, a leak, a hang) is a finding.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <string_view>
 
 #include <xgrad/serialize/format_error.hpp>
 #include <xgrad/text/bpe.hpp>
 #include <xgrad/text/bpe_trainer.hpp>
+#include <xgrad/text/tokenizer_json.hpp>
 
 namespace {
 
@@ -47,6 +53,23 @@ void load(std::string_view text, Load&& load_tokenizer) {
   }
 }
 
+void load_hf(std::string_view input) {
+  std::unique_ptr<xgrad::text::HFTokenizer> tok;
+  try {
+    tok = std::make_unique<xgrad::text::HFTokenizer>(xgrad::text::HFTokenizer::from_json(input));
+  } catch (const xgrad::FormatError&) {
+    return;
+  }
+  const std::string_view text = "In the beginning, caf\xc3\xa9 \xf0\x9f\x98\x80 <|endoftext|> <s>  x\n\n";
+  try {
+    const std::vector<std::int64_t> ids = tok->encode(text, true);
+    tok->decode(ids, false);
+    tok->decode(ids, true);
+  } catch (const std::runtime_error&) {     // a resource limit of PCRE2 on the file's pattern
+  } catch (const std::invalid_argument&) {  // Replace steps that grow the text past 64x
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -60,5 +83,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (nul != std::string_view::npos)
     load(input, [&] { return BPETokenizer::from_json_and_merges(input.substr(0, nul), input.substr(nul + 1)); });
   load(input, [&] { return BPETokenizer::from_tokenizer_json_bytes(input); });
+  load_hf(input);
   return 0;
 }

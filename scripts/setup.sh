@@ -9,6 +9,7 @@ packages=(
   libxtensor-dev libxtensor-blas-dev libxsimd-dev libopenblas-dev libcereal-dev
   libdnnl-dev  # oneDNN, the float32 / bf16 gemm backend (xgrad/backend/onednn.cpp)
   libpcre2-dev  # PCRE2: GPT-2's pre-tokenization pattern, Unicode properties (xgrad/text/pretokenizer.cpp)
+  libutf8proc-dev  # utf8proc: Unicode normalization (NFC, NFKC) for tokenizer.json normalizers (xgrad/text/utf8.cpp)
   libgtest-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev libfmt-dev
   clang libclang-rt-14-dev libomp-dev  # the libFuzzer targets (fuzz/run.sh); libomp-dev: clang's OpenMP
   libopenmpi-dev openmpi-bin  # xgrad::distributed (XGRAD_WITH_MPI) and its tests under mpirun

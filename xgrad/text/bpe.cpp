@@ -1,11 +1,10 @@
 #include <xgrad/text/bpe.hpp>
+#include <xgrad/text/bpe_merge.hpp>
 #include <xgrad/text/messages.hpp>
 
 #include <algorithm>
 #include <array>
 #include <limits>
-#include <mutex>
-#include <queue>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -61,9 +60,13 @@ std::uint64_t pair_key(std::int32_t a, std::int32_t b) {
 
 const std::vector<std::string>& bytes_to_unicode() { return byte_table().chars; }
 
-std::string bytes_from_unicode(std::string_view token) {
+namespace {
+
+// Decodes `token` from the byte alphabet into `out`: npos, or the offset of the first character
+// outside the alphabet.
+std::size_t bytes_of_alphabet(std::string_view token, std::string& out) {
   const auto& table = byte_table();
-  std::string out;
+  out.clear();
   out.reserve(token.size());
   const auto* s = reinterpret_cast<const unsigned char*>(token.data());
   for (std::size_t i = 0; i < token.size();) {
@@ -75,12 +78,26 @@ std::string bytes_from_unicode(std::string_view token) {
       cp = ((s[i] & 0x1Fu) << 6) | (s[i + 1] & 0x3Fu), k = 2;
     }
     if (k == 0 || cp >= table.byte_of_codepoint.size() || table.byte_of_codepoint[cp] < 0 || (k == 2 && cp < 0x80))
-      throw std::invalid_argument("bytes_from_unicode: " + quote(token) + " has a character at byte " +
-                                  std::to_string(i) + " that is not in GPT-2's byte alphabet");
+      return i;
     out.push_back(static_cast<char>(table.byte_of_codepoint[cp]));
     i += k;
   }
+  return std::string_view::npos;
+}
+
+}  // namespace
+
+std::string bytes_from_unicode(std::string_view token) {
+  std::string out;
+  const std::size_t bad = bytes_of_alphabet(token, out);
+  if (bad != std::string_view::npos)
+    throw std::invalid_argument("bytes_from_unicode: " + quote(token) + " has a character at byte " +
+                                std::to_string(bad) + " that is not in GPT-2's byte alphabet");
   return out;
+}
+
+bool bytes_from_unicode(std::string_view token, std::string& out) {
+  return bytes_of_alphabet(token, out) == std::string_view::npos;
 }
 
 std::string unicode_from_bytes(std::string_view bytes) {
@@ -92,76 +109,13 @@ std::string unicode_from_bytes(std::string_view bytes) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The merge loop
-
-namespace {
-
-// encoder.py's bpe(): while some adjacent pair has a rank, take the lowest-ranked pair and merge
-// each occurrence of it, left to right, without overlaps. Here the pairs wait in a heap ordered by
-// (rank, position); all entries of the lowest rank are taken at once (they are the occurrences of
-// one pair, by position), checked against the current symbols (entries go stale as neighbours
-// merge), merged, and only then are the new pairs pushed: exactly encoder.py's order, even for
-// merge lists where a new pair outranks the one just merged. Symbols sit in a linked list.
-template <class RankOf>
-void merge_symbols(std::vector<std::int32_t>& symbols, RankOf&& rank_of) {
-  const std::size_t n = symbols.size();
-  if (n < 2) return;
-  struct Entry {
-    std::int64_t rank;
-    std::int32_t pos, left, right, merged;
-    bool operator>(const Entry& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
-  };
-  std::vector<std::int32_t> next(n), prev(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    next[i] = i + 1 < n ? static_cast<std::int32_t>(i + 1) : -1;
-    prev[i] = static_cast<std::int32_t>(i) - 1;
-  }
-  std::vector<char> alive(n, 1);
-  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> heap;
-  auto push = [&](std::int32_t pos) {
-    if (pos < 0 || next[pos] < 0) return;
-    const std::int32_t a = symbols[pos], b = symbols[next[pos]];
-    const detail::MergeRule rule = rank_of(a, b);
-    if (rule.rank >= 0) heap.push({rule.rank, pos, a, b, rule.merged});
-  };
-  for (std::size_t i = 0; i + 1 < n; ++i) push(static_cast<std::int32_t>(i));
-  std::vector<Entry> batch;
-  std::vector<std::int32_t> changed;
-  while (!heap.empty()) {
-    const std::int64_t rank = heap.top().rank;
-    batch.clear();
-    while (!heap.empty() && heap.top().rank == rank) {
-      batch.push_back(heap.top());
-      heap.pop();
-    }
-    changed.clear();
-    for (const Entry& e : batch) {  // by position
-      const std::int32_t p = e.pos;
-      if (!alive[p] || symbols[p] != e.left || next[p] < 0 || symbols[next[p]] != e.right) continue;
-      const std::int32_t q = next[p];
-      symbols[p] = e.merged;
-      alive[q] = 0;
-      next[p] = next[q];
-      if (next[q] >= 0) prev[next[q]] = p;
-      changed.push_back(p);
-    }
-    for (const std::int32_t p : changed) {
-      if (!alive[p]) continue;
-      push(prev[p]);
-      push(p);
-    }
-  }
-  std::size_t w = 0;
-  for (std::int32_t p = 0; p >= 0; p = next[p]) symbols[w++] = symbols[p];
-  symbols.resize(w);
-}
-
-}  // namespace
+// The merge loop (bpe_merge.hpp)
 
 std::vector<std::int32_t> detail::bpe_merge(std::vector<std::int32_t> symbols,
                                             MergeRule (*rank_of)(const void*, std::int32_t, std::int32_t),
                                             const void* context) {
-  merge_symbols(symbols, [&](std::int32_t a, std::int32_t b) { return rank_of(context, a, b); });
+  merge_symbols(symbols, MergeOrder::all_occurrences,
+                [&](std::int32_t a, std::int32_t b) { return rank_of(context, a, b); });
   return symbols;
 }
 
@@ -177,15 +131,6 @@ struct detail::BPETables {
     const auto it = merges.find(pair_key(a, b));
     return it == merges.end() ? detail::MergeRule{-1, -1} : it->second;
   }
-};
-
-// Pieces merged before, by their bytes. Bounded: cleared when full (hostile input of endless
-// distinct pieces must not grow it without end).
-struct detail::BPECache {
-  static constexpr std::size_t kMaxEntries = std::size_t{1} << 17;
-  static constexpr std::size_t kMaxPiece = 128;
-  std::mutex mutex;
-  std::unordered_map<std::string, std::vector<std::int32_t>> pieces;
 };
 
 namespace {
@@ -276,24 +221,13 @@ void BPETokenizer::encode_ordinary(std::string_view text, std::vector<std::int64
       out.push_back(t.byte_id[static_cast<unsigned char>(piece[0])]);
       continue;
     }
-    const bool cacheable = piece.size() <= detail::BPECache::kMaxPiece;
-    if (cacheable) {
-      std::lock_guard<std::mutex> lock(cache_->mutex);
-      const auto it = cache_->pieces.find(std::string(piece));
-      if (it != cache_->pieces.end()) {
-        out.insert(out.end(), it->second.begin(), it->second.end());
-        continue;
-      }
-    }
+    if (cache_->find(piece, out)) continue;
     symbols.resize(piece.size());
     for (std::size_t i = 0; i < piece.size(); ++i) symbols[i] = t.byte_id[static_cast<unsigned char>(piece[i])];
-    merge_symbols(symbols, [&](std::int32_t a, std::int32_t b) { return t.rank_of(a, b); });
+    merge_symbols(symbols, MergeOrder::all_occurrences,
+                  [&](std::int32_t a, std::int32_t b) { return t.rank_of(a, b); });
     out.insert(out.end(), symbols.begin(), symbols.end());
-    if (cacheable) {
-      std::lock_guard<std::mutex> lock(cache_->mutex);
-      if (cache_->pieces.size() >= detail::BPECache::kMaxEntries) cache_->pieces.clear();
-      cache_->pieces.emplace(std::string(piece), symbols);
-    }
+    cache_->store(piece, symbols);
   }
 }
 

@@ -58,6 +58,8 @@ const std::vector<std::string>& bytes_to_unicode();
 // A token's bytes from its text in that alphabet ("Ġthe" -> " the"); throws std::invalid_argument
 // when a character is not in the alphabet.
 std::string bytes_from_unicode(std::string_view token);
+// The same without throwing: false (and `out` unspecified) when a character is not in the alphabet.
+bool bytes_from_unicode(std::string_view token, std::string& out);
 // The inverse: "\n the" -> "ĊĠthe".
 std::string unicode_from_bytes(std::string_view bytes);
 

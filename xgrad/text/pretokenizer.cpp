@@ -19,10 +19,42 @@ namespace {
 constexpr const char* kWhiteSpace =
     R"(\t\n\x{0B}\f\r\x{20}\x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000})";
 
-std::string pcre2_pattern() {
+// `pattern` with every `\s` and `\S` spelled as kWhiteSpace: [ws] and [^ws] outside a character
+// class, ws inside one ([^\s\p{L}] -> [^ws\p{L}]); `\S` inside a class is refused.
+std::string pcre2_pattern(std::string_view pattern) {
   const std::string ws = kWhiteSpace;
-  return "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" + ws + "\\p{L}\\p{N}]+|[" + ws + "]+(?![^" + ws + "])|[" +
-         ws + "]+";
+  std::string out;
+  bool in_class = false;
+  for (std::size_t i = 0; i < pattern.size(); ++i) {
+    const char c = pattern[i];
+    if (c == '\\' && i + 1 < pattern.size()) {
+      const char d = pattern[++i];
+      if (d == 's') {
+        out += in_class ? ws : "[" + ws + "]";
+      } else if (d == 'S') {
+        if (in_class) throw std::invalid_argument("\\S inside a character class is not supported");
+        out += "[^" + ws + "]";
+      } else {
+        out += {c, d};
+      }
+      continue;
+    }
+    out.push_back(c);
+    if (!in_class && c == '[') {
+      in_class = true;
+      if (i + 1 < pattern.size() && pattern[i + 1] == '^') out.push_back(pattern[++i]);
+      if (i + 1 < pattern.size() && pattern[i + 1] == ']') out.push_back(pattern[++i]);  // a literal ]
+    } else if (in_class && c == '[' && i + 1 < pattern.size() && pattern[i + 1] == ':') {
+      const std::size_t end = pattern.find(":]", i + 2);  // a POSIX class [:alpha:]
+      if (end != std::string_view::npos) {
+        out.append(pattern.substr(i + 1, end + 1 - i));
+        i = end + 1;
+      }
+    } else if (in_class && c == ']') {
+      in_class = false;
+    }
+  }
+  return out;
 }
 
 std::string pcre2_message(int code) {
@@ -68,24 +100,32 @@ bool is_valid_utf8(std::string_view bytes) {
   return true;
 }
 
-struct Pretokenizer::Compiled {
+namespace {
+
+// A compiled pattern; `what` names it in the error.
+struct CompiledPattern {
   pcre2_code* code = nullptr;
   bool jit = false;
-  Compiled() {
-    const std::string pattern = pcre2_pattern();
+  CompiledPattern(const std::string& pattern, const std::string& what) {
     int error = 0;
     PCRE2_SIZE offset = 0;
     code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_UTF | PCRE2_UCP, &error,
                          &offset, nullptr);
     if (code == nullptr)
-      throw std::runtime_error("Pretokenizer: PCRE2 cannot compile GPT-2's pattern at offset " +
-                               std::to_string(offset) + ": " + pcre2_message(error));
+      throw std::invalid_argument("PCRE2 cannot compile " + what + " at offset " + std::to_string(offset) + ": " +
+                                  pcre2_message(error));
     // The JIT is 5-10x faster; without it (a platform PCRE2 has no JIT for) the interpreter runs.
     jit = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;
   }
-  ~Compiled() { pcre2_code_free(code); }
-  Compiled(const Compiled&) = delete;
-  Compiled& operator=(const Compiled&) = delete;
+  ~CompiledPattern() { pcre2_code_free(code); }
+  CompiledPattern(const CompiledPattern&) = delete;
+  CompiledPattern& operator=(const CompiledPattern&) = delete;
+};
+
+}  // namespace
+
+struct Pretokenizer::Compiled : CompiledPattern {
+  Compiled() : CompiledPattern(pcre2_pattern(kGPT2Pattern), "GPT-2's pattern") {}
 };
 
 Pretokenizer::Pretokenizer() : compiled_(std::make_shared<const Compiled>()) {}
@@ -177,6 +217,57 @@ void Pretokenizer::split(std::string_view text, std::vector<std::string_view>& p
   for_each_match(compiled_->code, safe, [&](std::size_t b, std::size_t e) {
     pieces.push_back(text.substr(origin[b], origin[e] - origin[b]));
   });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Regex: a tokenizer.json's pattern
+
+struct Regex::Compiled : CompiledPattern {
+  explicit Compiled(const std::string& pattern) : CompiledPattern(pcre2_pattern(pattern), "the pattern") {}
+};
+
+Regex::Regex(std::string pattern, bool literal) : pattern_(std::move(pattern)), literal_(literal) {
+  if (literal_) return;
+  try {
+    compiled_ = std::make_shared<const Compiled>(pattern_);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument("the pattern " + pattern_.substr(0, 200) + ": " + e.what());
+  }
+}
+
+void Regex::find_all(std::string_view text, std::vector<std::pair<std::size_t, std::size_t>>& matches) const {
+  for_each_match(text, [&](std::size_t begin, std::size_t end) { matches.emplace_back(begin, end); });
+}
+
+void Regex::for_each_match(std::string_view text, const std::function<void(std::size_t, std::size_t)>& match) const {
+  const std::size_t n = text.size();
+  if (literal_) {  // Hugging Face's &str pattern: non-overlapping, left to right; "" matches nothing
+    if (pattern_.empty()) return;
+    for (std::size_t at = text.find(pattern_); at != std::string_view::npos;
+         at = text.find(pattern_, at + pattern_.size()))
+      match(at, at + pattern_.size());
+    return;
+  }
+  MatchData data(compiled_->code);
+  const auto* s = reinterpret_cast<PCRE2_SPTR>(text.data());
+  std::size_t at = 0, last_end = std::string_view::npos;
+  while (at <= n) {
+    int rc = pcre2_match(compiled_->code, s, n, at, PCRE2_NO_UTF_CHECK, data.data, nullptr);
+    if (rc < 0 && rc != PCRE2_ERROR_NOMATCH)  // the JIT's stack: the interpreter keeps its own on the heap
+      rc = pcre2_match(compiled_->code, s, n, at, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, data.data, nullptr);
+    if (rc == PCRE2_ERROR_NOMATCH) return;
+    if (rc < 0) throw std::runtime_error("the pattern " + pattern_.substr(0, 200) + ": PCRE2 " + pcre2_message(rc));
+    const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(data.data);
+    const std::size_t begin = ovector[0], end = ovector[1];
+    if (begin == end && begin == last_end) {  // Oniguruma's find_iter: move one character on
+      if (at >= n) return;
+      ++at;
+      while (at < n && (s[at] & 0xC0) == 0x80) ++at;
+      continue;
+    }
+    match(begin, end);
+    at = last_end = end;
+  }
 }
 
 }  // namespace xgrad::text

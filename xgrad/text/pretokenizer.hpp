@@ -16,8 +16,11 @@
 // original bytes. The pieces always concatenate to the input.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace xgrad::text {
@@ -43,6 +46,32 @@ class Pretokenizer {
 
  private:
   struct Compiled;
+  std::shared_ptr<const Compiled> compiled_;
+};
+
+// A pattern of a tokenizer.json (a Split pre-tokenizer's or a Replace's), run by PCRE2 as Hugging
+// Face's tokenizers run it with Oniguruma: UTF-8, Unicode properties, `\s` and `\S` as Unicode's
+// White_Space property (as in GPT-2's pattern above). A literal (a {"String": ...} pattern) is
+// found as plain text. Immutable: one instance may search on several threads at once.
+class Regex {
+ public:
+  // Throws std::invalid_argument naming the pattern and PCRE2's reason when it does not compile
+  // (or has `\S` inside a character class, which has no PCRE2 spelling here).
+  explicit Regex(std::string pattern, bool literal = false);
+
+  // The matches in valid UTF-8 `text`, in order, as [begin, end) byte offsets, appended to
+  // `matches`. As Oniguruma's find_iter: an empty match right after the previous match is
+  // skipped (the search moves one character on). Throws std::runtime_error when PCRE2 gives up
+  // (a resource limit), naming the pattern.
+  void find_all(std::string_view text, std::vector<std::pair<std::size_t, std::size_t>>& matches) const;
+  // The same, each match given to `match(begin, end)` as it is found.
+  void for_each_match(std::string_view text, const std::function<void(std::size_t, std::size_t)>& match) const;
+  const std::string& pattern() const { return pattern_; }
+
+ private:
+  struct Compiled;
+  std::string pattern_;
+  bool literal_;
   std::shared_ptr<const Compiled> compiled_;
 };
 

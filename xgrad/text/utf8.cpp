@@ -1,7 +1,11 @@
 #include <xgrad/text/utf8.hpp>
 
+#include <utf8proc.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <memory>
 #include <stdexcept>
 
 namespace xgrad::text {
@@ -123,6 +127,36 @@ std::string encode_utf8(std::u32string_view chars) {
   out.reserve(chars.size());
   for (char32_t c : chars) out += encode_utf8(c);
   return out;
+}
+
+std::string normalize_unicode(std::string_view text, NormalizationForm form) {
+  int options = UTF8PROC_STABLE;
+  switch (form) {
+    case NormalizationForm::NFC:
+      options |= UTF8PROC_COMPOSE;
+      break;
+    case NormalizationForm::NFD:
+      options |= UTF8PROC_DECOMPOSE;
+      break;
+    case NormalizationForm::NFKC:
+      options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT;
+      break;
+    case NormalizationForm::NFKD:
+      options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
+      break;
+  }
+  if (text.empty()) return {};
+  // With an explicit length (not UTF8PROC_NULLTERM) a NUL is a character like any other.
+  utf8proc_uint8_t* out = nullptr;
+  const utf8proc_ssize_t n =
+      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()), static_cast<utf8proc_ssize_t>(text.size()),
+                   &out, static_cast<utf8proc_option_t>(options));
+  const std::unique_ptr<utf8proc_uint8_t, decltype(&std::free)> owned(out, &std::free);
+  if (n < 0) {
+    if (n == UTF8PROC_ERROR_NOMEM) throw std::bad_alloc();
+    throw std::invalid_argument(std::string("normalize_unicode: ") + utf8proc_errmsg(n));
+  }
+  return std::string(reinterpret_cast<const char*>(out), static_cast<std::size_t>(n));
 }
 
 }  // namespace xgrad::text

@@ -42,4 +42,10 @@ std::string encode_utf8(char32_t c);
 // "U+00E9".
 std::string code_point_name(char32_t c);
 
+// Unicode's normalization forms (UAX #15), as tokenizer.json's normalizers name them.
+enum class NormalizationForm { NFC, NFD, NFKC, NFKD };
+// `text` (valid UTF-8; otherwise std::invalid_argument) in that form, by utf8proc (Debian's
+// libutf8proc-dev): the Unicode tables come from a library made for them.
+std::string normalize_unicode(std::string_view text, NormalizationForm form);
+
 }  // namespace xgrad::text
