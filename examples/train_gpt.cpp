@@ -66,7 +66,7 @@ xgrad::models::GPTConfig model_config(const Config& c, std::size_t vocab_size) {
 int sample(const Config& c, const Sampling& s, const std::string& checkpoint, train::Settings& settings,
            const CLI::App& app) {
   files::refuse_special("--checkpoint", checkpoint, "a checkpoint of train_gpt");
-  if (!std::ifstream(checkpoint))  // a regular file or nothing: the open cannot block
+  if (!xgrad::is_readable_regular_file(checkpoint))
     throw Refused("--sample: no checkpoint " + checkpoint + ": train first, or pass --checkpoint FILE");
   train::TrainerOptions read;  // the model's settings come from the checkpoint; nothing is written
   read.ckpt_path = checkpoint;

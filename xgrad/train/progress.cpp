@@ -7,9 +7,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <stdexcept>
 #include <vector>
 
+#include <xgrad/base/input.hpp>
 #include <xgrad/train/files.hpp>
 
 namespace xgrad::train {
@@ -82,6 +84,28 @@ void Progress::finish() {
 
 namespace detail {
 
+namespace {
+
+// The rows of the CSV log `path` (if there is one) whose step is at most `step`: those of the run
+// being resumed, up to its checkpoint. A row's step must be an int.
+std::vector<std::string> rows_until(const std::string& path, int step) {
+  std::vector<std::string> kept;
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return kept;
+  InputFileStream in("CsvLog", path);
+  std::size_t number = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++number;
+    if (line.empty() || !std::isdigit(static_cast<unsigned char>(line[0]))) continue;  // the header
+    const std::string where = "cannot resume the CSV log " + path + ": line " + std::to_string(number) + ": step";
+    if (parse_integer<int>(where, std::string_view(line).substr(0, line.find(',')), 0) <= step) kept.push_back(line);
+  }
+  if (in.bad()) throw std::runtime_error("cannot resume the CSV log " + path + ": a read failed");
+  return kept;
+}
+
+}  // namespace
+
 CsvLog::CsvLog(const std::string& path, int resumed_step, const std::string& metric_column) {
   if (path.empty()) return;
   // A FIFO would block the open, a device such as /dev/zero would be read without end.
@@ -89,14 +113,7 @@ CsvLog::CsvLog(const std::string& path, int resumed_step, const std::string& met
   if (!kind.empty())
     throw std::runtime_error("cannot write the CSV log " + path + ": it is " + kind +
                              ", not a regular file; expected a regular file path");
-  std::vector<std::string> kept;
-  if (resumed_step > 0) {
-    std::ifstream in(path);
-    std::string line;
-    while (std::getline(in, line))
-      if (!line.empty() && std::isdigit(static_cast<unsigned char>(line[0])) && std::stoi(line) <= resumed_step)
-        kept.push_back(line);
-  }
+  const std::vector<std::string> kept = resumed_step > 0 ? rows_until(path, resumed_step) : std::vector<std::string>{};
   out_.open(path, std::ios::trunc);
   if (!out_) throw std::runtime_error("cannot write the CSV log " + path + ": expected a writable path");
   out_ << "step,loss," << metric_column << ",lr,elapsed\n";
