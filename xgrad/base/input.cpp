@@ -154,12 +154,8 @@ class InputFileStream::Buffer : public std::streambuf {
  protected:
   int_type underflow() override {
     if (gptr() < egptr()) return traits_type::to_int_type(*gptr());
-    std::uint64_t n = 0;
-    try {
-      n = file_.read_at(offset_, buffer_.size(), buffer_.data());
-    } catch (const std::runtime_error&) {
-      return traits_type::eof();  // the stream sets badbit
-    }
+    // A read error throws: the istream catches it and sets badbit.
+    const std::uint64_t n = file_.read_at(offset_, buffer_.size(), buffer_.data());
     if (n == 0) return traits_type::eof();
     offset_ += n;
     setg(buffer_.data(), buffer_.data(), buffer_.data() + n);

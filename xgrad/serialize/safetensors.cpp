@@ -55,11 +55,8 @@ template <class... Args>
 // A string as a JSON literal: quoted, with control characters escaped. `s` must be UTF-8.
 std::string quote(const std::string& s) { return json(s).dump(); }
 
-// A JSON value for an error message, cut to a readable length.
-std::string excerpt(const json& v) {
-  std::string s = v.dump();
-  return s.size() <= 40 ? s : s.substr(0, 37) + "...";
-}
+// A JSON value for an error message, in a few words (never dumped whole: the input layer's rule).
+std::string excerpt(const json& v) { return describe_json(v); }
 
 // The offset of the first byte that does not begin a well-formed UTF-8 sequence (RFC 3629: no
 // overlong forms, no surrogates, nothing above U+10FFFF), or npos.
