@@ -106,7 +106,7 @@ int sample(const Config& c, const Sampling& s, const std::string& checkpoint, tr
                        RunPath::input("the tokenizer file of --checkpoint", gpt_text::tokenizer_path(checkpoint)),
                        RunPath::output("--profile", profile_path)});
   files::refuse_special("--checkpoint", checkpoint, "a checkpoint of train_gpt");
-  if (!std::ifstream(checkpoint))  // a regular file or nothing: the open cannot block
+  if (!xgrad::is_readable_regular_file(checkpoint))
     throw Refused("--sample: no checkpoint " + checkpoint + ": train first, or pass --checkpoint FILE");
   train::TrainerOptions read;  // the model's settings come from the checkpoint; nothing is written
   read.ckpt_path = checkpoint;

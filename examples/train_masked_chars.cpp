@@ -51,7 +51,7 @@ int predict(const std::string& text, const train::TrainerOptions& options, train
             const CLI::App& app, const Config& c, const std::string& profile) {
   output_paths::check({RunPath::input("--checkpoint", options.checkpoint_path), RunPath::output("--profile", profile)});
   files::refuse_special("--checkpoint", options.checkpoint_path, "a checkpoint of train_masked_chars");
-  if (!std::ifstream(options.checkpoint_path))  // a regular file or nothing: the open cannot block
+  if (!xgrad::is_readable_regular_file(options.checkpoint_path))
     throw train::Refused("--predict: no checkpoint " + options.checkpoint_path +
                          ": train first, or pass --checkpoint FILE");
   train::TrainerOptions read_only;  // the model's settings come from the checkpoint; nothing is written
@@ -105,7 +105,7 @@ int train_model(Config& c, const train::TrainerOptions& options, const Options& 
   trainer.options().val_check_interval = o.eval_interval;
   trainer.options().gradient_clip_val = c.clip;
   files::refuse_special("--words", c.words, "a word list, one word per line");
-  if (!std::ifstream(c.words))  // a regular file or nothing: the open cannot block
+  if (!xgrad::is_readable_regular_file(c.words))
     throw train::Refused("no word list " + c.words + ": apt-get install wamerican, or pass --words FILE");
   // Lower-case a-z words of at most max_len letters, split by the hash of the word.
   const int max_len = c.model.max_len;

@@ -3,8 +3,9 @@
 //    start-up on a fixed text, so that merges of every kind apply) and decoded back, which must
 //    give the input's bytes exactly, valid UTF-8 or not;
 //  - a file: read as vocab.bpe (beside that tokenizer's encoder.json), as encoder.json (beside its
-//    vocab.bpe), as both (split at the first NUL byte) and as tokenizer.json. A malformed file must
-//    throw xgrad::FormatError; a file that loads must round-trip the input as text too;
+//    vocab.bpe), as both (split at the first NUL byte) and as tokenizer.json, also through
+//    Tokenizer::from_json (a character tokenizer's file too). A malformed file must throw
+//    xgrad::FormatError; a file that loads must round-trip the input as text too;
 //  - a Hugging Face tokenizer.json (HFTokenizer, any model the file describes): refused with
 //    FormatError, or it loads and encodes and decodes a fixed text (PCRE2 giving up on a pattern
 //    of the file, std::runtime_error, and Replace steps refused for growing a text past 64x,
@@ -20,6 +21,7 @@
 #include <xgrad/serialize/format_error.hpp>
 #include <xgrad/text/bpe.hpp>
 #include <xgrad/text/bpe_trainer.hpp>
+#include <xgrad/text/tokenizer.hpp>
 #include <xgrad/text/tokenizer_json.hpp>
 
 namespace {
@@ -83,6 +85,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (nul != std::string_view::npos)
     load(input, [&] { return BPETokenizer::from_json_and_merges(input.substr(0, nul), input.substr(nul + 1)); });
   load(input, [&] { return BPETokenizer::from_tokenizer_json_bytes(input); });
+  try {
+    const xgrad::text::Tokenizer any = xgrad::text::Tokenizer::from_json(input);
+    std::size_t skipped = 0;
+    any.decode(any.encode(input, &skipped));  // every id encode gives is decodable (Utf8Error: a FormatError)
+  } catch (const xgrad::FormatError&) {
+  }
   load_hf(input);
   return 0;
 }

@@ -6,7 +6,8 @@
 // The profiler's hostile scripts (names that are not UTF-8, closes out of order or on another
 // thread) must instead give a profile that holds its invariants, checked as fuzz_profiler_trace does.
 //   fuzz_seeds OUT_DIR   ->   OUT_DIR/safetensors/*.safetensors, OUT_DIR/checkpoint/*, OUT_DIR/hf_gpt2/*,
-//                             OUT_DIR/tokenizer/*, OUT_DIR/profiler_trace/*
+//                             OUT_DIR/tokenizer/*, OUT_DIR/token_file/*, OUT_DIR/trainer_metadata/*,
+//                             OUT_DIR/profiler_trace/*
 #include <cstdint>
 #include <exception>
 #include <filesystem>
@@ -22,10 +23,13 @@
 #include <xgrad/serialize/checkpoint.hpp>
 #include <xgrad/serialize/safetensors.hpp>
 #include <xgrad/serialize/serialize.hpp>
+#include <xgrad/data/token_file.hpp>
 #include <xgrad/text/bpe_trainer.hpp>
+#include <xgrad/train/trainer.hpp>
 
 #include "hf_gpt2_folder.hpp"
 #include "profiler_script.hpp"
+#include "trainer_metadata.hpp"
 
 namespace {
 
@@ -252,10 +256,93 @@ void tokenizer_seeds(const std::filesystem::path& dir) {
   hostile(dir / "hostile_added_id.json", forge(tokenizer_json, R"("id": 299)", R"("id": 2999999999)"),
           load_tokenizer_json);
   const std::string json = tok.encoder_json(), bpe = tok.vocab_bpe();
+  const auto load_encoder_json = [&](const std::string& b) { BPETokenizer::from_json_and_merges(b, bpe); };
   hostile(dir / "hostile_merge_line.bpe", bpe + "abc\n",
           [&](const std::string& b) { BPETokenizer::from_json_and_merges(json, b); });
-  hostile(dir / "hostile_id_gap.json", forge(json, ": 0,", ": 100000,"),
-          [&](const std::string& b) { BPETokenizer::from_json_and_merges(b, bpe); });
+  hostile(dir / "hostile_id_gap.json", forge(json, ": 0,", ": 100000,"), load_encoder_json);
+  // The input layer: nesting past 64 levels (a recursive dump() of it overflowed the stack), a
+  // normalizer that is not an object (an nlohmann type_error escaped), ids out of range.
+  const std::string deep = std::string(1000, '[') + std::string(1000, ']');
+  hostile(dir / "hostile_deep_encoder.json", forge(json, ": 0,", ": " + deep + ","), load_encoder_json);
+  hostile(dir / "hostile_deep_unclosed.json", std::string(1000, '['), load_encoder_json);
+  hostile(dir / "hostile_id_huge.json", forge(json, ": 0,", ": 1e99,"), load_encoder_json);
+  hostile(dir / "hostile_id_negative.json", forge(json, ": 0,", ": -1,"), load_encoder_json);
+  hostile(dir / "hostile_deep_pre_tokenizer.json",
+          forge(tokenizer_json, R"("pre_tokenizer": {)", R"("pre_tokenizer": )" + deep + R"(, "x": {)"),
+          load_tokenizer_json);
+  hostile(dir / "hostile_normalizer_array.json",
+          forge(tokenizer_json, R"("normalizer": null)", R"("normalizer": [1, 2, 3])"), load_tokenizer_json);
+  hostile(dir / "hostile_added_id_float.json", forge(tokenizer_json, R"("id": 299)", R"("id": 1e99)"),
+          load_tokenizer_json);
+}
+
+// Token files (fuzz_token_file's input): small valid ones, and the hostile headers.
+void token_file_seeds(const std::filesystem::path& dir) {
+  namespace data = xgrad::data;
+  std::filesystem::create_directories(dir);
+  data::write_token_file((dir / "uint16.tok").string(), {1, 2, 3, 50256}, data::TokenFileOptions().vocab_size(50257));
+  data::write_token_file((dir / "uint32.tok").string(), {0, 70000, 5},
+                         data::TokenFileOptions().dtype(data::TokenDtype::UInt32).vocab_size(70001));
+  data::write_token_file((dir / "empty.tok").string(), std::vector<std::int64_t>{}, data::TokenFileOptions());
+  write(dir / "headerless.bin", std::string("\x01\x00\x02\x00\xff\xff", 6));
+  std::ifstream in(dir / "uint16.tok", std::ios::binary);
+  const std::string valid((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto load = [&](const std::string& b) {
+    const std::filesystem::path path = dir / ".checking.tok";
+    write(path, b);
+    data::TokenFile file(path.string());
+    file.verify();
+  };
+  hostile(dir / "hostile_truncated.tok", valid.substr(0, valid.size() - 1), load);
+  hostile(dir / "hostile_trailing.tok", valid + "x", load);
+  hostile(dir / "hostile_header_ff.tok", std::string(64, '\xff') + valid.substr(64), load);
+  hostile(dir / "hostile_header_only.tok", valid.substr(0, 40), load);
+  std::string version = valid;
+  version[8] = '\x7f';
+  hostile(dir / "hostile_version.tok", version, load);
+  std::filesystem::remove(dir / ".checking.tok");
+}
+
+// The Trainer's checkpoint metadata (fuzz_trainer_metadata's input): a checkpoint it resumes from,
+// and the forged ones it must refuse with train::Refused naming the key.
+void trainer_metadata_seeds(const std::filesystem::path& dir) {
+  using xgrad_fuzz::good_trainer_metadata;
+  using xgrad_fuzz::trainer_input;
+  std::filesystem::create_directories(dir);
+  const std::filesystem::path ckpt = dir / ".checking.ckpt";
+  const auto resume = [&](const std::string& input) {
+    write(ckpt, xgrad_fuzz::trainer_checkpoint(reinterpret_cast<const std::uint8_t*>(input.data()), input.size()));
+    xgrad_fuzz::resume_trainer(ckpt.string());
+  };
+  const std::string good = trainer_input(4, good_trainer_metadata());
+  resume(good);  // a seed that resumes
+  write(dir / "good", good);
+  const auto refused = [&](const std::string& name, const std::string& input) {
+    try {
+      resume(input);
+      std::cerr << "fuzz_seeds: " << (dir / name).string() << " resumed; it must be refused\n";
+      ++failures;
+    } catch (const xgrad::train::Refused&) {
+    } catch (const std::exception& e) {
+      std::cerr << "fuzz_seeds: " << (dir / name).string() << ": not train::Refused: " << e.what() << "\n";
+      ++failures;
+    }
+    write(dir / name, input);
+  };
+  const auto with = [&](const std::string& from, const std::string& to) {
+    return trainer_input(4, forge(good_trainer_metadata(), from, to));
+  };
+  refused("hostile_step_2_40", trainer_input(std::int64_t{1} << 40, good_trainer_metadata()));
+  refused("hostile_step_negative", trainer_input(-5, good_trainer_metadata()));
+  refused("hostile_loss_count_1e99", with("loss_count=2", "loss_count=1e99"));
+  refused("hostile_max_steps_text", with("max_steps=10", "max_steps=abc"));
+  refused("hostile_max_steps_huge", with("max_steps=10", "max_steps=99999999999999999999"));
+  refused("hostile_planned_steps", with("planned_steps=10", "planned_steps=-1"));
+  refused("hostile_elapsed", with("elapsed=0x1p+0", "elapsed=0x1p+99999"));
+  refused("hostile_no_setting", with("config.lr=0x1.999999999999ap-4\n", ""));
+  refused("hostile_width_huge", with("config.width=8", "config.width=2147483648"));
+  refused("hostile_seed_negative", with("config.seed=18446744073709551615", "config.seed=-1"));
+  std::filesystem::remove(ckpt);
 }
 
 // Scripts for fuzz_profiler_trace (fuzz/profiler_script.hpp): a well-nested step, and one hostile
@@ -330,5 +417,7 @@ int main(int argc, char** argv) {
   hf_gpt2_seeds(out / "hf_gpt2");
   tokenizer_seeds(out / "tokenizer");
   profiler_trace_seeds(out / "profiler_trace");
+  token_file_seeds(out / "token_file");
+  trainer_metadata_seeds(out / "trainer_metadata");
   return failures == 0 ? 0 : 1;
 }

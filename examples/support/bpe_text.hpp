@@ -7,10 +7,10 @@
 #include <cstdio>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
+#include <xgrad/base/input.hpp>
 #include <xgrad/data/token_file.hpp>
 #include <xgrad/models/gpt.hpp>
 #include <xgrad/text/bpe.hpp>
@@ -36,7 +36,7 @@ inline void check_readable(const std::string& path) {
   if (!kind.empty())
     throw xgrad::train::Refused("cannot read --text " + path + ": it is " + kind +
                                 ", not a regular file; expected a text file");
-  if (!std::ifstream(path, std::ios::binary))
+  if (!xgrad::is_readable_regular_file(path))
     throw xgrad::train::Refused("cannot read --text " + path + ": expected a readable text file");
 }
 
@@ -45,7 +45,7 @@ inline void check_readable(const std::string& path) {
 inline void tokenize(const std::string& text, const std::string& tokens, const xgrad::text::BPETokenizer& tok,
                      std::uint64_t vocab) {
   check_readable(text);
-  std::ifstream in(text, std::ios::binary);
+  xgrad::InputFileStream in("--text", text);
   namespace data = xgrad::data;
   data::write_token_file(tokens, data::TokenFileOptions().dtype(data::token_dtype_for(vocab)).vocab_size(vocab),
                          [&](data::TokenFileWriter& out) {
@@ -62,7 +62,7 @@ inline void tokenize(const std::string& text, const std::string& tokens, const x
 // `text`, saved as dir/encoder.json + dir/vocab.bpe (the folder is created).
 inline void train(const std::string& text, const std::string& dir, std::size_t vocab_size) {
   check_readable(text);
-  std::ifstream in(text, std::ios::binary);
+  xgrad::InputFileStream in("--text", text);
   xgrad::text::BPETrainer trainer{xgrad::text::BPETrainerOptions(vocab_size)};
   for (std::string line; std::getline(in, line);) trainer.add(line + "\n");
   std::filesystem::create_directories(dir);

@@ -10,6 +10,7 @@
 
 #include <xgrad/serialize/safetensors.hpp>
 
+#include <xgrad/base/input.hpp>
 #include <xgrad/serialize/atomic_file.hpp>
 #include <xgrad/train/settings.hpp>
 #include <xgrad/train/trainer.hpp>
@@ -45,7 +46,7 @@ inline std::string read(const std::string& flag, const std::string& path, const 
 template <class Module>
 void load_weights(const std::string& flag, const std::string& path, Module& model) {
   refuse_special(flag, path, "a safetensors file");
-  if (!std::ifstream(path))  // a regular file or nothing: the open cannot block
+  if (!xgrad::is_readable_regular_file(path))
     throw xgrad::train::Refused("cannot read " + flag + " " + path + ": expected a safetensors file");
   try {
     model.load_state_dict(xgrad::load_safetensors_state_dict<float>(path));

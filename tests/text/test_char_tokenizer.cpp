@@ -140,7 +140,7 @@ TEST(Tokenizer, RefusesBadFilesNamingTheFileAndKey) {
   const std::string file = dir / "t.json";
   EXPECT_EQ(error("{\"model\": {\"type\": \"WordPiece\"}}"),
             file + ": model.type is 'WordPiece'; expected 'Char' or 'BPE'");
-  EXPECT_NE(error("[1, 2").find(file + ": not JSON"), std::string::npos);
+  EXPECT_NE(error("[1, 2").find(file + ": not valid JSON"), std::string::npos);
   EXPECT_NE(error("{\"vocab\": []}").find(file + ": expected a tokenizer file"), std::string::npos);
   EXPECT_EQ(error("{\"model\": {\"type\": \"Char\", \"vocab\": [\"a\", \"bc\"]}}"),
             file + ": model.vocab[1] must be one character, got \"bc\"");

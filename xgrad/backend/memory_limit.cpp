@@ -7,10 +7,13 @@
 
 #include <algorithm>
 #include <atomic>
-#include <fstream>
 #include <limits>
 #include <stdexcept>
+#include <sstream>
 #include <string>
+#include <vector>
+
+#include <xgrad/base/input.hpp>
 
 namespace xgrad::detail {
 
@@ -18,16 +21,36 @@ namespace {
 
 std::atomic<std::size_t> test_limit{0};
 
+// The text of a small procfs, sysfs or cgroupfs file, or "" when it cannot be read (none is
+// needed: each use has a fallback).
+std::string read_small_file(const std::string& path) {
+  try {
+    return read_regular_file("process_memory_limit", path, std::uint64_t(1) << 20, "procfs file");
+  } catch (const std::runtime_error&) {
+    return "";
+  }
+}
+
+// The first whitespace-separated words of `text`.
+std::vector<std::string> words_of(const std::string& text, std::size_t n) {
+  std::vector<std::string> words;
+  std::size_t at = 0;
+  while (words.size() < n) {
+    const std::size_t begin = text.find_first_not_of(" \t\n", at);
+    if (begin == std::string::npos) break;
+    at = std::min(text.size(), text.find_first_of(" \t\n", begin));
+    words.push_back(text.substr(begin, at - begin));
+  }
+  return words;
+}
+
 // The number in `path`, or none (absent, unreadable, or "max": no limit).
 std::size_t read_limit(const std::string& path) {
-  std::ifstream f(path);
-  std::string word;
-  if (!(f >> word) || word == "max") return std::numeric_limits<std::size_t>::max();
-  try {
-    return static_cast<std::size_t>(std::stoull(word));
-  } catch (const std::exception&) {
+  const auto words = words_of(read_small_file(path), 1);
+  std::size_t limit = 0;
+  if (words.empty() || integer_from_text(words[0], limit) != NumberStatus::ok)
     return std::numeric_limits<std::size_t>::max();
-  }
+  return limit;
 }
 
 // The limit of the process's cgroup from /proc/self/cgroup: the line "0::/path" names its
@@ -35,7 +58,7 @@ std::size_t read_limit(const std::string& path) {
 // (limit in memory<path>/memory.limit_in_bytes, a huge number when unlimited).
 std::size_t cgroup_limit() {
   std::size_t limit = std::numeric_limits<std::size_t>::max();
-  std::ifstream f("/proc/self/cgroup");
+  std::istringstream f(read_small_file("/proc/self/cgroup"));
   for (std::string line; std::getline(f, line);) {
     const std::size_t colon = line.find(':'), path = line.find(':', colon + 1) + 1;
     if (colon == std::string::npos || path == 0) continue;
@@ -65,13 +88,14 @@ std::size_t process_memory_available() {
   if (const std::size_t t = test_limit.load()) return t;
   const std::size_t limit = process_memory_limit();
   const long page = ::sysconf(_SC_PAGE_SIZE);
-  std::size_t size_pages = 0, resident_pages = 0;
-  std::ifstream statm("/proc/self/statm");
-  const std::size_t resident = statm >> size_pages >> resident_pages && page > 0
-                                   ? resident_pages * static_cast<std::size_t>(page)
-                                   : 0;
+  const auto statm = words_of(read_small_file("/proc/self/statm"), 2);
+  std::size_t resident_pages = 0;
+  const std::size_t resident =
+      statm.size() == 2 && integer_from_text(statm[1], resident_pages) == NumberStatus::ok && page > 0
+          ? resident_pages * static_cast<std::size_t>(page)
+          : 0;
   std::size_t available = limit - std::min(limit, resident);
-  std::ifstream meminfo("/proc/meminfo");
+  std::istringstream meminfo(read_small_file("/proc/meminfo"));
   for (std::string key; meminfo >> key;) {
     std::size_t kib = 0;
     if (key == "MemAvailable:" && meminfo >> kib) {

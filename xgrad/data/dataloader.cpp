@@ -3,24 +3,17 @@
 
 #include <sstream>
 
+#include <xgrad/base/input.hpp>
+
 namespace xgrad::data {
 
 namespace {
 constexpr const char* kStateHeader = "DataLoaderState v1";
 
 std::uint64_t parse_u64(const std::string& text, const std::string& key, const std::string& all) {
-  std::size_t used = 0;
-  unsigned long long v = 0;
-  bool ok = !text.empty() && text[0] != '-';
-  if (ok) {
-    try {
-      v = std::stoull(text, &used, 10);
-    } catch (const std::exception&) {
-      ok = false;
-    }
-  }
-  XGRAD_CHECK(ok && used == text.size(), "DataLoaderState::from_string: ", key, " must be a non-negative integer, got '",
-              text, "' in '", all, "'");
+  std::uint64_t v = 0;
+  XGRAD_CHECK(integer_from_text(text, v) == NumberStatus::ok && text[0] != '-', "DataLoaderState::from_string: ", key,
+              " must be a non-negative integer, got '", text, "' in '", all, "'");
   return v;
 }
 }  // namespace

@@ -24,6 +24,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <xgrad/base/json_input.hpp>
 #include <xgrad/serialize/atomic_file.hpp>
 #include <xgrad/serialize/format_error.hpp>
 #include <xgrad/serialize/safetensors.hpp>
@@ -39,7 +40,6 @@ constexpr const char* kLoad = "load_hf_gpt2";
 constexpr const char* kSave = "save_hf_gpt2";
 // config.json and the index are a few kilobytes; a larger file is not one of them.
 constexpr std::uint64_t kMaxJsonBytes = std::uint64_t(64) << 20;
-constexpr int kMaxJsonDepth = 64;
 // Every size of the config (the model's dims) must fit a 32-bit int, as in transformers' kernels.
 constexpr std::int64_t kMaxSize = std::numeric_limits<std::int32_t>::max();
 // GPT-2's <|endoftext|>, GPT2Config's bos_token_id and eos_token_id.
@@ -56,11 +56,8 @@ template <class... Args>
 // A string as a JSON literal (control characters escaped, invalid UTF-8 replaced).
 std::string quote(const std::string& s) { return json(s).dump(-1, ' ', false, json::error_handler_t::replace); }
 
-// A JSON value for an error message, cut to a readable length.
-std::string excerpt(const json& v) {
-  const std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
-  return s.size() <= 40 ? s : s.substr(0, 37) + "...";
-}
+// A JSON value for an error message, in a few words (never dumped whole: it may be deep or long).
+std::string excerpt(const json& v) { return describe_json(v); }
 
 std::string join(const std::string& dir, const std::string& name) { return (fs::path(dir) / name).string(); }
 
@@ -72,22 +69,7 @@ bool is_file(const std::string& path) {
 // A whole JSON file (config.json, the index): a regular file of at most kMaxJsonBytes, nesting at
 // most kMaxJsonDepth levels (the parser's work and memory stay bounded on hostile input).
 json read_json(const std::string& path) {
-  const RegularFile file(kLoad, path);
-  if (file.size() > kMaxJsonBytes)
-    malformed(path, "the file is ", file.size(), " bytes long, more than the ", kMaxJsonBytes, " a config or index may be");
-  std::string text(static_cast<std::size_t>(file.size()), '\0');
-  text.resize(static_cast<std::size_t>(file.read_at(0, file.size(), text.data())));
-  const auto callback = [&](int depth, json::parse_event_t event, json&) {
-    if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
-        depth >= kMaxJsonDepth)
-      malformed(path, "the JSON nests deeper than ", kMaxJsonDepth, " levels");
-    return true;
-  };
-  try {
-    return json::parse(text, callback);
-  } catch (const json::exception& e) {
-    malformed(path, "not valid JSON: ", e.what());
-  }
+  return read_json_file(kLoad, path, kMaxJsonBytes, "config or index file", kMaxJsonDepth);
 }
 
 // ---- config.json -----------------------------------------------------------------------------

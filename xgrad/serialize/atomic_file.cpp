@@ -114,17 +114,6 @@ std::string temporary_name(const std::filesystem::path& folder, const std::files
       .string();
 }
 
-// "a character device", "a FIFO", ... for messages about a file that is not a regular one.
-const char* file_kind(mode_t mode) {
-  if (S_ISDIR(mode)) return "a folder";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
-  if (S_ISSOCK(mode)) return "a socket";
-  if (S_ISLNK(mode)) return "a symbolic link";
-  return "not a regular file";
-}
-
 // The path a save writes: `path` itself, or the file a symbolic link at `path` resolves to.
 // Refuses a dangling link and an existing target that is neither a regular file nor a folder
 // (a folder is left to the rename, which fails).
@@ -140,8 +129,8 @@ std::string save_target(const std::string& path, const std::function<void(const 
     if (::stat(target.c_str(), &st) != 0) fail("cannot stat the link's target '" + target + "': " + errno_text(errno));
   }
   if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
-    fail(std::string("it is ") + file_kind(st.st_mode) + (target != path ? " ('" + target + "')" : std::string()) +
-         ", not a regular file; refusing to replace it");
+    fail(std::string("it is ") + detail::file_kind(st.st_mode) +
+         (target != path ? " ('" + target + "')" : std::string()) + ", not a regular file; refusing to replace it");
   return target;
 }
 
@@ -219,7 +208,7 @@ AppendOnlyFile::AppendOnlyFile(const std::string& path, const std::string& initi
   const bool stated = ::fstat(fd_, &st) == 0;
   if (!stated || !S_ISREG(st.st_mode)) {
     const std::string why =
-        stated ? std::string("it is ") + file_kind(st.st_mode) + ", not a regular file" : errno_text(errno);
+        stated ? std::string("it is ") + detail::file_kind(st.st_mode) + ", not a regular file" : errno_text(errno);
     ::close(fd_);
     fd_ = -1;
     fail(why);
@@ -240,69 +229,6 @@ void AppendOnlyFile::append(const std::string& bytes) {
     if (w < 0) throw std::runtime_error("AppendOnlyFile: cannot append to '" + path_ + "': " + errno_text(errno));
     done += static_cast<std::size_t>(w);
   }
-}
-
-// ---- reading -------------------------------------------------------------------------------------
-
-RegularFile::RegularFile(const char* who, const std::string& path) : who_(who), path_(path) {
-  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer.
-  fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd_ < 0) throw std::runtime_error(who_ + ": cannot open '" + path + "': " + errno_text(errno));
-  struct stat st {};
-  if (::fstat(fd_, &st) != 0) {
-    const int error = errno;
-    ::close(fd_);
-    throw std::runtime_error(who_ + ": cannot stat '" + path + "': " + errno_text(error));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd_);
-    throw std::runtime_error(who_ + ": cannot read '" + path + "': it is " + file_kind(st.st_mode) +
-                             ", not a regular file");
-  }
-  // Back to blocking reads (O_NONBLOCK means nothing for a regular file, but say what we mean).
-  const int flags = ::fcntl(fd_, F_GETFL);
-  if (flags >= 0) ::fcntl(fd_, F_SETFL, flags & ~O_NONBLOCK);
-  size_ = static_cast<std::uint64_t>(st.st_size);
-}
-
-RegularFile::~RegularFile() {
-  if (fd_ >= 0) ::close(fd_);
-}
-
-std::uint64_t RegularFile::read_at(std::uint64_t offset, std::uint64_t n, void* out) const {
-  std::uint64_t done = 0;
-  while (done < n) {
-    const std::size_t chunk = static_cast<std::size_t>(std::min<std::uint64_t>(n - done, 1u << 30));
-    const ssize_t r = ::pread(fd_, static_cast<char*>(out) + done, chunk, static_cast<off_t>(offset + done));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      throw std::runtime_error(who_ + ": cannot read '" + path_ + "': " + errno_text(errno));
-    }
-    if (r == 0) break;  // the end of the file
-    done += static_cast<std::uint64_t>(r);
-  }
-  return done;
-}
-
-std::string read_regular_file(const char* who, const std::string& path) {
-  const RegularFile file(who, path);
-  if (file.size() == 0) {
-    // Files of procfs and sysfs report a size of 0 and still hold text: read them to their end,
-    // up to a bound (they are small; a file that keeps growing must not fill the memory).
-    constexpr std::uint64_t kMaxUnsized = std::uint64_t(64) << 20;
-    std::string bytes;
-    char chunk[1 << 16];
-    for (std::uint64_t n; (n = file.read_at(bytes.size(), sizeof chunk, chunk)) > 0;) {
-      bytes.append(chunk, static_cast<std::size_t>(n));
-      if (bytes.size() > kMaxUnsized)
-        throw std::runtime_error(std::string(who) + ": cannot read '" + path + "': it reports a size of 0 but holds "
-                                 "more than " + std::to_string(kMaxUnsized) + " bytes");
-    }
-    return bytes;
-  }
-  std::string bytes(static_cast<std::size_t>(file.size()), '\0');
-  bytes.resize(static_cast<std::size_t>(file.read_at(0, file.size(), bytes.data())));
-  return bytes;
 }
 
 }  // namespace xgrad

@@ -187,18 +187,9 @@ namespace {
 constexpr const char* kRankGeneratorsHeader = "RankGenerators v1";
 
 std::uint64_t parse_word(const std::string& text, const std::string& all) {
-  std::size_t used = 0;
-  unsigned long long v = 0;
-  bool ok = !text.empty() && text[0] >= '0' && text[0] <= '9';
-  if (ok) {
-    try {
-      v = std::stoull(text, &used, 10);
-    } catch (const std::exception&) {
-      ok = false;
-    }
-  }
-  XGRAD_CHECK(ok && used == text.size(), "rank_generators_from_string: expected an unsigned 64-bit integer, got '",
-              text, "' in '", all, "'");
+  std::uint64_t v = 0;
+  XGRAD_CHECK(integer_from_text(text, v) == NumberStatus::ok && text[0] != '-',
+              "rank_generators_from_string: expected an unsigned 64-bit integer, got '", text, "' in '", all, "'");
   return v;
 }
 }  // namespace

@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <xgrad/base/json_input.hpp>
 #include <xgrad/serialize/atomic_file.hpp>
 
 namespace xgrad {
@@ -41,7 +42,7 @@ const DtypeInfo* find_dtype(const std::string& name) {
 
 // Nesting deeper than this cannot be a safetensors header (it needs 3 levels); refusing it
 // early bounds the parser's work on hostile input.
-constexpr int kMaxJsonDepth = 16;
+constexpr int kMaxHeaderDepth = 16;
 // At most 64 dims per tensor, as PyTorch and xgrad's archives; checked while the header is
 // parsed, before a forged shape of millions of dims is built.
 constexpr std::size_t kMaxDims = 64;
@@ -54,11 +55,8 @@ template <class... Args>
 // A string as a JSON literal: quoted, with control characters escaped. `s` must be UTF-8.
 std::string quote(const std::string& s) { return json(s).dump(); }
 
-// A JSON value for an error message, cut to a readable length.
-std::string excerpt(const json& v) {
-  std::string s = v.dump();
-  return s.size() <= 40 ? s : s.substr(0, 37) + "...";
-}
+// A JSON value for an error message, in a few words (never dumped whole: the input layer's rule).
+std::string excerpt(const json& v) { return describe_json(v); }
 
 // The offset of the first byte that does not begin a well-formed UTF-8 sequence (RFC 3629: no
 // overlong forms, no surrogates, nothing above U+10FFFF), or npos.
@@ -283,8 +281,6 @@ SafetensorsHeader parse_header(const std::string& where, std::string_view text, 
     switch (event) {
       case json::parse_event_t::object_start:
       case json::parse_event_t::array_start:
-        if (depth >= kMaxJsonDepth)
-          malformed(where, "the header nests deeper than ", kMaxJsonDepth, " levels");
         if (event == json::parse_event_t::object_start) open_objects.emplace_back();
         if (event == json::parse_event_t::array_start && depth == 2 && entry_key == "shape") {
           in_shape = true;
@@ -315,12 +311,9 @@ SafetensorsHeader parse_header(const std::string& where, std::string_view text, 
     }
     return true;
   };
-  json root;
-  try {
-    root = json::parse(text.begin(), text.end(), callback);
-  } catch (const json::exception& e) {
-    malformed(where, "the header is not valid JSON: ", e.what());
-  }
+  // The input layer checks the depth before the callback sees an event (and names the header).
+  const json root = parse_json(detail::concat("safetensors: '", where, "': the header"), text, text.size(),
+                               kMaxHeaderDepth, callback);
   if (!duplicate.empty()) malformed(where, "duplicate key ", quote(duplicate), " in ", duplicate_in);
   if (!root.is_object()) malformed(where, "the header is not a JSON object");
 

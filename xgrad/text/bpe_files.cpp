@@ -9,13 +9,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include <xgrad/base/json_input.hpp>
 #include <xgrad/serialize/atomic_file.hpp>
 #include <xgrad/serialize/format_error.hpp>
 #include <xgrad/text/messages.hpp>
 
 namespace xgrad::text {
 
+using detail::kMaxTokenizerFileBytes;
 using detail::kMaxVocab;
+using detail::kTokenizerFile;
 using detail::quote;
 
 namespace {
@@ -45,7 +48,8 @@ std::vector<std::string> vocab_from_json(const nlohmann::json& vocab, const std:
   entries.reserve(vocab.size() + added.size());
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
     if (!it.value().is_number_integer())
-      throw FormatError(file + ": " + where({it.key(), 0, -1}) + " must be an integer id, got " + it.value().dump());
+      throw FormatError(file + ": " + where({it.key(), 0, -1}) + " must be an integer id, got " +
+                        describe_json(it.value()));
     entries.push_back({it.key(), it.value().get<std::int64_t>(), -1});
   }
   for (std::size_t i = 0; i < added.size(); ++i) {
@@ -78,12 +82,8 @@ std::vector<std::string> vocab_from_json(const nlohmann::json& vocab, const std:
   return tokens;
 }
 
-nlohmann::json parse_json(std::string_view bytes, const std::string& file) {
-  try {
-    return nlohmann::json::parse(bytes.begin(), bytes.end());
-  } catch (const nlohmann::json::exception& e) {
-    throw FormatError(file + ": not valid JSON: " + e.what());
-  }
+nlohmann::json parse_tokenizer_file(std::string_view bytes, const std::string& file) {
+  return parse_json(file, bytes, kMaxTokenizerFileBytes);
 }
 
 // vocab.bpe / merges.txt
@@ -127,7 +127,7 @@ std::string string_at(const nlohmann::json& object, const char* key, const std::
     if (fallback) return fallback;
     throw FormatError(file + ": no key '" + path + key + "'");
   }
-  if (!it->is_string()) throw FormatError(file + ": " + path + key + " must be a string, got " + it->dump());
+  if (!it->is_string()) throw FormatError(file + ": " + path + key + " must be a string, got " + describe_json(*it));
   return it->get<std::string>();
 }
 
@@ -138,25 +138,32 @@ void refuse_set(const nlohmann::json& object, const char* key, const std::string
   if (it == object.end() || it->is_null() || (it->is_boolean() && !it->get<bool>()) ||
       (it->is_string() && it->get<std::string>().empty()))
     return;
-  throw FormatError(file + ": " + path + key + " is " +
-                    it->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + ": " + why +
-                    " is not supported");
+  throw FormatError(file + ": " + path + key + " is " + describe_json(*it) + ": " + why + " is not supported");
 }
 
 void check_byte_level(const nlohmann::json& pre, const std::string& file) {
-  if (!pre.is_object()) throw FormatError(file + ": pre_tokenizer must be an object, got " + pre.dump());
+  if (!pre.is_object()) throw FormatError(file + ": pre_tokenizer must be an object, got " + describe_json(pre));
   const std::string type = string_at(pre, "type", file, "pre_tokenizer.");
   if (type != "ByteLevel")
     throw FormatError(file + ": pre_tokenizer.type is '" + type + "'; only 'ByteLevel' (GPT-2's) is supported");
   refuse_set(pre, "add_prefix_space", file, "pre_tokenizer.", "adding a space before the text");
   const auto it = pre.find("use_regex");
   if (it != pre.end() && !(it->is_boolean() && it->get<bool>()))
-    throw FormatError(file + ": pre_tokenizer.use_regex is " + it->dump() +
+    throw FormatError(file + ": pre_tokenizer.use_regex is " + describe_json(*it) +
                       "; only GPT-2's pattern (true) is supported");
 }
 
+// GPT-2's byte-level BPE has no normalizer: a set one is refused, naming its type when it has one.
+void check_no_normalizer(const JsonValue& normalizer) {
+  if (normalizer.expect_object_or_null().is_null()) return;
+  const nlohmann::json& type = normalizer.json().contains("type") ? normalizer.json()["type"] : nlohmann::json();
+  throw FormatError(normalizer.file() + ": normalizer is set (" +
+                    (type.is_string() ? type.get<std::string>().substr(0, 60) : describe_json(type)) +
+                    "); GPT-2's byte-level BPE has none, and no normalizer is supported");
+}
+
 Loaded parse_tokenizer_json(std::string_view bytes, const std::string& file) {
-  const nlohmann::json root = parse_json(bytes, file);
+  const nlohmann::json root = parse_tokenizer_file(bytes, file);
   if (!root.is_object()) throw FormatError(file + ": expected a JSON object at the top");
   const auto model_it = root.find("model");
   if (model_it == root.end() || !model_it->is_object()) throw FormatError(file + ": no object at the key 'model'");
@@ -168,9 +175,7 @@ Loaded parse_tokenizer_json(std::string_view bytes, const std::string& file) {
   refuse_set(model, "end_of_word_suffix", file, "model.", "an end-of-word suffix");
   refuse_set(model, "byte_fallback", file, "model.", "byte fallback (not byte-level BPE)");
   refuse_set(model, "ignore_merges", file, "model.", "ignore_merges");
-  if (root.contains("normalizer") && !root["normalizer"].is_null())
-    throw FormatError(file + ": normalizer is set (" + root["normalizer"].value("type", std::string("?")) +
-                      "); GPT-2's byte-level BPE has none, and no normalizer is supported");
+  check_no_normalizer(JsonValue(file, root).at_or_null("normalizer"));
   if (root.contains("pre_tokenizer") && !root["pre_tokenizer"].is_null())
     check_byte_level(root["pre_tokenizer"], file);
   else
@@ -206,13 +211,12 @@ Loaded parse_tokenizer_json(std::string_view bytes, const std::string& file) {
     const std::string where = file + ": model.merges[" + std::to_string(i) + "]";
     if (m.is_string()) {
       const auto parsed = merges_from_text(m.get<std::string>(), where);
-      if (parsed.size() != 1) throw FormatError(where + ": expected \"left right\", got " + m.dump());
+      if (parsed.size() != 1) throw FormatError(where + ": expected \"left right\", got " + describe_json(m));
       loaded.merges.push_back(parsed[0]);
     } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
       loaded.merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
     } else {
-      throw FormatError(where + ": expected \"left right\" or [\"left\", \"right\"], got " +
-                        m.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+      throw FormatError(where + ": expected \"left right\" or [\"left\", \"right\"], got " + describe_json(m));
     }
   }
   for (const auto& [token, id] : added) loaded.special.push_back(token);
@@ -238,7 +242,7 @@ BPETokenizer build(Loaded loaded, const std::string& vocab_origin, const std::st
 BPETokenizer BPETokenizer::from_json_and_merges(std::string_view encoder_json, std::string_view vocab_bpe,
                                                 const std::string& json_name, const std::string& merges_name) {
   Loaded loaded;
-  loaded.tokens = vocab_from_json(parse_json(encoder_json, json_name), json_name, "");
+  loaded.tokens = vocab_from_json(parse_tokenizer_file(encoder_json, json_name), json_name, "");
   loaded.merges = merges_from_text(vocab_bpe, merges_name);
   loaded.special = unreachable_tokens(loaded.tokens, loaded.merges);
   return build(std::move(loaded), json_name, merges_name);
@@ -249,13 +253,14 @@ BPETokenizer BPETokenizer::from_tokenizer_json_bytes(std::string_view bytes, con
 }
 
 BPETokenizer BPETokenizer::from_files(const std::string& encoder_json, const std::string& vocab_bpe) {
-  const std::string json = read_regular_file("BPETokenizer", encoder_json);
-  const std::string merges = read_regular_file("BPETokenizer", vocab_bpe);
+  const std::string json = read_regular_file("BPETokenizer", encoder_json, kMaxTokenizerFileBytes, kTokenizerFile);
+  const std::string merges = read_regular_file("BPETokenizer", vocab_bpe, kMaxTokenizerFileBytes, kTokenizerFile);
   return from_json_and_merges(json, merges, encoder_json, vocab_bpe);
 }
 
 BPETokenizer BPETokenizer::from_tokenizer_json(const std::string& path) {
-  return from_tokenizer_json_bytes(read_regular_file("BPETokenizer", path), path);
+  return from_tokenizer_json_bytes(read_regular_file("BPETokenizer", path, kMaxTokenizerFileBytes, kTokenizerFile),
+                                   path);
 }
 
 BPETokenizer BPETokenizer::load(const std::string& folder) {

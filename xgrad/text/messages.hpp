@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -10,6 +11,11 @@ namespace xgrad::text::detail {
 
 // The largest vocabulary accepted: ids are int32 inside, int64 outside.
 inline constexpr std::size_t kMaxVocab = std::size_t{1} << 30;
+
+// The largest tokenizer file read (tokenizer.json, encoder.json, vocab.bpe, merges.txt): GPT-2's
+// tokenizer.json is 1.4 MB, those of 250,000-token vocabularies about 20 MB.
+inline constexpr std::uint64_t kMaxTokenizerFileBytes = std::uint64_t{256} << 20;
+inline constexpr const char* kTokenizerFile = "tokenizer file";
 
 // Printable quoting for messages: at most 60 bytes, control bytes as \xNN.
 inline std::string quote(std::string_view s) {

@@ -4,9 +4,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <xgrad/base/json_input.hpp>
 #include <xgrad/serialize/atomic_file.hpp>
 #include <xgrad/serialize/format_error.hpp>
 #include <xgrad/text/bpe_trainer.hpp>
+#include <xgrad/text/messages.hpp>
 #include <xgrad/text/utf8.hpp>
 
 namespace xgrad::text {
@@ -42,12 +44,7 @@ void Tokenizer::save(const std::string& path) const {
 }
 
 Tokenizer Tokenizer::from_json(std::string_view bytes, const std::string& name) {
-  nlohmann::json root;
-  try {
-    root = nlohmann::json::parse(bytes.begin(), bytes.end());
-  } catch (const nlohmann::json::exception& e) {
-    throw FormatError(name + ": not JSON: " + e.what());
-  }
+  const nlohmann::json root = parse_json(name, bytes, detail::kMaxTokenizerFileBytes);
   const auto model = root.is_object() ? root.find("model") : root.end();
   if (!root.is_object() || model == root.end() || !model->is_object() || !model->contains("type") ||
       !(*model)["type"].is_string())
@@ -62,9 +59,9 @@ Tokenizer Tokenizer::from_json(std::string_view bytes, const std::string& name) 
   for (std::size_t i = 0; i < vocab->size(); ++i) {
     const auto& entry = (*vocab)[i];
     const std::string where = name + ": model.vocab[" + std::to_string(i) + "]";
-    if (!entry.is_string()) throw FormatError(where + " must be a string, got " + entry.dump());
+    if (!entry.is_string()) throw FormatError(where + " must be a string, got " + describe_json(entry));
     const std::u32string c = decode_utf8(entry.get<std::string>(), where);
-    if (c.size() != 1) throw FormatError(where + " must be one character, got " + entry.dump());
+    if (c.size() != 1) throw FormatError(where + " must be one character, got " + describe_json(entry));
     chars += c;
   }
   try {
@@ -75,7 +72,8 @@ Tokenizer Tokenizer::from_json(std::string_view bytes, const std::string& name) 
 }
 
 Tokenizer Tokenizer::load(const std::string& path) {
-  return from_json(read_regular_file("Tokenizer::load", path), path);
+  return from_json(read_regular_file("Tokenizer::load", path, detail::kMaxTokenizerFileBytes, detail::kTokenizerFile),
+                   path);
 }
 
 Tokenizer train_tokenizer(const std::string& kind, std::size_t vocab_size, const LineSource& training) {

@@ -7,9 +7,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <stdexcept>
 #include <vector>
 
+#include <xgrad/base/input.hpp>
 #include <xgrad/train/files.hpp>
 
 namespace xgrad::train {
@@ -82,6 +84,28 @@ void Progress::finish() {
 
 namespace detail {
 
+namespace {
+
+// The rows of the CSV log `path` (if there is one) whose step is at most `step`: those of the run
+// being resumed, up to its checkpoint. A row's step must be an int.
+std::vector<std::string> rows_until(const std::string& path, int step) {
+  std::vector<std::string> kept;
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return kept;
+  InputFileStream in("CsvLog", path);
+  std::size_t number = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++number;
+    if (line.empty() || !std::isdigit(static_cast<unsigned char>(line[0]))) continue;  // the header
+    const std::string where = "cannot resume the CSV log " + path + ": line " + std::to_string(number) + ": step";
+    if (parse_integer<int>(where, std::string_view(line).substr(0, line.find(',')), 0) <= step) kept.push_back(line);
+  }
+  if (in.bad()) throw std::runtime_error("cannot resume the CSV log " + path + ": a read failed");
+  return kept;
+}
+
+}  // namespace
+
 CsvLog::CsvLog(const std::string& path, int resumed_step, const std::string& metric_column) {
   if (path.empty()) return;
   // A FIFO would block the open, a device such as /dev/zero would be read without end.
@@ -90,20 +114,8 @@ CsvLog::CsvLog(const std::string& path, int resumed_step, const std::string& met
     throw std::runtime_error("cannot write the CSV log " + path + ": it is " + kind +
                              ", not a regular file; expected a regular file path");
   std::string text = "step,loss," + metric_column + ",lr,elapsed\n";
-  if (resumed_step > 0 && ::access(path.c_str(), F_OK) == 0) {
-    const std::string previous = xgrad::read_regular_file("the CSV log", path);
-    std::size_t begin = 0;
-    while (begin < previous.size()) {
-      std::size_t end = previous.find('\n', begin);
-      if (end == std::string::npos) end = previous.size();
-      const std::string line = previous.substr(begin, end - begin);
-      begin = end + 1;
-      char* after = nullptr;
-      const long step = std::strtol(line.c_str(), &after, 10);  // a row starts with its step
-      if (!line.empty() && std::isdigit(static_cast<unsigned char>(line[0])) && *after == ',' && step <= resumed_step)
-        text += line + '\n';
-    }
-  }
+  if (resumed_step > 0)
+    for (const auto& line : rows_until(path, resumed_step)) text += line + '\n';
   try {
     out_ = std::make_unique<xgrad::AppendOnlyFile>(path, text);
   } catch (const std::exception& e) {

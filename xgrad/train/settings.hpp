@@ -62,7 +62,7 @@ class Settings {
                             if constexpr (sizeof(T) < sizeof(Wide)) {
                               if (w < static_cast<Wide>(std::numeric_limits<T>::min()) ||
                                   w > static_cast<Wide>(std::numeric_limits<T>::max()))
-                                throw std::out_of_range("out of the setting's integer range: " + text);
+                                throw std::out_of_range("out of the setting's integer range: " + text.substr(0, 40));
                             }
                             value = static_cast<T>(w);
                           },
@@ -85,8 +85,10 @@ class Settings {
 
   // Key -> value text, in the order added.
   std::vector<std::pair<std::string, std::string>> values() const;
-  // Sets every variable from `saved`; throws std::logic_error on a missing or malformed entry.
-  void assign(const std::map<std::string, std::string>& saved);
+  // Sets every variable from `saved`; throws std::logic_error naming the key (`key_prefix` + key)
+  // on a missing entry (std::out_of_range "no key 'config.lr'") or a malformed one
+  // (std::invalid_argument, or std::out_of_range beyond the variable's range).
+  void assign(const std::map<std::string, std::string>& saved, const std::string& key_prefix = "");
   // Adds to `saved` the switches it lacks, as off (a checkpoint written before they existed).
   void complete(std::map<std::string, std::string>& saved) const;
 

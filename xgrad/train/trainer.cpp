@@ -5,11 +5,13 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 
 #include <xgrad/backend/autocast.hpp>
 #include <xgrad/backend/bf16.hpp>
 #include <xgrad/backend/gemm.hpp>
 #include <xgrad/backend/parallel.hpp>
+#include <xgrad/base/input.hpp>
 #include <xgrad/base/random.hpp>
 #include <xgrad/core/grad_mode.hpp>
 #include <xgrad/optim/clip_grad.hpp>
@@ -75,11 +77,31 @@ std::map<std::string, std::string> metadata_of(const Settings& settings, const L
   return m;
 }
 
+// A step count of the metadata of the checkpoint `path`: an integer in [0, 2^31 - 1], or Refused
+// naming the key.
+int metadata_count(const std::string& path, const std::map<std::string, std::string>& m, const std::string& key) {
+  try {
+    return xgrad::parse_integer<int>(path + ": metadata " + key, m.at(key), 0);
+  } catch (const xgrad::FormatError& e) {
+    throw Refused(std::string("cannot resume: ") + e.what());
+  }
+}
+
+// A number of the metadata of the checkpoint `path` (written with %a), or Refused naming the key.
+double metadata_number(const std::string& path, const std::map<std::string, std::string>& m, const std::string& key,
+                       double lo, double hi, bool allow_nan) {
+  try {
+    return xgrad::parse_number(path + ": metadata " + key, m.at(key), lo, hi, allow_nan);
+  } catch (const xgrad::FormatError& e) {
+    throw Refused(std::string("cannot resume: ") + e.what());
+  }
+}
+
 // The step count a checkpoint's run was to make: "max_steps", or, in checkpoints of the examples
 // written before the Trainer recorded it, their own "steps", "iters" or "config.steps"; 0: none.
-int saved_max_steps(const std::map<std::string, std::string>& m) {
+int saved_max_steps(const std::string& path, const std::map<std::string, std::string>& m) {
   for (const char* key : {kMaxStepsKey, "steps", "iters", "config.steps"})
-    if (const auto it = m.find(key); it != m.end()) return std::stoi(it->second);
+    if (m.count(key)) return metadata_count(path, m, key);
   return 0;
 }
 
@@ -112,18 +134,26 @@ LoopState resume_settings(const std::string& program, const std::string& path, c
     if (key.rfind("config.", 0) == 0) saved[key.substr(7)] = value;
   settings.complete(saved);
   const auto given = settings.values();
-  LoopState state;
   try {
-    settings.assign(saved);  // checks that every setting is there before comparing
-    state.step = static_cast<int>(ckpt.step);
-    state.loss_sum = std::stod(m.at("loss_sum"));
-    state.loss_count = std::stoi(m.at("loss_count"));
-    state.val_metric = std::stod(m.at("accuracy"));
-    state.elapsed = std::stod(m.at("elapsed"));
-  } catch (const std::logic_error&) {  // std::out_of_range, std::invalid_argument
-    throw Refused("cannot resume: " + path + " is not a checkpoint of " + program +
-                  " (its metadata lacks the run's settings)");
+    settings.assign(saved, "config.");   // checks that every setting is there before comparing
+  } catch (const std::logic_error& e) {  // std::out_of_range, std::invalid_argument, naming the key
+    throw Refused("cannot resume: " + path + " is not a checkpoint of " + program + " (its metadata: " + e.what() +
+                  ")");
   }
+  for (const char* key : {"loss_sum", "loss_count", "accuracy", "elapsed"})
+    if (!m.count(key))
+      throw Refused("cannot resume: " + path + " is not a checkpoint of " + program + " (its metadata: no key '" + key +
+                    "')");
+  if (ckpt.step < 0 || ckpt.step > std::numeric_limits<int>::max())
+    throw Refused("cannot resume: " + path + ": step: expected an integer in [0, " +
+                  std::to_string(std::numeric_limits<int>::max()) + "], got " + std::to_string(ckpt.step));
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  LoopState state;
+  state.step = static_cast<int>(ckpt.step);
+  state.loss_sum = metadata_number(path, m, "loss_sum", -kInf, kInf, true);  // a diverged run's NaN too
+  state.loss_count = metadata_count(path, m, "loss_count");
+  state.val_metric = metadata_number(path, m, "accuracy", -kInf, kInf, true);
+  state.elapsed = metadata_number(path, m, "elapsed", 0, std::numeric_limits<double>::max(), false);
   const auto world_size = m.find(kWorldSizeKey);
   const std::string saved_world = world_size == m.end() ? "1" : world_size->second;
   if (saved_world != std::to_string(world.size()))
@@ -258,7 +288,7 @@ Trainer::Trainer(std::string program, TrainerOptions options, Settings& settings
     checkpoint_ = read_checkpoint(o.ckpt_path);
     state_ = resume_settings(program_, o.ckpt_path, *checkpoint_, settings, world_, given_on_command_line);
     const auto& m = checkpoint_->metadata;
-    const int saved = saved_max_steps(m);
+    const int saved = saved_max_steps(o.ckpt_path, m);
     const std::string steps_flag = o.max_steps_flag.empty() ? "max_steps" : o.max_steps_flag;
     if (o.max_steps < 0) {
       if (saved <= 0)
@@ -270,7 +300,8 @@ Trainer::Trainer(std::string program, TrainerOptions options, Settings& settings
                     std::to_string(state_.step) + " (" + o.ckpt_path + "): expected at least " +
                     std::to_string(state_.step));
     const auto planned = m.find(kPlannedStepsKey);
-    planned_steps_ = planned != m.end() ? std::stoi(planned->second) : (saved > 0 ? saved : o.max_steps);
+    planned_steps_ =
+        planned != m.end() ? metadata_count(o.ckpt_path, m, kPlannedStepsKey) : (saved > 0 ? saved : o.max_steps);
   } else {
     if (o.max_steps < 0)
       throw std::invalid_argument("Trainer: expected max_steps >= 0 (-1 only when resuming, ckpt_path), got " +
@@ -324,7 +355,7 @@ std::optional<int> Trainer::fit(xgrad::nn::Module<float>& model, optim::Optimize
   // Dropout: rank 0 goes on with the stream the weights came from, the others with their own.
   if (seed_ && world_.rank() > 0) xgrad::manual_seed(*seed_ + 0xD1B54A32D192ED03ULL * std::uint64_t(world_.rank()));
   if (checkpoint_) {
-    const int saved = saved_max_steps(checkpoint_->metadata);
+    const int saved = saved_max_steps(options_.ckpt_path, checkpoint_->metadata);
     const bool extended = saved > 0 && saved != options_.max_steps && schedule != nullptr;
     // The lrs and the schedule's state of a fresh run, which an extended run steps afresh.
     std::vector<double> fresh_lrs;
