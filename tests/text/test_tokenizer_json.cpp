@@ -282,7 +282,7 @@ TEST(HFTokenizer, RefusesUnsupportedAndMalformedFilesByName) {
                  {"post_processor.special_tokens", "'<s>'", "single[0]"});
   expect_refused("[1, 2]", {"the top level must be an object, got a list"});
   expect_refused("{\"model\": ", {"not valid JSON"});
-  expect_refused(std::string(100000, '[') + std::string(100000, ']'), {"nested deeper than 64"});
+  expect_refused(std::string(100000, '[') + std::string(100000, ']'), {"nests deeper than 64"});
   expect_refused(R"({"model": {"type": "BPE", "vocab": [], "merges": []}})", {"model.vocab must be an object"});
   EXPECT_NE(thrown<std::runtime_error>([] {
               HFTokenizer::from_file(fixture("no/such/tokenizer.json"));

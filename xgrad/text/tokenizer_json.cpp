@@ -7,7 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include <xgrad/serialize/atomic_file.hpp>
+#include <xgrad/base/input.hpp>
+#include <xgrad/base/json_input.hpp>
 #include <xgrad/serialize/format_error.hpp>
 #include <xgrad/text/bpe_merge.hpp>
 #include <xgrad/text/messages.hpp>
@@ -15,27 +16,19 @@
 
 namespace xgrad::text {
 
+using detail::kMaxTokenizerFileBytes;
 using detail::kMaxVocab;
+using detail::kTokenizerFile;
 using detail::quote;
 using json = nlohmann::json;
 
 namespace {
 
-constexpr int kMaxDepth = 64;
-
-// The only JSON parse of a tokenizer.json: nesting deeper than kMaxDepth is refused while parsing
-// (a hostile file of a million brackets must not reach recursive code).
+// The one JSON parse of a tokenizer.json, through the input layer: nesting deeper than
+// kMaxJsonDepth is refused while parsing (a hostile file of a million brackets must not reach
+// recursive code).
 json parse_bounded_json(std::string_view bytes, const std::string& file) {
-  const json::parser_callback_t limit_depth = [&](int depth, json::parse_event_t, json&) {
-    if (depth > kMaxDepth)
-      throw FormatError(file + ": JSON nested deeper than " + std::to_string(kMaxDepth) + " levels");
-    return true;
-  };
-  try {
-    return json::parse(bytes.begin(), bytes.end(), limit_depth);
-  } catch (const json::exception& e) {
-    throw FormatError(file + ": not valid JSON: " + e.what());
-  }
+  return parse_json(file, bytes, kMaxTokenizerFileBytes);
 }
 
 // A value's kind for messages; never its dump (recursive, and a file's content).
@@ -531,13 +524,7 @@ HFTokenizer HFTokenizer::from_json(std::string_view bytes, const std::string& na
 }
 
 HFTokenizer HFTokenizer::from_file(const std::string& path) {
-  const RegularFile file("HFTokenizer", path);
-  if (file.size() > kMaxFileBytes)
-    throw FormatError(path + ": " + std::to_string(file.size()) + " bytes; a tokenizer.json of at most " +
-                      std::to_string(kMaxFileBytes) + " bytes is read");
-  std::string bytes(file.size(), '\0');
-  bytes.resize(file.read_at(0, file.size(), bytes.data()));
-  return from_json(bytes, path);
+  return from_json(read_regular_file("HFTokenizer", path, kMaxTokenizerFileBytes, kTokenizerFile), path);
 }
 
 std::vector<std::int64_t> HFTokenizer::encode(std::string_view text, bool add_special_tokens) const {
