@@ -29,7 +29,7 @@ TEST(Engine, BackwardAccumulatesAcrossCalls) {
   sum(a * 3.0).backward();
   sum(a * 3.0).backward();
   EXPECT_EQ(a.grad(), (Array<double>{6.0, 6.0}));
-  a.zero_grad();
+  a.zero_grad(/*set_to_none=*/false);
   EXPECT_EQ(a.grad(), (Array<double>{0.0, 0.0}));
   a.zero_grad(/*set_to_none=*/true);
   EXPECT_FALSE(a.has_grad());

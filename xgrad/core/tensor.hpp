@@ -183,8 +183,9 @@ class Tensor {
   // carries that backward's graph and can be differentiated again; otherwise it is a new leaf
   // holding a copy of grad(). Undefined when there is no gradient.
   Tensor<T> grad_tensor() const;
-  // Zeros the gradient, or forgets it when set_to_none (PyTorch's default for optimizers).
-  void zero_grad(bool set_to_none = false);
+  // Forgets the gradient (has_grad() becomes false), or zeros it when !set_to_none. The default is
+  // PyTorch 2's, the same as Module::zero_grad and Optimizer::zero_grad.
+  void zero_grad(bool set_to_none = true);
 
   // As LibTorch: sizes, dims and counts are std::int64_t. sizes() is LibTorch's, shape() Python's
   // name for the same sizes (a Sizes converts to a Shape where std::size_t sizes are needed).
