@@ -145,39 +145,22 @@ RemovableHandle Tensor<T>::add_grad_hook(GradHook hook) {
 }
 
 template <class T>
-void Tensor<T>::backward(bool retain_graph) const {
-  XGRAD_CHECK(node_ != nullptr,
-              "backward: called on an undefined tensor (a default-constructed Tensor, with no "
-              "value and no graph)");
-  XGRAD_CHECK(numel() == 1, "backward: grad can be implicitly created only for scalar outputs; got shape ",
-              shape(), " (pass a gradient of that shape)");
-  run_backward(*this, full_array<T>(value().shape(), T(1), "backward"), retain_graph);
-}
-
-template <class T>
-void Tensor<T>::backward(const Array<T>& gradient, bool retain_graph) const {
-  XGRAD_CHECK(node_ != nullptr,
-              "backward: called on an undefined tensor (a default-constructed Tensor, with no "
-              "value and no graph)");
-  XGRAD_CHECK(gradient.shape() == value().shape(), "backward: expected a gradient of shape ", shape(),
-              ", got ", gradient.shape());
-  run_backward(*this, copy_array(gradient, "backward"), retain_graph);
-}
-
-template <class T>
 void Tensor<T>::backward(const Tensor<T>& gradient, std::optional<bool> retain_graph, bool create_graph) const {
   XGRAD_CHECK(node_ != nullptr,
               "backward: called on an undefined tensor (a default-constructed Tensor, with no "
               "value and no graph)");
-  Tensor<T> seed = gradient;
-  if (!seed.defined()) {
+  if (gradient.defined())
+    XGRAD_CHECK(gradient.value().shape() == value().shape(), "backward: expected a gradient of shape ", shape(),
+                ", got ", gradient.value().shape());
+  else
     XGRAD_CHECK(numel() == 1, "backward: grad can be implicitly created only for scalar outputs; got shape ", shape(),
                 " (pass a gradient of that shape)");
-    seed = Tensor<T>(full_array<T>(value().shape(), T(1), "backward"));
-  }
-  XGRAD_CHECK(seed.value().shape() == value().shape(), "backward: expected a gradient of shape ", shape(), ", got ",
-              seed.value().shape());
-  run_backward(*this, seed, retain_graph.value_or(create_graph), create_graph);
+  const auto ones = [&] { return full_array<T>(value().shape(), T(1), "backward"); };
+  const bool retain = retain_graph.value_or(create_graph);
+  if (!create_graph)  // the seed's value alone: it needs no history
+    run_backward(*this, gradient.defined() ? copy_array(gradient.value(), "backward") : ones(), retain);
+  else
+    run_backward(*this, gradient.defined() ? gradient : Tensor<T>(ones()), retain, true);
 }
 
 // ---- factories ----------------------------------------------------------------------------

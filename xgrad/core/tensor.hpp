@@ -291,16 +291,27 @@ class Tensor {
     }
   }
 
-  // backward() on a scalar seeds its gradient with 1; a non-scalar needs the gradient.
-  void backward(bool retain_graph = false) const;
-  void backward(const Array<T>& gradient, bool retain_graph = false) const;
-  // LibTorch's form: backward(gradient, retain_graph, create_graph). An undefined gradient seeds
-  // a scalar with 1. With create_graph the gradients are built from differentiable ops (they
-  // have a history: grad_tensor() can be differentiated again, see docs/higher_order.md), and
-  // retain_graph defaults to create_graph, as in PyTorch. As there, a leaf's gradient with history
-  // holds the leaf (a cycle): prefer autograd::grad, or zero_grad(true) the leaves when done.
-  void backward(const Tensor<T>& gradient, std::optional<bool> retain_graph = std::nullopt,
+  // LibTorch's backward(gradient, retain_graph, create_graph), the only form. An undefined
+  // gradient ({}) seeds a scalar with 1 (a non-scalar needs the gradient, a Tensor of its shape:
+  // wrap an Array as Tensor<T>(array)). retain_graph defaults to create_graph, as in PyTorch:
+  //   loss.backward();            // seed 1, free the graph
+  //   loss.backward({}, true);    // seed 1, keep the graph for another backward
+  //   y.backward(Tensor<T>(dy));  // seed dy
+  // With create_graph the gradients are built from differentiable ops (they have a history:
+  // grad_tensor() can be differentiated again, see docs/higher_order.md). As in PyTorch, a leaf's
+  // gradient with history holds the leaf (a cycle): prefer autograd::grad, or zero_grad() the
+  // leaves when done.
+  void backward(const Tensor<T>& gradient = {}, std::optional<bool> retain_graph = std::nullopt,
                 bool create_graph = false) const;
+  // Anything else in the gradient's place (an Array, a bool meant as retain_graph) is refused at
+  // compile time: backward(bool) and backward(const Array<T>&, bool) were removed, because
+  // backward({}, true) chose the Array form and seeded zeros.
+  template <class G, class... Rest, std::enable_if_t<!std::is_convertible_v<G&&, const Tensor<T>&>, int> = 0>
+  void backward(G&&, Rest&&...) const {
+    static_assert(detail::always_false<G>::value,
+                  "backward: the gradient must be a Tensor<T> (wrap an Array as Tensor<T>(array)); "
+                  "retain_graph is the second argument: backward({}, true)");
+  }
 
   const std::shared_ptr<Node<T>>& node() const { return node_; }
   bool same(const Tensor& other) const { return node_ == other.node_; }
