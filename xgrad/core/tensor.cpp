@@ -125,20 +125,20 @@ RemovableHandle Tensor<T>::register_post_accumulate_grad_hook(std::function<void
 }
 
 template <class T>
-RemovableHandle Tensor<T>::add_grad_hook(GradHook hook) {
+RemovableHandle Tensor<T>::add_grad_hook(ArrayHook on_array, TensorHook on_tensor) {
   Node<T>& n = checked();
   XGRAD_CHECK(n.requires_grad, "register_hook: cannot register a hook on a tensor that doesn't require gradient "
               "(this ", (n.is_leaf ? "leaf" : "result of '"), (n.is_leaf ? "" : n.op), (n.is_leaf ? "" : "'"),
               " of shape ", n.value.shape(), " has requires_grad false)");
-  XGRAD_CHECK(static_cast<bool>(hook), "register_hook: the hook is empty");
+  XGRAD_CHECK(static_cast<bool>(on_array) != static_cast<bool>(on_tensor), "register_hook: the hook is empty");
   static std::atomic<std::uint64_t> next_id{0};
   const std::uint64_t id = ++next_id;
-  n.grad_hooks_.emplace_back(id, std::move(hook));
+  n.grad_hooks_.push_back({id, std::move(on_array), std::move(on_tensor)});
   std::weak_ptr<Node<T>> weak = node_;
   return RemovableHandle([weak, id] {
     if (auto node = weak.lock()) {
       auto& hooks = node->grad_hooks_;
-      hooks.erase(std::remove_if(hooks.begin(), hooks.end(), [id](const auto& h) { return h.first == id; }),
+      hooks.erase(std::remove_if(hooks.begin(), hooks.end(), [id](const auto& h) { return h.id == id; }),
                   hooks.end());
     }
   });
