@@ -75,15 +75,29 @@ template <class T>
 Node<T>::~Node() {
   detail::recycle(value, /*reset=*/false);
   detail::recycle(grad, /*reset=*/false);
-  // Unlink the inputs we hold the last reference to, breadth first, instead of recursing.
-  std::vector<std::shared_ptr<Node<T>>> pending = std::move(inputs);
-  while (!pending.empty()) {
-    std::shared_ptr<Node<T>> n = std::move(pending.back());
-    pending.pop_back();
-    if (n && n.use_count() == 1) {
-      for (auto& in : n->inputs) pending.push_back(std::move(in));
-      n->inputs.clear();
+  // Take apart the nodes below that this one holds the last reference to, iteratively instead of
+  // recursively (a 100,000-op chain would overflow the stack), and without allocating: they wait
+  // on a stack linked through their own next_to_free_ field. Each popped node has no inputs left,
+  // so its own destructor finds nothing to do.
+  std::shared_ptr<Node<T>> stack;
+  const auto release = [&stack](std::shared_ptr<Node<T>>& edge) {
+    std::shared_ptr<Node<T>> n = std::move(edge);
+    if (n && n.use_count() == 1) {  // an input listed twice is pushed once: the first release drops a count
+      n->next_to_free_ = std::move(stack);
+      stack = std::move(n);
     }
+  };
+  const auto release_all = [&release](Node<T>& n) {
+    for (auto it = n.inputs.rbegin(); it != n.inputs.rend(); ++it) release(*it);
+    n.inputs.clear();
+    release(n.rebased_from_);
+    release(n.grad_graph_);
+  };
+  release_all(*this);
+  while (stack) {
+    std::shared_ptr<Node<T>> n = std::move(stack);
+    stack = std::move(n->next_to_free_);
+    release_all(*n);
   }
 }
 

@@ -159,6 +159,10 @@ struct Node : std::enable_shared_from_this<Node<T>> {
   // their gradient there.
   std::shared_ptr<Node<T>> rebased_from_;
   std::uint64_t rebased_at_ = 0;
+  // ~Node's stack of the nodes it takes apart, linked through this field so that freeing a graph
+  // allocates nothing (a destructor that allocates can throw, and a throwing destructor
+  // terminates the program).
+  std::shared_ptr<Node<T>> next_to_free_;
 };
 
 template <class T = float>
