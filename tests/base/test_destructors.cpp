@@ -65,8 +65,8 @@ void free_everything_without_memory() {
   limit.apply();
   memory.take();
   if (!memory.exhausted()) std::_Exit(2);  // the cap did not hold: nothing was shown
-  y.reset();        // ~Node: 300 nodes, their values, the mask
-  profile.reset();  // ~Profile of a profile still recording
+  y.reset();                               // ~Node: 300 nodes, their values, the mask
+  profile.reset();                         // ~Profile of a profile still recording
   x = Tensor<float>();
   memory.give();
   limit.lift();

@@ -1,8 +1,8 @@
 // Higher-order gradients (create_graph): the engine's part. Gradients with history from
 // autograd::grad and backward(), differentiated again; LibTorch's argument order; gradgradcheck;
 // refusals by name (an op without a differentiable backward, a once_differentiable Function, a
-// hook on the Array that replaces a gradient); a hook on the Tensor is part of the graph. Each op's second derivatives are checked by the registry
-// (tests/gradcheck, GradgradcheckEntries.*).
+// hook on the Array that replaces a gradient); a hook on the Tensor is part of the graph. Each
+// op's second derivatives are checked by the registry (tests/gradcheck, GradgradcheckEntries.*).
 #include "test_util.hpp"
 
 #include <cmath>
@@ -217,7 +217,7 @@ TEST(CreateGraph, AHookOnALeafIsPartOfTheGraphOfBackward) {
   sum(x * x * x).backward({}, std::nullopt, /*create_graph=*/true);
   T64 gx = x.grad_tensor();
   ASSERT_TRUE(gx.requires_grad());
-  squares.remove();  // else it would square the next gradient of x too
+  squares.remove();                            // else it would square the next gradient of x too
   auto d = autograd::grad({sum(gx)}, {x})[0];  // 36x^3
   for (std::size_t i = 0; i < 3; ++i) {
     const double xi = x.value()(i);

@@ -252,9 +252,8 @@ void run_post_accumulate_grad_hooks(Node<T>& leaf, const std::shared_ptr<Node<T>
 // A replacement gradient from a register_hook hook must have the tensor's shape.
 template <class T>
 void check_hook_result(const Node<T>& node, const Array<T>& replaced) {
-  XGRAD_CHECK(replaced.shape() == node.value.shape(), "register_hook: a hook on a tensor of shape ",
-              node.value.shape(), " (", node.op, ") returned a gradient of shape ", replaced.shape(),
-              "; expected the tensor's shape");
+  XGRAD_CHECK(replaced.shape() == node.value.shape(), "register_hook: a hook on a tensor of shape ", node.value.shape(),
+              " (", node.op, ") returned a gradient of shape ", replaced.shape(), "; expected the tensor's shape");
 }
 
 // A hook on the Tensor (LibTorch's form) runs with grad mode set to create_graph, as in PyTorch:
@@ -288,7 +287,8 @@ void run_grad_hooks(Node<T>& node, Array<T>& grad, std::shared_ptr<Node<T>>& gra
     std::optional<Array<T>> replaced = hook.on_array(grad);
     if (!replaced) continue;
     XGRAD_CHECK(!creating_graph, "register_hook: a hook on the Array gradient of a tensor of shape ",
-                node.value.shape(), " (", node.op, ") replaced it during a backward with create_graph; an "
+                node.value.shape(), " (", node.op,
+                ") replaced it during a backward with create_graph; an "
                 "Array has no history and would cut the gradient's graph: expected a hook taking Tensor<T> "
                 "(its result is part of the graph), or one that only looks");
     check_hook_result(node, *replaced);

@@ -138,8 +138,7 @@ RemovableHandle Tensor<T>::add_grad_hook(ArrayHook on_array, TensorHook on_tenso
   return RemovableHandle([weak, id] {
     if (auto node = weak.lock()) {
       auto& hooks = node->grad_hooks_;
-      hooks.erase(std::remove_if(hooks.begin(), hooks.end(), [id](const auto& h) { return h.id == id; }),
-                  hooks.end());
+      hooks.erase(std::remove_if(hooks.begin(), hooks.end(), [id](const auto& h) { return h.id == id; }), hooks.end());
     }
   });
 }

@@ -264,16 +264,18 @@ class Tensor {
     if constexpr (on_array) {
       using R = std::invoke_result_t<D&, const Array<T>&>;
       if constexpr (std::is_void_v<R>) {
-        return add_grad_hook([h = D(std::forward<F>(hook))](const Array<T>& g) mutable -> std::optional<Array<T>> {
+        auto looks = [h = D(std::forward<F>(hook))](const Array<T>& g) mutable -> std::optional<Array<T>> {
           h(g);
           return std::nullopt;
-        }, nullptr);
+        };
+        return add_grad_hook(std::move(looks), nullptr);
       } else if constexpr (std::is_same_v<std::decay_t<R>, std::optional<Array<T>>>) {
         return add_grad_hook(ArrayHook(std::forward<F>(hook)), nullptr);
       } else if constexpr (std::is_constructible_v<Array<T>, R>) {
-        return add_grad_hook([h = D(std::forward<F>(hook))](const Array<T>& g) mutable -> std::optional<Array<T>> {
+        auto replaces = [h = D(std::forward<F>(hook))](const Array<T>& g) mutable -> std::optional<Array<T>> {
           return Array<T>(h(g));
-        }, nullptr);
+        };
+        return add_grad_hook(std::move(replaces), nullptr);
       } else {
         static_assert(detail::always_false<F>::value,
                       "register_hook: a hook taking const Array<T>& must return "
