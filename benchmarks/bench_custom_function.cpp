@@ -63,7 +63,7 @@ struct SiLU : xgrad::autograd::Function<SiLU> {
 int main() {
   for (std::size_t n : {std::size_t(64), std::size_t(4096), std::size_t(1) << 18}) {
     auto x = xgrad::randn<float>({n}, true);
-    Array<float> g = xt::ones<float>({n});
+    const xgrad::Tensor<float> g = xgrad::ones<float>({n});
     const int calls = n <= 64 ? 20000 : n <= 4096 ? 2000 : 50;
     std::vector<double> a, b;
     for (int round = 0; round < 11; ++round) {

@@ -226,10 +226,10 @@ void expect_casts_forward_and_backward(const std::function<Tensor<float>(const s
     y = f(cast_in);
   }
   const Array<float> R = rand_float(y.shape(), 99).value();
-  y.backward(R);
+  y.backward(Tensor<float>(R));
   const Tensor<float> y_ref = f(ref_in), y_plain = f(plain_in);
-  y_ref.backward(rounded(Tensor<float>(R)).value());
-  y_plain.backward(R);
+  y_ref.backward(rounded(Tensor<float>(R)));
+  y_plain.backward(Tensor<float>(R));
   EXPECT_LT(max_abs_diff(y.value(), y_ref.value()), 2e-5) << what;
   EXPECT_GT(max_abs_diff(y.value(), y_plain.value()), 1e-4) << what << ": the forward did not cast";
   for (std::size_t i = 0; i < inputs.size(); ++i) {
@@ -345,14 +345,14 @@ TEST(Autocast, AttentionCastsItsGemmsOnPoolThreadsForwardAndBackward) {
     out = scaled_dot_product_attention(q, k, v);
     EXPECT_LT(rel_diff(out.value(), ref.out), 1e-4) << "run " << run;
   }
-  std::thread([&] { out.backward(dO); }).join();
+  std::thread([&] { out.backward(Tensor<float>(dO)); }).join();
   EXPECT_LT(rel_diff(q.grad(), ref.dq), 1e-4);
   EXPECT_LT(rel_diff(k.grad(), ref.dk), 1e-4);
   EXPECT_LT(rel_diff(v.grad(), ref.dv), 1e-4);
 
   Tensor<float> q2(q.value(), true), k2(k.value(), true), v2(v.value(), true);
   const Tensor<float> plain = scaled_dot_product_attention(q2, k2, v2);
-  plain.backward(dO);
+  plain.backward(Tensor<float>(dO));
   EXPECT_GT(rel_diff(plain.value(), ref.out), 1e-3);
   EXPECT_GT(rel_diff(q2.grad(), ref.dq), 1e-3);
   EXPECT_GT(rel_diff(k2.grad(), ref.dk), 1e-3);
@@ -374,7 +374,7 @@ TEST(Autocast, BackwardUsesTheChoiceOfTheForward) {
     }
     {
       AutocastGuard guard(backward_bf16);
-      y.backward(R);
+      y.backward(Tensor<float>(R));
     }
     return std::make_pair(x.grad(), w.grad());
   };
@@ -399,10 +399,10 @@ void expect_unaffected(const std::function<Tensor<float>(const Tensor<float>&)>&
   {
     AutocastGuard guard;
     ya = f(a);
-    ya.backward(Array<float>(xt::ones<float>(ya.shape())));
+    ya.backward(ones<float>(ya.shape()));
   }
   yb = f(b);
-  yb.backward(Array<float>(xt::ones<float>(yb.shape())));
+  yb.backward(ones<float>(yb.shape()));
   EXPECT_EQ(max_abs_diff(ya.value(), yb.value()), 0.0) << what;
   EXPECT_EQ(max_abs_diff(a.grad(), b.grad()), 0.0) << what;
 }

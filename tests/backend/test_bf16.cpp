@@ -121,7 +121,7 @@ void expect_linear_is_gemm_bf16(std::size_t rows, std::size_t in, std::size_t ou
       y = linear(x, w, bias);
     }
     const Array<float> dy = randn<float>({3, rows / 3, outf}, g).value();
-    y.backward(dy);
+    y.backward(Tensor<float>(dy));
     const float* px = x.value().data();
     const float* pw = w.value().data();
     std::vector<float> y_ref(rows * outf);

@@ -38,7 +38,7 @@ Tensor<T> leaf(const Shape& shape, std::uint64_t seed) {
 // Backward from y with a seeded random upstream gradient; returns y and the inputs' gradients.
 template <class T>
 Arrays<T> value_and_grads(const Tensor<T>& y, const std::vector<Tensor<T>>& inputs) {
-  y.backward(random_array<T>(y.shape(), 999));
+  y.backward(Tensor<T>(random_array<T>(y.shape(), 999)));
   Arrays<T> out{y.value()};
   for (const auto& x : inputs) out.push_back(x.grad());
   return out;
@@ -376,8 +376,8 @@ TEST(Parallel, GeluFloatMatchesDoubleOverALongArray) {
     Tensor<float> x32(Array<float>(xt::cast<float>(xd)), true);
     Tensor<double> y64 = gelu(x64, approximate);
     Tensor<float> y32 = gelu(x32, approximate);
-    y64.backward(Array<double>(xt::ones<double>({n})));  // the gradient is dy/dx itself
-    y32.backward(Array<float>(xt::ones<float>({n})));
+    y64.backward(ones<double>({n}));  // the gradient is dy/dx itself
+    y32.backward(ones<float>({n}));
     const Arrays<double> d = {y64.value(), x64.grad()};
     const Arrays<float> f = {y32.value(), x32.grad()};
     for (std::size_t out = 0; out < 2; ++out) {

@@ -184,7 +184,7 @@ TEST(Allocation, ARealAllocationFailureInABackwardNamesTheOpTheShapeAndTheBytes)
   }
   {  // the gradient handed to backward is copied
     const F32 e = exp(x);
-    EXPECT_OOM(e.backward(e.value()), "backward: not enough memory for a tensor of shape " BIG);
+    EXPECT_OOM(e.backward(e), "backward: not enough memory for a tensor of shape " BIG);
   }
   {
     const F32 p = mul(x, x);

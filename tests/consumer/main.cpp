@@ -7,7 +7,7 @@
 int main() {
   auto x = xgrad::from_vector<double>({1.0, -2.0, 0.5}, {3}, /*requires_grad=*/true);
   auto y = x * x + 3.0 * x;
-  y.backward(xgrad::ones<double>({3}).value());
+  y.backward(xgrad::ones<double>({3}));
 
   bool ok = true;
   for (std::size_t i = 0; i < 3; ++i) {

@@ -1,8 +1,8 @@
 // Higher-order gradients (create_graph): the engine's part. Gradients with history from
 // autograd::grad and backward(), differentiated again; LibTorch's argument order; gradgradcheck;
 // refusals by name (an op without a differentiable backward, a once_differentiable Function, a
-// hook that replaces a gradient). Each op's second derivatives are checked by the registry
-// (tests/gradcheck, GradgradcheckEntries.*).
+// hook on the Array that replaces a gradient); a hook on the Tensor is part of the graph. Each
+// op's second derivatives are checked by the registry (tests/gradcheck, GradgradcheckEntries.*).
 #include "test_util.hpp"
 
 #include <cmath>
@@ -182,15 +182,62 @@ TEST(CreateGraph, FunctionWithATensorBackwardIsDifferentiatedAgain) {
   EXPECT_TRUE(r.passed) << r.summary();
 }
 
-TEST(CreateGraph, AHookThatReplacesAGradientIsRefusedUnderCreateGraph) {
+TEST(CreateGraph, AHookOnTheArrayThatReplacesAGradientIsRefusedUnderCreateGraph) {
   auto x = vec({1, 2});
   auto y = x * x;
   y.register_hook([](const Array<double>& g) { return Array<double>(g * 2.0); });
   const std::string m = error_of([&] { autograd::grad({sum(y)}, {x}, {}, std::nullopt, true); });
   EXPECT_TRUE(contains(m, "create_graph")) << m;
+  EXPECT_TRUE(contains(m, "expected a hook taking Tensor<T>")) << m;
   auto z = x * x;
   z.register_hook([](const Array<double>&) {});  // looking is fine
   EXPECT_NO_THROW(autograd::grad({sum(z)}, {x}, {}, std::nullopt, true));
+}
+
+// LibTorch: a hook on the Tensor that replaces a gradient under create_graph is part of the graph.
+// It gets the gradient with its history and its result's history is kept, so the second
+// derivative goes through the hook's own computation. (It used to be refused.)
+TEST(CreateGraph, AHookOnTheTensorIsPartOfTheGraph) {
+  auto x = vec({0.5, -1.5, 2.0});
+  auto y = x * x;
+  y.register_hook([x](T64 g) { return g * x; });  // dL/dy * x, where x is differentiated too
+  auto g = autograd::grad({sum(y)}, {x}, {}, std::nullopt, /*create_graph=*/true)[0];  // x * 2x
+  ASSERT_TRUE(g.requires_grad());
+  auto h = autograd::grad({sum(g)}, {x})[0];  // d/dx 2x^2 = 4x (2x if the hook's x were a constant)
+  for (std::size_t i = 0; i < 3; ++i) {
+    const double xi = x.value()(i);
+    EXPECT_DOUBLE_EQ(g.value()(i), 2 * xi * xi);
+    EXPECT_DOUBLE_EQ(h.value()(i), 4 * xi);
+  }
+}
+
+TEST(CreateGraph, AHookOnALeafIsPartOfTheGraphOfBackward) {
+  auto x = vec({0.5, -1.5, 2.0});
+  RemovableHandle squares = x.register_hook([](T64 g) { return g * g; });  // (3x^2)^2 = 9x^4
+  sum(x * x * x).backward({}, std::nullopt, /*create_graph=*/true);
+  T64 gx = x.grad_tensor();
+  ASSERT_TRUE(gx.requires_grad());
+  squares.remove();                            // else it would square the next gradient of x too
+  auto d = autograd::grad({sum(gx)}, {x})[0];  // 36x^3
+  for (std::size_t i = 0; i < 3; ++i) {
+    const double xi = x.value()(i);
+    EXPECT_NEAR(x.grad()(i), 9 * std::pow(xi, 4), 1e-12);
+    EXPECT_NEAR(d.value()(i), 36 * std::pow(xi, 3), 1e-12);
+  }
+  x.zero_grad();  // the gradient's graph holds x: let both go
+}
+
+// Against finite differences of the first-order gradients. As in PyTorch the hook also runs in
+// the second backward wherever it passes through y, so no op's differentiable backward here reads
+// y's value (only add's, exp's and mul's: they read their inputs or exp's own output).
+TEST(CreateGraph, AHookOnTheTensorPassesGradgradcheck) {
+  const auto f = [](const std::vector<T64>& in) {
+    T64 y = exp(in[0]) * in[1];
+    y.register_hook([w = in[1]](T64 g) { return g * tanh(w); });
+    return y + in[0];
+  };
+  const auto r = gradgradcheck(f, {input({2, 3}, 5), input({2, 3}, 6)});
+  EXPECT_TRUE(r.passed) << r.summary();
 }
 
 TEST(CreateGraph, AGraphOfGradientsIsFreed) {

@@ -10,7 +10,7 @@ TEST(Engine, NodeUsedTwiceGetsBothContributions) {
   auto a = from_vector<double>({1.0, 2.0}, {2}, true);
   auto b = a + a;
   auto c = b + b;
-  c.backward(Array<double>{1.0, 1.0});
+  c.backward(ones<double>({2}));
   EXPECT_EQ(a.grad(), (Array<double>{4.0, 4.0}));
 }
 
@@ -29,7 +29,7 @@ TEST(Engine, BackwardAccumulatesAcrossCalls) {
   sum(a * 3.0).backward();
   sum(a * 3.0).backward();
   EXPECT_EQ(a.grad(), (Array<double>{6.0, 6.0}));
-  a.zero_grad();
+  a.zero_grad(/*set_to_none=*/false);
   EXPECT_EQ(a.grad(), (Array<double>{0.0, 0.0}));
   a.zero_grad(/*set_to_none=*/true);
   EXPECT_FALSE(a.has_grad());
@@ -45,9 +45,27 @@ TEST(Engine, SecondBackwardWithoutRetainGraphNamesRetainGraph) {
 TEST(Engine, RetainGraphAllowsASecondBackward) {
   auto a = from_vector<double>({1.0, 2.0}, {2}, true);
   auto loss = sum(a * a);
-  loss.backward(/*retain_graph=*/true);
+  loss.backward({}, /*retain_graph=*/true);
   loss.backward();
   EXPECT_EQ(a.grad(), (Array<double>{4.0, 8.0}));
+}
+
+// LibTorch's loss.backward({}, true): no explicit gradient (seed 1), keep the graph. It used to
+// pick the removed backward(const Array<T>&, bool), seed a 0-d Array, and leave every gradient 0.
+TEST(Engine, BackwardWithNoGradientAndRetainGraphSeedsOnesAndKeepsTheGraph) {
+  auto a = from_vector<double>({1.5, -2.0, 0.25}, {3}, true);
+  auto b = from_vector<double>({1.5, -2.0, 0.25}, {3}, true);
+  auto loss = sum(exp(a) * a);
+  loss.backward({}, true);
+  sum(exp(b) * b).backward();
+  EXPECT_EQ(a.grad(), b.grad());  // (1 + a) e^a
+  EXPECT_NEAR(a.grad()(0), 2.5 * std::exp(1.5), 1e-12);
+  loss.backward();  // the graph was kept: a second backward adds the same again
+  EXPECT_NEAR(a.grad()(0), 2 * 2.5 * std::exp(1.5), 1e-12);
+  auto y = a * 2.0;
+  y.backward(Tensor<double>(Array<double>{1.0, 2.0, 3.0}), /*retain_graph=*/true);  // an Array seed, wrapped
+  y.backward(ones<double>({3}));
+  EXPECT_NEAR(a.grad()(2), 2 * 1.25 * std::exp(0.25) + 2 * 3.0 + 2 * 1.0, 1e-12);
 }
 
 TEST(Engine, NoGradBuildsNothing) {
@@ -92,7 +110,7 @@ TEST(Engine, DroppingAnUnusedDeepGraphDoesNotOverflowTheStack) {
 TEST(Engine, NonScalarBackwardNeedsAGradient) {
   auto a = from_vector<double>({1.0, 2.0}, {2}, true);
   XGRAD_EXPECT_THROW_MSG((a * 2.0).backward(), "scalar", "(2)");
-  XGRAD_EXPECT_THROW_MSG((a * 2.0).backward(Array<double>{1.0, 2.0, 3.0}), "(2)", "(3)");
+  XGRAD_EXPECT_THROW_MSG((a * 2.0).backward(Tensor<double>(Array<double>{1.0, 2.0, 3.0})), "(2)", "(3)");
 }
 
 TEST(Engine, AnomalyModeNamesTheOpThatProducedNaN) {

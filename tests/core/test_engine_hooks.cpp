@@ -87,7 +87,7 @@ TEST(PostAccumulateGradHook, OncePerBackwardWithRetainGraphAndAccumulatedGrad) {
   std::vector<Array<double>> seen;
   x.register_post_accumulate_grad_hook([&](Tensor<double>& t) { seen.push_back(t.grad()); });
   auto loss = sum(x * x);  // dloss/dx = 2x, twice
-  loss.backward(/*retain_graph=*/true);
+  loss.backward({}, /*retain_graph=*/true);
   loss.backward();
   ASSERT_EQ(seen.size(), 2u);
   EXPECT_EQ(seen[0], (Array<double>{2.0, 4.0}));
@@ -98,7 +98,7 @@ TEST(PostAccumulateGradHook, RunsWhenTheRootIsTheLeaf) {
   auto x = from_vector<double>({1.0, 2.0}, {2}, true);
   int calls = 0;
   x.register_post_accumulate_grad_hook([&](Tensor<double>&) { ++calls; });
-  x.backward(Array<double>{1.0, 1.0});
+  x.backward(ones<double>({2}));
   EXPECT_EQ(calls, 1);
 }
 

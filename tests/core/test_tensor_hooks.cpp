@@ -129,7 +129,7 @@ TEST(TensorHook, EachBackwardWithRetainGraphRunsTheHook) {
     return Array<double>(g * 2.0);
   });
   auto loss = sum(y);
-  loss.backward(/*retain_graph=*/true);
+  loss.backward({}, /*retain_graph=*/true);
   loss.backward();
   EXPECT_EQ(calls, 2);
   EXPECT_EQ(x.grad(), arr({8, 24}));

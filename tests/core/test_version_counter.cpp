@@ -132,7 +132,7 @@ TEST(VersionCounter, OptimizerUpdatesBetweenStepsKeepWorking) {
 TEST(VersionCounter, RetainedGraphStillChecksASecondBackward) {
   auto x = from_vector<double>({1, 2}, {2}, true);
   auto y = sum(log(x));
-  y.backward(/*retain_graph=*/true);
+  y.backward({}, /*retain_graph=*/true);
   x.mutable_value() += 1.0;
   EXPECT_NE(error_of([&] { y.backward(); }).find("log's input 0 of shape (2) is at version 1"), std::string::npos);
 }

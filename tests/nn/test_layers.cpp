@@ -182,7 +182,7 @@ TEST(NnDropout, GradientUsesTheSameMaskAndSeedReproduces) {
   auto x = input({30, 30});
   manual_seed(77);
   auto y1 = drop.forward(x);
-  y1.backward(Array<double>(xt::ones<double>({30, 30})));
+  y1.backward(ones<double>({30, 30}));
   // dy/dx is the mask: 0 where dropped, 1/(1-p) where kept.
   for (std::size_t i = 0; i < x.value().size(); ++i) {
     const double g = x.grad().data()[i], out = y1.value().data()[i];

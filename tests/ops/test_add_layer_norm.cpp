@@ -77,7 +77,7 @@ std::vector<Array<T>> run(const Shape& shape, Affine affine, Use use, bool fused
     out = combine(use, s, y);
   }
   Generator g(99);
-  out.backward(randn<T>(shape, g, false).value());
+  out.backward(randn<T>(shape, g, false));
   std::vector<Array<T>> got{out.value()};
   // A parameter the loss does not reach (weight and bias when only s is used) has no gradient in
   // either graph: an empty array stands for it.
@@ -233,9 +233,9 @@ TEST(AddLayerNorm, RetainedGraphRunsTwiceAndHooksSeeEachOutputsGradient) {
     const Tensor<double> out = s + tanh(y);
     Generator g(3);
     const Array<double> up = randn<double>({3, 6}, g, false).value();
-    out.backward(up, /*retain_graph=*/true);
+    out.backward(Tensor<double>(up), /*retain_graph=*/true);
     const Array<double> once = c.x.grad();
-    out.backward(up);
+    out.backward(Tensor<double>(up));
     EXPECT_EQ(seen, 2);
     EXPECT_LE(max_abs_diff(c.x.grad(), Array<double>(2.0 * once)), 1e-12);
     if (!fused) {

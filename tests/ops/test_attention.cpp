@@ -303,7 +303,7 @@ TEST(AttentionWithWeights, FullyMaskedRowsGiveZerosAndFiniteGradients) {
         }
     {
       DetectAnomalyGuard anomaly;  // throws on any NaN/Inf gradient
-      both({out, weights}).backward(xt::ones<double>({N * H * L * (2 + S)}));
+      both({out, weights}).backward(ones<double>({N * H * L * (2 + S)}));
     }
     for (const auto* t : {&q, &k, &v})
       for (double g : t->grad()) EXPECT_TRUE(std::isfinite(g));

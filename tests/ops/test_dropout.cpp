@@ -73,7 +73,7 @@ TYPED_TEST(DropoutTyped, ProbabilityOneGivesZerosAndZeroGradient) {
   auto y = dropout(x, 1.0, true);
   EXPECT_FALSE(y.same(x));
   for (T v : y.value()) EXPECT_EQ(v, T(0));
-  y.backward(xt::ones<T>({3, 4}));
+  y.backward(ones<T>({3, 4}));
   for (T v : x.grad()) EXPECT_EQ(v, T(0));
 }
 
@@ -114,7 +114,7 @@ TYPED_TEST(DropoutTyped, GradientIsTheMaskTimesTheScaleExactly) {
   auto y = dropout(x, p, true, &h);
   Generator gu(10);
   Array<T> u = randn<T>({6, 7}, gu).value();
-  y.backward(u);
+  y.backward(Tensor<T>(u));
   const Array<T> expected = u * m.value();
   EXPECT_EQ(x.grad(), expected);
   // And the forward used the same mask.

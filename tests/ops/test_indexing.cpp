@@ -60,7 +60,7 @@ TEST(Indexing, IndexSelectRepeatedIndicesAddGradients) {
   auto x = from_vector<double>({1, 2, 3, 4, 5, 6}, {3, 2}, true);
   auto y = index_select(x, 0, IndexArray{2, 0, 2, 2});
   EXPECT_EQ(y.value(), (Array<double>{{5, 6}, {1, 2}, {5, 6}, {5, 6}}));
-  y.backward(Array<double>{{1, 10}, {2, 20}, {3, 30}, {4, 40}});
+  y.backward(Tensor<double>(Array<double>{{1, 10}, {2, 20}, {3, 30}, {4, 40}}));
   EXPECT_EQ(x.grad(), (Array<double>{{2, 20}, {0, 0}, {8, 80}}));
 }
 
@@ -94,11 +94,11 @@ TEST(Indexing, EmbeddingGradientAddsAndSkipsPadding) {
   // padding_idx = -1 is row 3 (counted from the end, as torch)
   auto y = embedding(idx, w, std::int64_t{-1});
   EXPECT_EQ(y.value()(1, 0), 3.0);  // the padding row is still looked up
-  y.backward(Array<double>{{1, 1}, {5, 5}, {2, 2}, {4, 4}, {7, 7}});
+  y.backward(Tensor<double>(Array<double>{{1, 1}, {5, 5}, {2, 2}, {4, 4}, {7, 7}}));
   EXPECT_EQ(w.grad(), (Array<double>{{4, 4}, {3, 3}, {0, 0}, {0, 0}}));
 
   w.zero_grad();
-  embedding(idx, w).backward(Array<double>{{1, 1}, {5, 5}, {2, 2}, {4, 4}, {7, 7}});
+  embedding(idx, w).backward(Tensor<double>(Array<double>{{1, 1}, {5, 5}, {2, 2}, {4, 4}, {7, 7}}));
   EXPECT_EQ(w.grad(), (Array<double>{{4, 4}, {3, 3}, {0, 0}, {12, 12}}));
 }
 
@@ -119,7 +119,7 @@ TEST(Indexing, MaskedFillValuesAndGradient) {
   auto x = from_vector<double>({1, 2, 3, 4, 5, 6}, {2, 3}, true);
   auto y = masked_fill(x, BoolArray{true, false, true}, -9.0);  // broadcast over rows
   EXPECT_EQ(y.value(), (Array<double>{{-9, 2, -9}, {-9, 5, -9}}));
-  y.backward(Array<double>{{1, 2, 3}, {4, 5, 6}});
+  y.backward(Tensor<double>(Array<double>{{1, 2, 3}, {4, 5, 6}}));
   EXPECT_EQ(x.grad(), (Array<double>{{0, 2, 0}, {0, 5, 0}}));
   // -inf fill, as for attention masks.
   auto z = masked_fill(x, column({false, true}), -std::numeric_limits<double>::infinity());
@@ -150,7 +150,7 @@ TEST(Indexing, WhereValuesAndGradients) {
   const BoolArray cond{{true, false, true}, {false, false, true}};
   auto y = xgrad::where(cond, a, b);
   EXPECT_EQ(y.value(), (Array<double>{{1, 10, 3}, {20, 20, 3}}));
-  y.backward(Array<double>{{1, 2, 3}, {4, 5, 6}});
+  y.backward(Tensor<double>(Array<double>{{1, 2, 3}, {4, 5, 6}}));
   EXPECT_EQ(a.grad(), (Array<double>{1, 0, 9}));
   EXPECT_EQ(b.grad(), xt::reshape_view(Array<double>{2, 9}, {2, 1}));
 }

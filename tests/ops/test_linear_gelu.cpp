@@ -41,7 +41,7 @@ Arrays<T> run(const Case& c, bool bias, const std::string& approximate, bool fus
   const Tensor<T> b = bias ? random_leaf<T>({c.out}, 3) : Tensor<T>();
   const Tensor<T> y = fused ? detail::linear_gelu(x, w, b, approximate) : gelu(linear(x, w, b), approximate);
   Generator g(4);
-  y.backward(randn<T>(y.shape(), g, false).value());
+  y.backward(randn<T>(y.shape(), g, false));
   Arrays<T> out{y.value(), x.grad(), w.grad()};
   if (bias) out.push_back(b.grad());
   return out;
@@ -96,7 +96,7 @@ TEST(LinearGelu, LinearBiasGradientIsTheSerialSumAtAnyThreadCount) {
     set_num_threads(threads);
     const Tensor<float> x = random_leaf<float>(sx, 1), w = random_leaf<float>({out, sx[1]}, 2),
                         b = random_leaf<float>({out}, 3);
-    linear(x, w, b).backward(dy);
+    linear(x, w, b).backward(Tensor<float>(dy));
     EXPECT_EQ(std::memcmp(want.data(), b.grad().data(), out * sizeof(float)), 0) << threads << " threads";
   }
 }
@@ -121,7 +121,7 @@ TEST(LinearGelu, ForwardIsOneForkJoinAndTheBiasGradientRunsOnThePool) {
   const Array<float> dy = randn<float>(y.shape(), g, false).value();
   // Two jobs: the copy of dy into the seed gradient (copy_array, fixed blocks from 64K elements)
   // and the bias gradient's column blocks (main ran both serially: 0).
-  EXPECT_EQ(jobs_at_two_threads([&] { y.backward(dy); }), 2);
+  EXPECT_EQ(jobs_at_two_threads([&] { y.backward(Tensor<float>(dy)); }), 2);
 }
 
 // GELU's value and derivative depend on the element alone, not on where it sits (a SIMD body or the
@@ -135,7 +135,7 @@ void expect_gelu_position_independent(const char* approximate) {
   Generator g(12);
   const Array<T> dy = randn<T>({n}, g, false).value();
   const Tensor<T> y = gelu(x, approximate);
-  y.backward(dy);
+  y.backward(Tensor<T>(dy));
   for (std::size_t shift = 1; shift < 17; ++shift) {
     const std::int64_t len = static_cast<std::int64_t>(n - shift);
     Array<T> xv = Array<T>::from_shape({n - shift}), dyv = Array<T>::from_shape({n - shift});
@@ -143,7 +143,7 @@ void expect_gelu_position_independent(const char* approximate) {
     std::copy(dy.data() + shift, dy.data() + n, dyv.data());
     const Tensor<T> xs(xv, true);
     const Tensor<T> ys = gelu(xs, approximate);
-    ys.backward(dyv);
+    ys.backward(Tensor<T>(dyv));
     for (std::int64_t i = 0; i < len; ++i) {
       ASSERT_EQ(y.value()(i + shift), ys.value()(i)) << approximate << ", shift " << shift << ", element " << i;
       ASSERT_EQ(x.grad()(i + shift), xs.grad()(i)) << approximate << ", shift " << shift << ", element " << i;
@@ -199,7 +199,7 @@ Arrays<float> layer_run(Layer& layer, const Run& run, bool recording) {
     y = run(x, memory);
   }
   Generator g(23);
-  y.backward(randn<float>(y.shape(), g, false).value());
+  y.backward(randn<float>(y.shape(), g, false));
   Arrays<float> out{y.value(), x.grad()};
   for (const auto& p : layer.parameters()) out.push_back(p.grad());
   return out;

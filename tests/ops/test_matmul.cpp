@@ -151,13 +151,13 @@ TEST(Matmul, EmptyDimensions) {
   auto a = input({3, 0}, 1), b = input({0, 4}, 2);
   auto z = matmul(a, b);
   EXPECT_EQ(z.value(), (Array<double>(xt::zeros<double>({3, 4}))));
-  z.backward(Array<double>(xt::ones<double>({3, 4})));
+  z.backward(ones<double>({3, 4}));
   EXPECT_EQ(a.grad().shape(), a.value().shape());
   // An empty broadcast batch: the shared operand's gradient is zeros, not uninitialized.
   auto c = input({1, 2, 3}, 3), d = input({0, 3, 2}, 4);
   auto w = matmul(c, d);
   EXPECT_EQ(w.shape(), (Shape{0, 2, 2}));
-  w.backward(Array<double>(xt::zeros<double>({0, 2, 2})));
+  w.backward(zeros<double>({0, 2, 2}));
   EXPECT_EQ(c.grad(), (Array<double>(xt::zeros<double>({1, 2, 3}))));
 }
 
@@ -178,8 +178,8 @@ TEST(Matmul, FloatMatchesDouble) {
   auto yf = matmul(af, bf);
   EXPECT_LT(max_abs_diff(yf.value(), yd.value()), 1e-5);
   Array<double> u = input(yd.shape(), 7).value();
-  yd.backward(u);
-  yf.backward(Array<float>(xt::cast<float>(u)));
+  yd.backward(Tensor<double>(u));
+  yf.backward(Tensor<float>(xt::cast<float>(u)));
   EXPECT_LT(max_abs_diff(af.grad(), a.grad()), 1e-5);
   EXPECT_LT(max_abs_diff(bf.grad(), b.grad()), 1e-5);
 }

@@ -38,7 +38,7 @@ Array<float> upstream(const Shape& shape) {
 
 // y's value, then backward with a fixed random upstream gradient and each input's gradient.
 Arrays value_and_grads(const F32& y, const std::vector<F32>& inputs) {
-  y.backward(upstream(y.shape()));
+  y.backward(Tensor<float>(upstream(y.shape())));
   Arrays out{y.value()};
   for (const auto& x : inputs) out.push_back(x.grad());
   return out;
@@ -248,7 +248,7 @@ TEST(ParallelOps, EachKernelForksOnItsOwn) {
   // dy for its first operand (sum_to, copy_array), then x's second gradient added to its first
   // (accumulate_grad).
   F32 z = leaf(kLarge, 4);
-  EXPECT_EQ(jobs_at_two_threads([&] { add(z, z).backward(upstream(kLarge)); }), 4);
+  EXPECT_EQ(jobs_at_two_threads([&] { add(z, z).backward(Tensor<float>(upstream(kLarge))); }), 4);
 }
 
 // sum_to split by output gives exactly the serial walk's float sums (each output adds its rows in

@@ -237,7 +237,7 @@ TEST(Reduction, AmaxSharesTheGradientAmongTies) {
   auto x = from_vector<double>({1, 3, 3, 2, 2, 2, 5, -1, 0}, {3, 3}, true);
   auto y = amax(x, {1});
   EXPECT_EQ(y.value(), (Array<double>{3, 2, 5}));
-  y.backward(Array<double>{6, 3, 1});
+  y.backward(Tensor<double>(Array<double>{6, 3, 1}));
   EXPECT_EQ(x.grad(), (Array<double>{{0, 3, 3}, {1, 1, 1}, {1, 0, 0}}));
   // Ties across two dims at once.
   auto z = from_vector<double>({4, 1, 4, 4}, {2, 2}, true);
@@ -259,7 +259,7 @@ TEST(Reduction, MaxAlongDimReturnsFirstIndexAndRoutesGradientThere) {
   auto [values, indices] = max(x, 1);
   EXPECT_EQ(values.value(), (Array<double>{4, 9}));
   EXPECT_EQ(indices, (IndexArray{1, 0}));
-  values.backward(Array<double>{2, 5});
+  values.backward(Tensor<double>(Array<double>{2, 5}));
   EXPECT_EQ(x.grad(), (Array<double>{{0, 2, 0, 0}, {5, 0, 0, 0}}));
 
   auto [v0, i0] = max(x, -2, true);

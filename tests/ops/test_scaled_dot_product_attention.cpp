@@ -205,7 +205,7 @@ TEST(Attention, FullyMaskedQueryRowGivesZerosAndFiniteGradients) {
       for (std::size_t c = 0; c < 2; ++c) EXPECT_EQ(y.value()(b, i, c), 0.0);
     {
       DetectAnomalyGuard anomaly;  // throws on any NaN/Inf gradient
-      y.backward(xt::ones<double>(y.shape()));
+      y.backward(ones<double>(y.shape()));
     }
     for (const auto* t : {&q, &k, &v})
       for (double g : t->grad()) EXPECT_TRUE(std::isfinite(g));
@@ -228,8 +228,8 @@ TEST(Attention, BoolMaskEqualsFloatMaskWithMinusInfinity) {
   EXPECT_EQ(yb.value(), yf.value());
   Generator g(12);
   const Array<double> u = randn<double>(yb.shape(), g).value();
-  yb.backward(u);
-  yf.backward(u);
+  yb.backward(Tensor<double>(u));
+  yf.backward(Tensor<double>(u));
   EXPECT_EQ(q1.grad(), q2.grad());
   EXPECT_EQ(k1.grad(), k2.grad());
   EXPECT_EQ(v1.grad(), v2.grad());
@@ -281,8 +281,8 @@ TEST(Attention, IsCausalEqualsAnExplicitLowerTriangularBoolMask) {
     auto ym = scaled_dot_product_attention(q2, k2, v2, Mask(causal_bool(L, S)));
     EXPECT_EQ(yc.value(), ym.value());
     const Array<double> u = xt::ones<double>(yc.shape());
-    yc.backward(u);
-    ym.backward(u);
+    yc.backward(Tensor<double>(u));
+    ym.backward(Tensor<double>(u));
     EXPECT_EQ(q.grad(), q2.grad());
     EXPECT_EQ(k.grad(), k2.grad());
     EXPECT_EQ(v.grad(), v2.grad());
@@ -353,8 +353,8 @@ TEST(Attention, FloatMatchesDouble) {
   auto yd = scaled_dot_product_attention(qd, kd, vd, Mask(mask));
   auto yf = scaled_dot_product_attention(qf, kf, vf, AttnMask<float>(mask));
   EXPECT_LT(max_abs_diff(yf.value(), yd.value()), 1e-5);
-  yd.backward(xt::ones<double>(yd.shape()));
-  yf.backward(xt::ones<float>(yf.shape()));
+  yd.backward(ones<double>(yd.shape()));
+  yf.backward(ones<float>(yf.shape()));
   EXPECT_LT(max_abs_diff(qf.grad(), qd.grad()), 1e-5);
   EXPECT_LT(max_abs_diff(kf.grad(), kd.grad()), 1e-5);
   EXPECT_LT(max_abs_diff(vf.grad(), vd.grad()), 1e-5);
@@ -404,7 +404,7 @@ TEST(Attention, EmptyKeysGiveZeroOutputAndZeroGradients) {
   auto y = scaled_dot_product_attention(q, k, v);
   EXPECT_EQ(y.shape(), (Shape{2, 3, 2}));
   for (double x : y.value()) EXPECT_EQ(x, 0.0);
-  y.backward(xt::ones<double>({2, 3, 2}));
+  y.backward(ones<double>({2, 3, 2}));
   for (double g : q.grad()) EXPECT_EQ(g, 0.0);
   EXPECT_EQ(k.grad().shape(), k.value().shape());
 }

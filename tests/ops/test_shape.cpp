@@ -106,7 +106,7 @@ TEST(Shape, ExpandValuesAndGradient) {
   EXPECT_EQ(y.shape(), (Shape{2, 3, 4}));
   Array<double> ref = xt::broadcast(x.value(), {2, 3, 4});
   EXPECT_EQ(y.value(), ref);
-  y.backward(Array<double>(xt::ones<double>({2, 3, 4})));
+  y.backward(ones<double>({2, 3, 4}));
   EXPECT_EQ(x.grad(), xt::reshape_view(Array<double>{8, 8, 8}, {3, 1}));
   EXPECT_EQ(expand(from_vector<double>({5.0}, {}), {2, 2}).value(), (Array<double>{{5, 5}, {5, 5}}));
 

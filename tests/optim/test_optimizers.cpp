@@ -372,6 +372,29 @@ TEST(Optimizer, ZeroGradForgetsByDefaultAndZeroesWithSetToNoneFalse) {
   EXPECT_GT(max_abs_diff(a.value(), before), 1e-3);
 }
 
+// One default for the three zero_grads, PyTorch 2's set_to_none=true: Tensor::zero_grad() used to
+// keep a zero gradient while Module's and Optimizer's forgot it.
+TEST(Optimizer, TensorModuleAndOptimizerZeroGradAllForgetByDefault) {
+  nn::Linear<double> layer(3, 2);
+  T64 w = layer.weight, b = layer.bias;
+  auto a = make_param();
+  SGD<double> opt({a}, SGDOptions(0.1));
+  const auto backward = [&] { sum(layer.forward(from_vector<double>({1, 2, 3}, {1, 3})) * sum(a * a)).backward(); };
+  backward();
+  ASSERT_TRUE(w.has_grad() && b.has_grad() && a.has_grad());
+  w.zero_grad();
+  EXPECT_FALSE(w.has_grad());
+  EXPECT_TRUE(b.has_grad());
+  layer.zero_grad();
+  EXPECT_FALSE(b.has_grad());
+  opt.zero_grad();
+  EXPECT_FALSE(a.has_grad());
+  backward();
+  w.zero_grad(/*set_to_none=*/false);  // the zeros, asked for
+  ASSERT_TRUE(w.has_grad());
+  EXPECT_EQ(w.grad(), (Array<double>{{0, 0, 0}, {0, 0, 0}}));
+}
+
 // PyTorch 2's training loop: step, zero_grad(), then a step without a new gradient leaves every
 // parameter and every optimizer's state as they were (with a zero gradient, momentum, weight decay
 // and Adam's moments would still move them).

@@ -74,7 +74,9 @@ std::atomic<bool> g_array_cache{array_cache_default()};
 // (`peak`). A freed buffer is kept while kept + out stays within peak -- a step that frees what it
 // allocates finds every buffer it needs the next time, and no count keeps more than it ever used
 // at once -- and while the cache's bytes stay within bound(): twice the most bytes this thread
-// had out at once (the live high-water mark), at least kArrayCacheBytes.
+// had out at once (the live high-water mark), at least kArrayCacheBytes. recycle runs in
+// destructors (~Node), so it never allocates: take_cached reserves each count's list for its peak,
+// and recycle keeps a buffer only within that room (else frees it).
 template <class T>
 struct ArrayCache {
   struct Size {
@@ -147,6 +149,18 @@ ArrayCacheStats array_cache_stats() {
 
 namespace detail {
 
+namespace {
+// Room for `n` cached buffers, at least doubling (a count whose peak creeps up does not reserve at
+// every step). Without the memory it stays as it is: recycle then frees what does not fit.
+template <class T>
+void reserve_room(std::vector<Array<T>>& free, std::size_t n) {
+  try {
+    free.reserve(std::max(n, 2 * free.capacity()));
+  } catch (const std::bad_alloc&) {
+  }
+}
+}  // namespace
+
 template <class T>
 Array<T> take_cached(std::size_t numel) {
   ThreadCaches* caches = thread_caches();
@@ -159,6 +173,7 @@ Array<T> take_cached(std::size_t numel) {
   const std::size_t b = numel * sizeof(T);
   typename ArrayCache<T>::Size& size = c.sizes[numel];
   size.peak = std::max(size.peak, ++size.out);
+  if (size.free.capacity() < size.peak) reserve_room(size.free, size.peak);
   c.live += b;
   c.high_water = std::max(c.high_water, c.live);
   if (size.free.empty()) {
@@ -189,8 +204,9 @@ void recycle(Array<T>& a, bool reset) {
           --size.out;
           c.live -= bytes;
         }
-        if (size.free.size() + size.out < size.peak && c.bytes + bytes <= c.bound()) {
-          size.free.push_back(std::move(a));
+        if (size.free.size() + size.out < size.peak && size.free.size() < size.free.capacity() &&
+            c.bytes + bytes <= c.bound()) {
+          size.free.push_back(std::move(a));  // within the room take_cached reserved: no allocation
           c.bytes += bytes;
           ++c.blocks;
         } else if (size.out == 0 && size.free.empty()) {

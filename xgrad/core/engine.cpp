@@ -75,15 +75,29 @@ template <class T>
 Node<T>::~Node() {
   detail::recycle(value, /*reset=*/false);
   detail::recycle(grad, /*reset=*/false);
-  // Unlink the inputs we hold the last reference to, breadth first, instead of recursing.
-  std::vector<std::shared_ptr<Node<T>>> pending = std::move(inputs);
-  while (!pending.empty()) {
-    std::shared_ptr<Node<T>> n = std::move(pending.back());
-    pending.pop_back();
-    if (n && n.use_count() == 1) {
-      for (auto& in : n->inputs) pending.push_back(std::move(in));
-      n->inputs.clear();
+  // Take apart the nodes below that this one holds the last reference to, iteratively instead of
+  // recursively (a 100,000-op chain would overflow the stack), and without allocating: they wait
+  // on a stack linked through their own next_to_free_ field. Each popped node has no inputs left,
+  // so its own destructor finds nothing to do.
+  std::shared_ptr<Node<T>> stack;
+  const auto release = [&stack](std::shared_ptr<Node<T>>& edge) {
+    std::shared_ptr<Node<T>> n = std::move(edge);
+    if (n && n.use_count() == 1) {  // an input listed twice is pushed once: the first release drops a count
+      n->next_to_free_ = std::move(stack);
+      stack = std::move(n);
     }
+  };
+  const auto release_all = [&release](Node<T>& n) {
+    for (auto it = n.inputs.rbegin(); it != n.inputs.rend(); ++it) release(*it);
+    n.inputs.clear();
+    release(n.rebased_from_);
+    release(n.grad_graph_);
+  };
+  release_all(*this);
+  while (stack) {
+    std::shared_ptr<Node<T>> n = std::move(stack);
+    stack = std::move(n->next_to_free_);
+    release_all(*n);
   }
 }
 
@@ -235,20 +249,49 @@ void run_post_accumulate_grad_hooks(Node<T>& leaf, const std::shared_ptr<Node<T>
   for (auto& hook : hooks) hook.second(tensor);
 }
 
-// Passes `grad` through node's register_hook hooks, in registration order.
+// A replacement gradient from a register_hook hook must have the tensor's shape.
 template <class T>
-void run_grad_hooks(Node<T>& node, Array<T>& grad) {
+void check_hook_result(const Node<T>& node, const Array<T>& replaced) {
+  XGRAD_CHECK(replaced.shape() == node.value.shape(), "register_hook: a hook on a tensor of shape ", node.value.shape(),
+              " (", node.op, ") returned a gradient of shape ", replaced.shape(), "; expected the tensor's shape");
+}
+
+// A hook on the Tensor (LibTorch's form) runs with grad mode set to create_graph, as in PyTorch:
+// under create_graph it gets the gradient with its history `graph`, and what it returns replaces
+// both, so the hook's computation is part of the gradient's graph.
+template <class T>
+void run_tensor_hook(Node<T>& node, const std::function<Tensor<T>(Tensor<T>)>& hook, Array<T>& grad,
+                     std::shared_ptr<Node<T>>& graph) {
+  Tensor<T> g = creating_graph && graph ? Tensor<T>(graph) : Tensor<T>(copy_array(grad, "register_hook"));
+  Tensor<T> replaced;
+  {
+    const GradGuard mode(creating_graph);
+    replaced = hook(std::move(g));
+  }
+  if (!replaced.defined()) return;  // LibTorch: an undefined result keeps the gradient
+  check_hook_result(node, replaced.value());
+  grad = copy_array(replaced.value(), "register_hook");
+  if (creating_graph) graph = replaced.node();
+}
+
+// Passes `grad` (and under create_graph `graph`, its history) through node's register_hook hooks,
+// in registration order.
+template <class T>
+void run_grad_hooks(Node<T>& node, Array<T>& grad, std::shared_ptr<Node<T>>& graph) {
   auto hooks = E<T>::grad_hooks(node);  // a copy: a hook may remove itself (or others) while they run
   for (auto& hook : hooks) {
-    std::optional<Array<T>> replaced = hook.second(grad);
+    if (hook.on_tensor) {
+      run_tensor_hook(node, hook.on_tensor, grad, graph);
+      continue;
+    }
+    std::optional<Array<T>> replaced = hook.on_array(grad);
     if (!replaced) continue;
-    XGRAD_CHECK(!creating_graph, "register_hook: a hook on a tensor of shape ", node.value.shape(), " (", node.op,
-                ") replaced its gradient during a backward with create_graph; a replacement is a plain value "
-                "without history, which would cut the gradient's graph: expected a hook that only looks "
-                "(returns void or std::nullopt) in a create_graph backward");
-    XGRAD_CHECK(replaced->shape() == node.value.shape(), "register_hook: a hook on a tensor of shape ",
-                node.value.shape(), " (", node.op, ") returned a gradient of shape ", replaced->shape(),
-                "; expected the tensor's shape");
+    XGRAD_CHECK(!creating_graph, "register_hook: a hook on the Array gradient of a tensor of shape ",
+                node.value.shape(), " (", node.op,
+                ") replaced it during a backward with create_graph; an "
+                "Array has no history and would cut the gradient's graph: expected a hook taking Tensor<T> "
+                "(its result is part of the graph), or one that only looks");
+    check_hook_result(node, *replaced);
     grad = std::move(*replaced);
   }
 }
@@ -482,7 +525,8 @@ void traverse(const std::vector<std::shared_ptr<Node<T>>>& roots, std::vector<Ar
     Node<T>& node = **it;
     const bool run = mode.runs(k);
     if (node.has_grad) {
-      if (!E<T>::grad_hooks(node).empty() && (run || mode.requested(node))) run_grad_hooks(node, node.grad);
+      if (!E<T>::grad_hooks(node).empty() && (run || mode.requested(node)))
+        run_grad_hooks(node, node.grad, E<T>::grad_graph(node));
       mode.at_node(node, run);
       if (run) run_node_backward(node);
       // Non-leaf gradients are not kept (as in PyTorch without retain_grad()).
@@ -511,7 +555,7 @@ class Accumulate {
  public:
   void at_root_leaf(Node<T>& leaf, const std::shared_ptr<Node<T>>& handle, Array<T>&& g,
                     std::shared_ptr<Node<T>> graph) {
-    if (!E<T>::grad_hooks(leaf).empty()) run_grad_hooks(leaf, g);
+    if (!E<T>::grad_hooks(leaf).empty()) run_grad_hooks(leaf, g, graph);
     accumulate(leaf, std::move(g), std::move(graph));
     run_post_accumulate_grad_hooks(leaf, handle);
   }
@@ -544,7 +588,7 @@ class Accumulate {
       Array<T> g = detail::no_array<T>();
       std::shared_ptr<Node<T>> graph;
       if (set_aside_.contains(leaf.get()) && set_aside_.take(leaf.get(), g, graph)) {
-        run_grad_hooks(*leaf, g);
+        run_grad_hooks(*leaf, g, graph);
         accumulate(*leaf, std::move(g), std::move(graph));
       }
       run_post_accumulate_grad_hooks(*leaf, leaf);
@@ -575,7 +619,7 @@ class Capture {
   void at_root_leaf(Node<T>& leaf, const std::shared_ptr<Node<T>>&, Array<T>&& g, std::shared_ptr<Node<T>> graph) {
     auto found = slot.find(&leaf);
     if (found == slot.end()) return;
-    if (!E<T>::grad_hooks(leaf).empty()) run_grad_hooks(leaf, g);
+    if (!E<T>::grad_hooks(leaf).empty()) run_grad_hooks(leaf, g, graph);
     add(found->second, std::move(g), std::move(graph));
   }
   void plan(const std::vector<Node<T>*>& order) {
@@ -611,7 +655,7 @@ class Capture {
       Array<T> g = detail::no_array<T>();
       std::shared_ptr<Node<T>> graph;
       if (l->is_leaf && set_aside_.contains(l) && set_aside_.take(l, g, graph)) {
-        if (!E<T>::grad_hooks(*l).empty()) run_grad_hooks(*l, g);
+        if (!E<T>::grad_hooks(*l).empty()) run_grad_hooks(*l, g, graph);
         add(s, std::move(g), std::move(graph));
       }
     }

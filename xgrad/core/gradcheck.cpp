@@ -73,7 +73,7 @@ GradcheckResult gradcheck(const GradcheckFunction& function, const std::vector<T
   XGRAD_CHECK(y.defined(), "gradcheck: the function returned an undefined tensor");
   Generator gen(options.seed);
   Array<double> u = randn<double>(y.shape(), gen).value();
-  if (y.requires_grad()) y.backward(u);
+  if (y.requires_grad()) y.backward(Tensor<double>(u));
 
   GradcheckResult result;
   NoGradGuard no_grad;
@@ -108,7 +108,7 @@ GradcheckResult gradcheck_parameters(const std::function<Tensor<double>()>& func
   XGRAD_CHECK(y.defined(), "gradcheck_parameters: the function returned an undefined tensor");
   Generator gen(options.seed);
   Array<double> u = randn<double>(y.shape(), gen).value();
-  if (y.requires_grad()) y.backward(u);
+  if (y.requires_grad()) y.backward(Tensor<double>(u));
   std::vector<Array<double>> analytic;
   for (const auto& t : checked) analytic.push_back(grad_or_zeros(t));
   for (std::size_t k = 0; k < checked.size(); ++k) {

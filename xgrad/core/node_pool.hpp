@@ -16,15 +16,22 @@
 
 namespace xgrad::detail {
 
-constexpr std::size_t kNodeBlocks = 4096;  // per thread and block type: a few MiB at most
+constexpr std::size_t kNodeBlocks = 4096;  // per thread and block type: a few MiB at most (32 KiB of list)
 
 // One thread's free blocks of type U. `gone` is trivially destructible, so a block freed while
-// the thread's thread_local objects are being destroyed goes straight to operator delete.
+// the thread's thread_local objects are being destroyed goes straight to operator delete. The
+// list's room is reserved when it is made, and deallocate (called from destructors) only fills
+// that room: it never allocates. Made without room (no memory then), it keeps no block.
 template <class U>
 struct NodeBlocks {
   std::vector<void*> free;
   static thread_local bool gone;
-  NodeBlocks() { free.reserve(256); }
+  NodeBlocks() noexcept {
+    try {
+      free.reserve(kNodeBlocks);
+    } catch (const std::bad_alloc&) {  // keep none: every freed block goes to operator delete
+    }
+  }
   ~NodeBlocks() {
     gone = true;
     for (void* p : free) ::operator delete(p);
@@ -58,8 +65,8 @@ struct NodeAllocator {
   }
   void deallocate(U* p, std::size_t n) noexcept {
     if (n == 1 && array_cache_enabled())
-      if (NodeBlocks<U>* b = NodeBlocks<U>::get(); b != nullptr && b->free.size() < kNodeBlocks) {
-        b->free.push_back(p);  // capacity grows to at most kNodeBlocks
+      if (NodeBlocks<U>* b = NodeBlocks<U>::get(); b != nullptr && b->free.size() < b->free.capacity()) {
+        b->free.push_back(p);  // within the reserved room: allocates nothing
         return;
       }
     ::operator delete(p);

@@ -446,25 +446,39 @@ Profile::Profile(ProfileOptions options) : options_(options) {
   if (options.record_pool()) xgrad::detail::set_pool_observer(&on_pool_event);
 }
 
+namespace {
+// Ends the session: the threads' buffers, handed over (moved: nothing is allocated).
+std::vector<std::shared_ptr<ThreadBuffer>> end_session() {
+  Session& s = session();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  std::vector<std::shared_ptr<ThreadBuffer>> buffers = std::move(s.buffers);
+  s.buffers.clear();
+  s.active = false;
+  return buffers;
+}
+}  // namespace
+
+// A profile never stopped ends with its owner and drops its events: collecting them would
+// allocate in a destructor (which must not throw).
 Profile::~Profile() {
-  if (recording_) stop();
+  if (recording_) {
+    end_recording();
+    end_session();
+  }
 }
 
-void Profile::stop() {
-  XGRAD_CHECK(recording_, "profiler::Profile::stop: the profile has already stopped");
+void Profile::end_recording() {
   end_ns_ = now_ns();
   detail::recording.store(false);
   xgrad::detail::set_pool_observer(nullptr);
   recording_ = false;
   num_threads_ = std::max(num_threads_, get_num_threads());
-  std::vector<std::shared_ptr<ThreadBuffer>> buffers;
-  {
-    Session& s = session();
-    std::lock_guard<std::mutex> lock(s.mutex);
-    buffers = std::move(s.buffers);
-    s.buffers.clear();
-    s.active = false;
-  }
+}
+
+void Profile::stop() {
+  XGRAD_CHECK(recording_, "profiler::Profile::stop: the profile has already stopped");
+  end_recording();
+  const std::vector<std::shared_ptr<ThreadBuffer>> buffers = end_session();
   BackwardNames backward_names;
   for (const auto& b : buffers) {
     std::lock_guard<std::mutex> lock(b->mutex);

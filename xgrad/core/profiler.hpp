@@ -116,7 +116,7 @@ struct WorkerStats {
   std::int64_t max_wake_latency_ns = 0;
 };
 
-// A profile: records from construction to stop() (or destruction).
+// A profile: records from construction to stop() (or destruction, which drops the events).
 class Profile {
  public:
   explicit Profile(ProfileOptions options = ProfileOptions());
@@ -145,6 +145,7 @@ class Profile {
   std::int64_t duration_ns() const { return end_ns_ - start_ns_; }
 
  private:
+  void end_recording();  // stops recording; allocates nothing
   ProfileOptions options_;
   bool recording_ = false;
   std::int64_t start_ns_ = 0, end_ns_ = 0;

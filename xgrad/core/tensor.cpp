@@ -125,43 +125,22 @@ RemovableHandle Tensor<T>::register_post_accumulate_grad_hook(std::function<void
 }
 
 template <class T>
-RemovableHandle Tensor<T>::add_grad_hook(GradHook hook) {
+RemovableHandle Tensor<T>::add_grad_hook(ArrayHook on_array, TensorHook on_tensor) {
   Node<T>& n = checked();
   XGRAD_CHECK(n.requires_grad, "register_hook: cannot register a hook on a tensor that doesn't require gradient "
               "(this ", (n.is_leaf ? "leaf" : "result of '"), (n.is_leaf ? "" : n.op), (n.is_leaf ? "" : "'"),
               " of shape ", n.value.shape(), " has requires_grad false)");
-  XGRAD_CHECK(static_cast<bool>(hook), "register_hook: the hook is empty");
+  XGRAD_CHECK(static_cast<bool>(on_array) != static_cast<bool>(on_tensor), "register_hook: the hook is empty");
   static std::atomic<std::uint64_t> next_id{0};
   const std::uint64_t id = ++next_id;
-  n.grad_hooks_.emplace_back(id, std::move(hook));
+  n.grad_hooks_.push_back({id, std::move(on_array), std::move(on_tensor)});
   std::weak_ptr<Node<T>> weak = node_;
   return RemovableHandle([weak, id] {
     if (auto node = weak.lock()) {
       auto& hooks = node->grad_hooks_;
-      hooks.erase(std::remove_if(hooks.begin(), hooks.end(), [id](const auto& h) { return h.first == id; }),
-                  hooks.end());
+      hooks.erase(std::remove_if(hooks.begin(), hooks.end(), [id](const auto& h) { return h.id == id; }), hooks.end());
     }
   });
-}
-
-template <class T>
-void Tensor<T>::backward(bool retain_graph) const {
-  XGRAD_CHECK(node_ != nullptr,
-              "backward: called on an undefined tensor (a default-constructed Tensor, with no "
-              "value and no graph)");
-  XGRAD_CHECK(numel() == 1, "backward: grad can be implicitly created only for scalar outputs; got shape ",
-              shape(), " (pass a gradient of that shape)");
-  run_backward(*this, full_array<T>(value().shape(), T(1), "backward"), retain_graph);
-}
-
-template <class T>
-void Tensor<T>::backward(const Array<T>& gradient, bool retain_graph) const {
-  XGRAD_CHECK(node_ != nullptr,
-              "backward: called on an undefined tensor (a default-constructed Tensor, with no "
-              "value and no graph)");
-  XGRAD_CHECK(gradient.shape() == value().shape(), "backward: expected a gradient of shape ", shape(),
-              ", got ", gradient.shape());
-  run_backward(*this, copy_array(gradient, "backward"), retain_graph);
 }
 
 template <class T>
@@ -169,15 +148,18 @@ void Tensor<T>::backward(const Tensor<T>& gradient, std::optional<bool> retain_g
   XGRAD_CHECK(node_ != nullptr,
               "backward: called on an undefined tensor (a default-constructed Tensor, with no "
               "value and no graph)");
-  Tensor<T> seed = gradient;
-  if (!seed.defined()) {
+  if (gradient.defined())
+    XGRAD_CHECK(gradient.value().shape() == value().shape(), "backward: expected a gradient of shape ", shape(),
+                ", got ", gradient.value().shape());
+  else
     XGRAD_CHECK(numel() == 1, "backward: grad can be implicitly created only for scalar outputs; got shape ", shape(),
                 " (pass a gradient of that shape)");
-    seed = Tensor<T>(full_array<T>(value().shape(), T(1), "backward"));
-  }
-  XGRAD_CHECK(seed.value().shape() == value().shape(), "backward: expected a gradient of shape ", shape(), ", got ",
-              seed.value().shape());
-  run_backward(*this, seed, retain_graph.value_or(create_graph), create_graph);
+  const auto ones = [&] { return full_array<T>(value().shape(), T(1), "backward"); };
+  const bool retain = retain_graph.value_or(create_graph);
+  if (!create_graph)  // the seed's value alone: it needs no history
+    run_backward(*this, gradient.defined() ? copy_array(gradient.value(), "backward") : ones(), retain);
+  else
+    run_backward(*this, gradient.defined() ? gradient : Tensor<T>(ones()), retain, true);
 }
 
 // ---- factories ----------------------------------------------------------------------------

@@ -134,10 +134,18 @@ struct Node : std::enable_shared_from_this<Node<T>> {
   // Leaves only: called by the engine once this leaf's gradient holds every contribution of the
   // current backward (Tensor::register_post_accumulate_grad_hook), in registration order.
   std::vector<std::pair<std::uint64_t, std::function<void(Tensor<T>&)>>> post_accumulate_grad_hooks_;
-  // Tensor::register_hook's hooks, in registration order: each gets the gradient flowing into
-  // this node (its total for the current backward) and may return a replacement. Empty for almost
-  // every node: the engine only checks emptiness on its fast path.
-  std::vector<std::pair<std::uint64_t, std::function<std::optional<Array<T>>(const Array<T>&)>>> grad_hooks_;
+  // One Tensor::register_hook hook: `on_array` for a hook on the Array (its replacement is a plain
+  // value), `on_tensor` for LibTorch's form on a Tensor, which under create_graph gets the gradient
+  // with its history and whose result's history the gradient keeps (the hook is part of the graph).
+  struct GradHook {
+    std::uint64_t id = 0;
+    std::function<std::optional<Array<T>>(const Array<T>&)> on_array;
+    std::function<Tensor<T>(Tensor<T>)> on_tensor;
+  };
+  // The hooks, in registration order: each gets the gradient flowing into this node (its total for
+  // the current backward) and may return a replacement. Empty for almost every node: the engine
+  // only checks emptiness on its fast path.
+  std::vector<GradHook> grad_hooks_;
   // The backward written in differentiable ops (graph.hpp, GradFormula), run instead of
   // backward_fn_ by a backward with create_graph; empty for an op that has none (such a backward
   // is refused, naming the op).
@@ -151,6 +159,10 @@ struct Node : std::enable_shared_from_this<Node<T>> {
   // their gradient there.
   std::shared_ptr<Node<T>> rebased_from_;
   std::uint64_t rebased_at_ = 0;
+  // ~Node's stack of the nodes it takes apart, linked through this field so that freeing a graph
+  // allocates nothing (a destructor that allocates can throw, and a throwing destructor
+  // terminates the program).
+  std::shared_ptr<Node<T>> next_to_free_;
 };
 
 template <class T = float>
@@ -183,8 +195,9 @@ class Tensor {
   // carries that backward's graph and can be differentiated again; otherwise it is a new leaf
   // holding a copy of grad(). Undefined when there is no gradient.
   Tensor<T> grad_tensor() const;
-  // Zeros the gradient, or forgets it when set_to_none (PyTorch's default for optimizers).
-  void zero_grad(bool set_to_none = false);
+  // Forgets the gradient (has_grad() becomes false), or zeros it when !set_to_none. The default is
+  // PyTorch 2's, the same as Module::zero_grad and Optimizer::zero_grad.
+  void zero_grad(bool set_to_none = true);
 
   // As LibTorch: sizes, dims and counts are std::int64_t. sizes() is LibTorch's, shape() Python's
   // name for the same sizes (a Sizes converts to a Shape where std::size_t sizes are needed).
@@ -218,18 +231,23 @@ class Tensor {
   //   x.register_hook([](const Tensor<T>& g) { std::cout << g.value(); });  // only looks
   //   x.register_hook([](const Array<T>& g) { return Array<T>(g * 2.0); }); // on the Array
   //   x.register_hook([](const Array<T>& g) { std::cout << g; });
-  // A hook taking a Tensor<T> (by value or const&; a leaf that requires no grad, holding a copy of
-  // the gradient) returns void or a Tensor<T> (an undefined one keeps the gradient, as LibTorch).
+  // A hook taking a Tensor<T> (by value or const&) returns void or a Tensor<T> (an undefined one
+  // keeps the gradient, as LibTorch). As in PyTorch it runs with grad mode set to the backward's
+  // create_graph: in a plain backward it gets a leaf holding a copy of the gradient; in a backward
+  // with create_graph it gets the gradient with its history, and what it returns (its history too)
+  // becomes the gradient, so a hook like `g * w` is differentiated again with the rest.
   // A hook taking `const Array<T>&` returns void (keep the gradient), an Array<T> (or an
   // expression convertible to one) that replaces it, or a std::optional<Array<T>> (std::nullopt
-  // keeps it). Any other callable is refused by one static_assert. A replacement must have the
-  // tensor's shape. On a non-leaf, the gradient is this
+  // keeps it); an Array has no history, so a backward with create_graph refuses its replacement.
+  // Any other callable is refused by one static_assert. A replacement must have the tensor's
+  // shape. On a non-leaf, the gradient is this
   // tensor's total gradient of the backward, before it flows on to its inputs; on a leaf, the sum
   // of this backward's contributions, before it is added to grad() (and before the
   // post-accumulate-grad hooks). Several hooks run in registration order, each one seeing the
   // previous one's result. autograd::grad runs them too. The same cycle rule as above applies:
   // capture no Tensor handle of this tensor in the hook.
-  using GradHook = std::function<std::optional<Array<T>>(const Array<T>&)>;
+  using ArrayHook = std::function<std::optional<Array<T>>(const Array<T>&)>;
+  using TensorHook = std::function<Tensor<T>(Tensor<T>)>;
   // An empty std::function or a null function pointer is refused here (not as a
   // std::bad_function_call during a later backward).
   template <class F>
@@ -246,16 +264,18 @@ class Tensor {
     if constexpr (on_array) {
       using R = std::invoke_result_t<D&, const Array<T>&>;
       if constexpr (std::is_void_v<R>) {
-        return add_grad_hook([h = D(std::forward<F>(hook))](const Array<T>& g) mutable -> std::optional<Array<T>> {
+        auto looks = [h = D(std::forward<F>(hook))](const Array<T>& g) mutable -> std::optional<Array<T>> {
           h(g);
           return std::nullopt;
-        });
+        };
+        return add_grad_hook(std::move(looks), nullptr);
       } else if constexpr (std::is_same_v<std::decay_t<R>, std::optional<Array<T>>>) {
-        return add_grad_hook(GradHook(std::forward<F>(hook)));
+        return add_grad_hook(ArrayHook(std::forward<F>(hook)), nullptr);
       } else if constexpr (std::is_constructible_v<Array<T>, R>) {
-        return add_grad_hook([h = D(std::forward<F>(hook))](const Array<T>& g) mutable -> std::optional<Array<T>> {
+        auto replaces = [h = D(std::forward<F>(hook))](const Array<T>& g) mutable -> std::optional<Array<T>> {
           return Array<T>(h(g));
-        });
+        };
+        return add_grad_hook(std::move(replaces), nullptr);
       } else {
         static_assert(detail::always_false<F>::value,
                       "register_hook: a hook taking const Array<T>& must return "
@@ -265,15 +285,13 @@ class Tensor {
     } else if constexpr (on_tensor) {
       using R = std::invoke_result_t<D&, Tensor<T>>;
       if constexpr (std::is_void_v<R>) {
-        return add_grad_hook([h = D(std::forward<F>(hook))](const Array<T>& g) mutable -> std::optional<Array<T>> {
-          h(Tensor<T>(Array<T>(g)));
-          return std::nullopt;
+        return add_grad_hook(nullptr, [h = D(std::forward<F>(hook))](Tensor<T> g) mutable -> Tensor<T> {
+          h(std::move(g));
+          return Tensor<T>();
         });
       } else if constexpr (std::is_convertible_v<R, Tensor<T>>) {
-        return add_grad_hook([h = D(std::forward<F>(hook))](const Array<T>& g) mutable -> std::optional<Array<T>> {
-          Tensor<T> r = h(Tensor<T>(Array<T>(g)));
-          if (!r.defined()) return std::nullopt;  // LibTorch: an undefined result keeps the gradient
-          return Array<T>(r.value());
+        return add_grad_hook(nullptr, [h = D(std::forward<F>(hook))](Tensor<T> g) mutable -> Tensor<T> {
+          return h(std::move(g));  // undefined: LibTorch keeps the gradient
         });
       } else {
         static_assert(detail::always_false<F>::value,
@@ -290,23 +308,34 @@ class Tensor {
     }
   }
 
-  // backward() on a scalar seeds its gradient with 1; a non-scalar needs the gradient.
-  void backward(bool retain_graph = false) const;
-  void backward(const Array<T>& gradient, bool retain_graph = false) const;
-  // LibTorch's form: backward(gradient, retain_graph, create_graph). An undefined gradient seeds
-  // a scalar with 1. With create_graph the gradients are built from differentiable ops (they
-  // have a history: grad_tensor() can be differentiated again, see docs/higher_order.md), and
-  // retain_graph defaults to create_graph, as in PyTorch. As there, a leaf's gradient with history
-  // holds the leaf (a cycle): prefer autograd::grad, or zero_grad(true) the leaves when done.
-  void backward(const Tensor<T>& gradient, std::optional<bool> retain_graph = std::nullopt,
+  // LibTorch's backward(gradient, retain_graph, create_graph), the only form. An undefined
+  // gradient ({}) seeds a scalar with 1 (a non-scalar needs the gradient, a Tensor of its shape:
+  // wrap an Array as Tensor<T>(array)). retain_graph defaults to create_graph, as in PyTorch:
+  //   loss.backward();            // seed 1, free the graph
+  //   loss.backward({}, true);    // seed 1, keep the graph for another backward
+  //   y.backward(Tensor<T>(dy));  // seed dy
+  // With create_graph the gradients are built from differentiable ops (they have a history:
+  // grad_tensor() can be differentiated again, see docs/higher_order.md). As in PyTorch, a leaf's
+  // gradient with history holds the leaf (a cycle): prefer autograd::grad, or zero_grad() the
+  // leaves when done.
+  void backward(const Tensor<T>& gradient = {}, std::optional<bool> retain_graph = std::nullopt,
                 bool create_graph = false) const;
+  // Anything else in the gradient's place (an Array, a bool meant as retain_graph) is refused at
+  // compile time: backward(bool) and backward(const Array<T>&, bool) were removed, because
+  // backward({}, true) chose the Array form and seeded zeros.
+  template <class G, class... Rest, std::enable_if_t<!std::is_convertible_v<G&&, const Tensor<T>&>, int> = 0>
+  void backward(G&&, Rest&&...) const {
+    static_assert(detail::always_false<G>::value,
+                  "backward: the gradient must be a Tensor<T> (wrap an Array as Tensor<T>(array)); "
+                  "retain_graph is the second argument: backward({}, true)");
+  }
 
   const std::shared_ptr<Node<T>>& node() const { return node_; }
   bool same(const Tensor& other) const { return node_ == other.node_; }
 
  private:
   Node<T>& checked() const;
-  RemovableHandle add_grad_hook(GradHook hook);
+  RemovableHandle add_grad_hook(ArrayHook on_array, TensorHook on_tensor);
   std::shared_ptr<Node<T>> node_;
 };
 
