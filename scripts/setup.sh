@@ -21,6 +21,7 @@ packages=(
   # protobuf's runtime; python3-onnx: the tests' onnx.checker.check_model on every exported model
   libonnx-dev libprotobuf-dev python3-onnx
   bible-kjv  # the King James Bible (its `bible` program), the text examples/train_gpt learns from
+  gnuplot-nox  # examples/plot_metrics.sh: the example programs draw their loss curve as a PNG after training
 )
 # The ONNX tests run the models in ONNX Runtime for Node.js (the npm package onnxruntime-node,
 # which scripts/install_onnxruntime.sh puts into the build tree): Debian's nodejs and npm, each
