@@ -91,26 +91,7 @@ TEST(Allocation, IndexAndMaskArraysAreCheckedToo) {
 
 using xgrad::testing::AddressSpaceLimit;
 
-// What f throws: the message of an OutOfMemoryError, or what else came. The array cache is off
-// meanwhile (and its buffers freed): a cached buffer would serve the allocation the limit refuses.
-template <class Fn>
-std::string failure_of(Fn&& f) {
-  struct CacheOff {
-    const bool was = array_cache_enabled();
-    CacheOff() { set_array_cache(false); }
-    ~CacheOff() { set_array_cache(was); }
-  } const cache_off;
-  try {
-    f();
-  } catch (const OutOfMemoryError& e) {
-    return e.what();
-  } catch (const std::bad_alloc& e) {
-    return std::string("a bare std::bad_alloc: ") + e.what();
-  } catch (const std::exception& e) {
-    return std::string("another error: ") + e.what();
-  }
-  return "no error";
-}
+using xgrad::testing::out_of_memory_of;
 
 #define EXPECT_MESSAGE_HAS(message, ...)                                                          \
   do {                                                                                            \
@@ -121,7 +102,7 @@ std::string failure_of(Fn&& f) {
 
 // The statement run under the limit.
 #define EXPECT_OOM(statement, ...)               \
-  EXPECT_MESSAGE_HAS(failure_of([&] {            \
+  EXPECT_MESSAGE_HAS(out_of_memory_of([&] {            \
                        AddressSpaceLimit limit_; \
                        limit_.apply();           \
                        statement;                \
@@ -134,7 +115,7 @@ template <class T>
 std::string backward_failure_at(Tensor<T> at, const Tensor<T>& root) {
   AddressSpaceLimit limit;
   at.register_hook([&limit](const Array<T>&) { limit.apply(); });
-  return failure_of([&] { root.backward(); });
+  return out_of_memory_of([&] { root.backward(); });
 }
 
 // (512, 16384) floats: 32 MiB.

@@ -18,20 +18,7 @@ namespace {
 
 using Indices = std::vector<std::size_t>;
 
-// The message of the OutOfMemoryError f throws, or what else came.
-template <class F>
-std::string out_of_memory_of(F&& f) {
-  try {
-    f();
-  } catch (const OutOfMemoryError& e) {
-    return e.what();
-  } catch (const std::bad_alloc& e) {
-    return std::string("a bare std::bad_alloc: ") + e.what();
-  } catch (const std::exception& e) {
-    return std::string("another error: ") + e.what();
-  }
-  return "no error";
-}
+using xgrad::testing::out_of_memory_of;
 
 void expect_parts(const std::string& message, std::initializer_list<const char*> parts) {
   for (const char* part : parts) EXPECT_NE(message.find(part), std::string::npos) << message << "\nlacks: " << part;

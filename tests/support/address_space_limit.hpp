@@ -10,6 +10,10 @@
 
 #include <cstddef>
 #include <cstdio>
+#include <new>
+#include <string>
+
+#include <xgrad/xgrad.hpp>
 
 namespace xgrad::testing {
 
@@ -39,5 +43,27 @@ class AddressSpaceLimit {
   rlimit old_{};
   std::size_t headroom_;
 };
+
+// What f throws under a limit: the message of an OutOfMemoryError, or what else came. The array
+// cache is off meanwhile (and its buffers freed): a cached buffer would serve the allocation the
+// limit refuses.
+template <class Fn>
+std::string out_of_memory_of(Fn&& f) {
+  struct CacheOff {
+    const bool was = array_cache_enabled();
+    CacheOff() { set_array_cache(false); }
+    ~CacheOff() { set_array_cache(was); }
+  } const cache_off;
+  try {
+    f();
+  } catch (const OutOfMemoryError& e) {
+    return e.what();
+  } catch (const std::bad_alloc& e) {
+    return std::string("a bare std::bad_alloc: ") + e.what();
+  } catch (const std::exception& e) {
+    return std::string("another error: ") + e.what();
+  }
+  return "no error";
+}
 
 }  // namespace xgrad::testing
