@@ -189,7 +189,7 @@ grep -q '"type": "BPE"' bpe.ckpt.tokenizer.json || fail "no BPE tokenizer file b
 "$program" "${bpe[@]}" --checkpoint bpeh.ckpt --csv bpeh.csv --stop-at 10 >/dev/null
 cp bpeh.ckpt.tokenizer.json saved.json
 echo '{"model": ' >bpeh.ckpt.tokenizer.json  # the resumed run reads the file beside the checkpoint
-refused "^cannot read the tokenizer of bpeh.ckpt: bpeh.ckpt.tokenizer.json: not JSON" \
+refused "^cannot read the tokenizer of bpeh.ckpt: bpeh.ckpt.tokenizer.json: not valid JSON" \
   "$program" --resume bpeh.ckpt --checkpoint "" --csv "" --plot ""
 cp saved.json bpeh.ckpt.tokenizer.json
 "$program" --resume bpeh.ckpt --checkpoint bpeh.ckpt --csv bpeh.csv --save-weights bpeh.safetensors --plot "" \
