@@ -102,7 +102,7 @@ using xgrad::testing::out_of_memory_of;
 
 // The statement run under the limit.
 #define EXPECT_OOM(statement, ...)               \
-  EXPECT_MESSAGE_HAS(out_of_memory_of([&] {            \
+  EXPECT_MESSAGE_HAS(out_of_memory_of([&] {      \
                        AddressSpaceLimit limit_; \
                        limit_.apply();           \
                        statement;                \
