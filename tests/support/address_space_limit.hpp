@@ -2,6 +2,12 @@
 // what it maps at apply() plus `headroom` bytes, so that an allocation larger than that cannot be
 // had, on any machine. The sanitizers map terabytes and abort on a failed allocation instead of
 // throwing: the tests that use it are plain-build only.
+//
+// Nothing else may map memory meanwhile: OpenBLAS starts its server threads when it is loaded, and
+// each maps a 128 MiB buffer when it first runs -- on a loaded machine, after apply() (a test that
+// left 48 MiB of room then failed 2 times in 100 under load). apply() first stops those threads
+// (blas_thread_shutdown_ joins them; xgrad runs OpenBLAS on one thread, and a later threaded call
+// would start them again), so the room it leaves is the test's own.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -15,6 +21,8 @@
 
 #include <xgrad/xgrad.hpp>
 
+extern "C" int blas_thread_shutdown_(void) __attribute__((weak));  // OpenBLAS's; null with another BLAS
+
 namespace xgrad::testing {
 
 class AddressSpaceLimit {
@@ -27,6 +35,7 @@ class AddressSpaceLimit {
   AddressSpaceLimit& operator=(const AddressSpaceLimit&) = delete;
 
   void apply() {
+    if (blas_thread_shutdown_ != nullptr) blas_thread_shutdown_();
     long pages = 0;
     FILE* statm = std::fopen("/proc/self/statm", "r");
     ASSERT_NE(statm, nullptr);
