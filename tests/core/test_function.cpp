@@ -99,7 +99,7 @@ TEST(AutogradFunction, NoGraphWithoutGradInputs) {
   EXPECT_FALSE(ScaledSiLU::apply(b, 1.0).requires_grad());
 }
 
-// The README's example, verbatim.
+// docs/autograd.md's example, verbatim.
 namespace {
 using xgrad::autograd::AutogradContext;
 struct Scale : xgrad::autograd::Function<Scale> {
