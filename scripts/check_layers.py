@@ -12,7 +12,7 @@
 
 The table is a DAG: each floor names the floors it uses directly; the floors below it are those it
 reaches. A folder missing from the table fails the check: a new folder takes its place there and
-in docs/design.md. ALLOWED lists the known violations, each with the issue that removes it.
+in docs/design.md. ALLOWED lists the known violations, each with the change that removes it.
 
   check_layers.py [--root DIR] [--objects BUILD_DIR] [--links FILE]
   check_layers.py --self-test DIR    (DIR: tests/layers, a tree with planted violations)
@@ -57,7 +57,7 @@ FILE_FLOORS = {
 # lower floor's code is a use of that floor even without an include.
 NAMESPACE_FLOORS = ["nn", "optim", "data", "models", "text", "distributed", "onnx", "train"]
 
-# Known violations, (file, floor it may use although above its own), each naming the issue that
+# Known violations, (file, floor it may use although above its own), each naming the change that
 # removes it. None today.
 ALLOWED = set()
 

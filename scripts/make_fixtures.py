@@ -6,7 +6,7 @@ The C++ suite only reads the files; it never needs PyTorch. The output is determ
 case seeds torch itself and runs on one thread. Format: tests/fixtures/README.md.
 
 Cases:
-  nn_*_{float64,float32}  modules of the nn issue: parameters, input, output, MSE loss to a
+  nn_*_{float64,float32}  the nn modules: parameters, input, output, MSE loss to a
                           target, gradients of the input and of every parameter (by state_dict key)
   optim_{mlp,encoder}_*   parameters after each of 5 optimizer steps (float64)
   lr_*                    learning rate before each of 30 scheduler steps

@@ -38,7 +38,7 @@ constexpr std::size_t k62 = std::size_t{1} << 62;
 // ---- element counts -------------------------------------------------------------------------------
 
 TEST(ElementCount, FactoriesRefuseShapesThatOverflowOrCannotBeAllocated) {
-  // The cases: numel 2^64 wrapped to 0.
+  // Shapes whose element count once wrapped: numel 2^64 became 0.
   EXPECT_MESSAGE(zeros<float>({k62, 4}), "zeros: the shape (4611686018427387904, 4) has too many elements");
   EXPECT_MESSAGE(ones<double>({std::size_t{1} << 32, std::size_t{1} << 32}), "ones: the shape (4294967296, 4294967296)",
                  "too many elements");

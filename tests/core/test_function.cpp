@@ -125,7 +125,7 @@ TEST(AutogradFunction, ReadmeExample) {
   expect_gradcheck([](const Inputs& in) { return Scale::apply(in[0], 3.0); }, {input({2, 3})});
 }
 
-// ---- issue 29: names and undefined outputs --------------------------------------------------
+// ---- names and undefined outputs ------------------------------------------------------------
 
 namespace user_ops {
 
@@ -186,7 +186,7 @@ TEST(AutogradFunction, NamedAsWrittenNotMangled) {
             "got 2");
 }
 
-// ---- issue 33: backward's arity as LibTorch's ---------------------------------------------------
+// ---- backward's arity as LibTorch's ------------------------------------------------------------
 
 namespace user_ops {
 

@@ -17,7 +17,7 @@ namespace {
 }  // namespace
 
 TEST(VersionCounter, ChangingASavedInputThrowsNamingOpInputAndVersions) {
-  // The case: the gradient was [22, 24, 26] instead of [2, 4, 6].
+  // Before the version check, this gave the gradient [22, 24, 26] instead of [2, 4, 6].
   auto w = from_vector<float>({1, 2, 3}, {3}, true);
   auto y = sum(w * w);
   w.mutable_value() += 10.f;

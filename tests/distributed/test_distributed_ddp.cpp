@@ -37,7 +37,7 @@ std::vector<Array<double>> grads_of(const nn::Module<double>& m) {
 }
 }  // namespace
 
-// The check of the issue: each of 2 ranks trains on its half of each batch for 5 Adam steps.
+// DDP's defining property: each of 2 ranks trains on its half of each batch for 5 Adam steps.
 // Its parameters equal, bit for bit, those of one process that takes the gradients of the two
 // halves' mean losses and averages them; and they are within 1e-6 of one process training on
 // the whole batch. Run with one bucket and with one bucket per parameter (15 buckets here).

@@ -51,7 +51,7 @@ INSTANTIATE_TEST_SUITE_P(, GradcheckList, ::testing::Range<std::size_t>(0, check
                          });
 
 // The same entries' second derivatives (gradgradcheck): every op and module can be
-// differentiated twice (issue 32). GradgradcheckList.Passes/matmul, ...
+// differentiated twice (create_graph). GradgradcheckList.Passes/matmul, ...
 class GradgradcheckList : public ::testing::TestWithParam<std::size_t> {};
 
 TEST_P(GradgradcheckList, Passes) {

@@ -275,8 +275,8 @@ INSTANTIATE_TEST_SUITE_P(PyTorch, Golden, ::testing::ValuesIn(kCases),
 
 }  // namespace
 
-TEST(GoldenSeedExample, TheIssuesEncoderAtPyTorchsInitialWeights) {
-  // The issue's example: TransformerEncoderLayer(d_model=4, nhead=2, dim_feedforward=64,
+TEST(GoldenSeedExample, EncoderBuiltFromEveryOptionAtPyTorchsInitialWeights) {
+  // Every option spelled out: TransformerEncoderLayer(d_model=4, nhead=2, dim_feedforward=64,
   // dropout=0.2, activation="gelu", layer_norm_eps=1e-5, batch_first=True, norm_first=True,
   // bias=True), TransformerEncoder(layer, num_layers=3, norm=None), built with these options
   // (not from the fixture's config), PyTorch's weights loaded, evaluated in eval mode.

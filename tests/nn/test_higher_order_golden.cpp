@@ -1,4 +1,4 @@
-// Higher-order gradients against PyTorch (issue 32, item 5): the golden files of
+// Higher-order gradients against PyTorch, on whole training computations: the golden files of
 // scripts/make_higher_order_fixtures.py, in float64 and float32.
 //   hvp:      a Hessian-vector product of a pre-norm TransformerEncoderLayer's MSE loss;
 //   wgan_gp:  three AdamW steps of a WGAN-GP critic (a gradient penalty through create_graph);

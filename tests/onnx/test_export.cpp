@@ -236,8 +236,8 @@ struct OpsDouble : autograd::Function<OpsDouble> {
   static Tensors backward(autograd::AutogradContext<float>*, Tensors g) { return {g[0] * 2.0f}; }
 };
 
-// Issue 29: an output no recorded op computed made the refusal's message read past the recording
-// (a segfault). Now refused naming the output and what it is; no file.
+// An output no recorded op computed is refused naming the output and what it is, and no file is
+// written (the refusal's message once read past the recording: a segfault).
 TEST(OnnxExport, RefusesAnOutputNoRecordedOpComputesNamingIt) {
   auto m = std::make_shared<nn::Linear<float>>(4, 3);
   const std::string path = temp_path("unrecorded.onnx");
@@ -303,7 +303,7 @@ TEST(OnnxExport, ExportsDetachAndACustomFunctionMadeOfOps) {
   expect_single_assignment(model);
 }
 
-// Issue 29: names ONNX rejects (empty, shared) are refused up front, naming the option.
+// Names ONNX rejects (empty, shared) are refused up front, naming the option.
 TEST(OnnxExport, RefusesNamesOnnxRejects) {
   auto m = std::make_shared<nn::Linear<float>>(4, 3);
   const std::string path = temp_path("names.onnx");
@@ -359,7 +359,7 @@ TEST(OnnxExport, GeneratedNamesAvoidTheInputAndOutputNames) {
   expect_single_assignment(model);
 }
 
-// Issue 29: a branch on a value read into C++ is traced one way; like PyTorch's TracerWarning, the
+// A branch on a value read into C++ is traced one way; like PyTorch's TracerWarning, the
 // exporter warns through the warning handler, naming the read.
 class SignBranch : public nn::Module<float> {
  public:

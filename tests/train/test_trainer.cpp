@@ -470,7 +470,7 @@ TEST(TrainerWorld, MpirunWithoutAWorldOfThatSizeIsRefused) {
 // (val_check_interval 0 is refused by fit(): TrainerOptionsStruct.LightningNamesDefaultsAndChecks in
 // test_trainer_run.cpp.)
 
-// ---- issue 29: the loop's SIGINT handler, gradient_clip_val, callbacks, validation ------------
+// ---- the loop's SIGINT handler, gradient_clip_val, callbacks, validation ---------------------
 
 volatile std::sig_atomic_t g_program_sigints = 0;
 extern "C" void program_sigint(int) { g_program_sigints = g_program_sigints + 1; }

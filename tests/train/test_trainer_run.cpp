@@ -1,4 +1,4 @@
-// The Trainer that owns the run (issue 33): one TrainerOptions with Lightning's names, resuming
+// The Trainer that owns the run: one TrainerOptions with Lightning's names, resuming
 // from ckpt_path with the checkpoint's settings, extending a run with a larger max_steps (the
 // learning-rate schedule continued as that of a run planned that long, the warmup the planned
 // run's), resuming a finished run without training or rewriting anything, output paths checked
