@@ -2,10 +2,11 @@
 """Writes xgrad's higher-order gradient fixtures (tests/fixtures/higher_order_*.json) from PyTorch.
 
 Run with Debian's python3-torch (1.13):  /usr/bin/python3 scripts/make_higher_order_fixtures.py
-The golden data of tests/nn/test_higher_order_golden.cpp, in the format of scripts/make_fixtures.py (whose `encode` it
-uses; see tests/fixtures/README.md). Deterministic: every case seeds torch itself, one thread.
-Each case is built in float32 under its seed and copied to float64, so that both files of a case
-hold the same inputs and initial parameters and differ only in the precision PyTorch computed in.
+The golden data of tests/nn/test_higher_order_golden.cpp, in the format of scripts/make_fixtures.py
+(whose `encode` it uses; see tests/fixtures/README.md). Deterministic: every case seeds torch
+itself, one thread. Each case is built in float32 under its seed and copied to float64, so that
+both files of a case hold the same inputs and initial parameters and differ only in the precision
+PyTorch computed in.
 
 Cases (each as _float64 and _float32):
   higher_order_hvp      Hessian-vector product of a pre-norm TransformerEncoderLayer's MSE loss
