@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Installs what is missing, checks the format of the changed lines (scripts/check_format.sh), builds
-# xgrad and runs the test suite through ctest three times: in
-# Release (build/release, every test), with AddressSanitizer + UBSan (build/sanitize, every test
-# but the benchmarks' smoke runs and consumer_subdirectory), and with ThreadSanitizer (build/tsan, the tests labelled
-# `threads`); then runs the file loaders' fuzzers for a bounded time (build/fuzz).
+# xgrad and runs the test suite through ctest three times: in Release (build/release, every
+# test), with AddressSanitizer + UBSan (build/sanitize, every test but the benchmarks' smoke runs,
+# consumer_subdirectory and docs_snippets), and with ThreadSanitizer (build/tsan, the tests
+# labelled `threads`); then runs the file loaders' fuzzers for a bounded time (build/fuzz).
 #
 # The sanitizer trees keep line tables only (-g1: file:line in every report, objects ~45% smaller
 # than with -g, so cheaper links). ASan + UBSan stays at -O0: -O1 costs 25-60% more compile CPU
@@ -71,9 +71,11 @@ phase "ctest (Release)" run_ctest build/release
 phase "configure (ASan + UBSan)" configure_sanitize
 phase "build (ASan + UBSan)" build build/sanitize
 # consumer_subdirectory (a CMake project that adds this source tree with add_subdirectory and
-# compiles the library again) checks the packaging, not memory: it runs in the Release tree only;
-# at -O0 under ASan it took 233 of the 445 s of this phase, both cores.
-phase "ctest (ASan + UBSan)" run_ctest build/sanitize -E '^consumer_subdirectory$'
+# compiles the library again) and docs_snippets (the documentation's examples compiled with
+# -fsyntax-only: nothing runs) check the packaging and the docs, not memory: they run in the
+# Release tree only; at -O0 under ASan the first took 233 of the 445 s of this phase, both cores,
+# and the second compiles 27 files.
+phase "ctest (ASan + UBSan)" run_ctest build/sanitize -E '^(consumer_subdirectory|docs_snippets)$'
 phase "configure (TSan)" configure_tsan
 phase "build (TSan)" build build/tsan xgrad_thread_tests
 phase "ctest (TSan, label threads)" run_ctest build/tsan -L threads
