@@ -22,6 +22,9 @@
 #  5c. --tokenizer bpe: a BPE tokenizer trained on the training lines, saved beside the checkpoint
 #      (CHECKPOINT.tokenizer.json) and read back by --resume (bit for bit) and --sample; held-out
 #      bits per character reported; a bad --vocab-size or --tokenizer refused;
+#  5d. --tokenizer FILE: a Hugging Face tokenizer.json (tests/fixtures/tokenizers, Llama 3's schema)
+#      read as it is, copied beside the checkpoint, used by --resume (bit for bit) and --sample; a
+#      file of another model type, a missing one and --vocab-size with a file refused;
 #   7. when the `bible` program is installed, a few steps on the King James Bible.
 #
 # Dropout is on (0.1), so that resuming must also restore the generator.
@@ -29,6 +32,7 @@
 #   test_train_gpt.sh PROGRAM WORKDIR [TOY_ENCODER]
 # TOY_ENCODER: train_toy_encoder, whose checkpoint --sample must refuse as another program's.
 set -euo pipefail
+fixtures=$(cd "$(dirname "$0")/../tests/fixtures/tokenizers" && pwd)
 program=$1
 work=$2
 toy=${3:-}
@@ -202,11 +206,30 @@ refused "^--tokens 20 after a prompt of [0-9]* tokens goes beyond the model's co
   "$program" --checkpoint bpe.ckpt --sample "In the" --tokens 20 --window 0
 refused "^--vocab-size: expected an integer in \[257, 65536\], got '256'$" "$program" "${bpe[@]}" --vocab-size 256
 refused "^--vocab-size is for --tokenizer bpe" "$program" --text text.txt --tokenizer char --vocab-size 300
-refused "^--tokenizer: word not in {char,bpe}" "$program" --text text.txt --tokenizer word
+refused "^--tokenizer word: expected char, bpe or a tokenizer file: " "$program" --text text.txt --tokenizer word
 if [[ -n ${XGRAD_ONNX_TOOLS:-} ]]; then  # a build without ONNX refuses --export-onnx itself
   refused "^--export-onnx writes a character vocabulary" "$program" "${bpe[@]}" --export-onnx bad.onnx
 fi
 [[ ! -e bad.onnx ]] || fail "a refused export wrote its file"
+
+echo "== 5d. --tokenizer FILE (a Hugging Face tokenizer.json)"
+llama3=$fixtures/bytelevel-llama3/tokenizer.json
+hf=(--n-layer 1 --n-head 2 --n-embd 16 --block-size 16 --batch-size 8 --warmup 5 --lr 0.01 --min-lr 0.001
+    --eval-interval 10 --eval-iters 4 --dropout 0.1 --plot "" --checkpoint-interval 0 --text text.txt
+    --tokenizer "$llama3" --iters 20)
+"$program" "${hf[@]}" --checkpoint hf.ckpt --csv hf.csv --save-weights hf.safetensors | tee hf.log
+grep -q "^tokenizer: hf, 782 ids" hf.log || fail "the tokenizer file was not read as a tokenizer of 782 ids"
+cmp "$llama3" hf.ckpt.tokenizer.json || fail "the tokenizer file beside the checkpoint is not the one given"
+"$program" "${hf[@]}" --checkpoint hfh.ckpt --csv hfh.csv --stop-at 10 >/dev/null
+"$program" --resume hfh.ckpt --checkpoint hfh.ckpt --csv hfh.csv --save-weights hfh.safetensors --plot "" >/dev/null
+cmp hf.safetensors hfh.safetensors || fail "the resumed run with a tokenizer file has other weights"
+"$program" --checkpoint hf.ckpt --sample "In the beginning" --tokens 6 --seed 3 >h1.txt
+[[ $(head -c 16 h1.txt) == "In the beginning" ]] || fail "the sample through the tokenizer file lacks the prompt"
+refused "^--vocab-size is for --tokenizer bpe: the tokenizer file .* has its own vocabulary" \
+  "$program" --text text.txt --tokenizer "$llama3" --vocab-size 300
+sed 's/"type": "BPE"/"type": "WordPiece"/' "$llama3" >wordpiece.json
+refused "^--tokenizer wordpiece.json: expected char, bpe or a tokenizer file: wordpiece.json: model.type is 'WordPiece'" \
+  "$program" --text text.txt --tokenizer wordpiece.json
 
 if [[ -n ${XGRAD_ONNX_TOOLS:-} ]]; then
   echo "== 6. the exported model in onnx's checker, ONNX Runtime and gpt_sample.mjs"

@@ -2,7 +2,9 @@
 // The text: Debian's bible-kjv read at run time (31,102 verses, references stripped), or a UTF-8
 // file (--text FILE, by lines); 1 line in 10 held out by a seeded hash (xgrad/text/corpus.hpp).
 // --tokenizer char: a token per character of the training text; --tokenizer bpe --vocab-size N:
-// GPT-2's byte-level BPE trained on it. The tokenizer is saved beside the checkpoint
+// GPT-2's byte-level BPE trained on it; --tokenizer FILE: a tokenizer file read as it is (one this
+// program saved, GPT-2's tokenizer.json or any BPE tokenizer.json of Hugging Face, such as Llama
+// 3's). The tokenizer is saved beside the checkpoint
 // (CHECKPOINT.tokenizer.json) for --resume and --sample; both parts are tokenized into
 // memory-mapped token files (CHECKPOINT.train.tok, .val.tok), from which windows of --block-size
 // tokens are drawn at random offsets. AdamW (betas 0.9, 0.99, weight decay on the matrices only),
@@ -79,6 +81,7 @@ std::vector<RunPath> run_files(const Config& c, const train::TrainerOptions& res
   const std::string& resume = resolved.ckpt_path;
   std::vector<RunPath> paths = {
       RunPath::input("--text", c.text),
+      RunPath::input("--tokenizer", gpt_text::is_tokenizer_file(c.tokenizer) ? c.tokenizer : ""),
       RunPath::input("--init-weights", c.init_weights),
       RunPath::input("the tokenizer file of --resume", resume.empty() ? "" : gpt_text::tokenizer_path(resume)),
       RunPath::output("the tokenizer file of --checkpoint",
@@ -151,6 +154,8 @@ int train_model(Config& c, const Sampling& sampling, train::TrainerOptions& opti
   refuse_if(c.min_lr > c.lr, "--min-lr " + std::to_string(c.min_lr) + " must be at most --lr " + std::to_string(c.lr));
   refuse_if(app.count("--vocab-size") && c.tokenizer == "char",
             "--vocab-size is for --tokenizer bpe: a character vocabulary is the training text's characters");
+  refuse_if(app.count("--vocab-size") && gpt_text::is_tokenizer_file(c.tokenizer),
+            "--vocab-size is for --tokenizer bpe: the tokenizer file " + c.tokenizer + " has its own vocabulary");
 
   gpt_text::check_export(onnx_path, c.block_size, c.tokenizer);
   const auto* resumed = trainer.checkpoint();
@@ -240,8 +245,10 @@ int main(int argc, char** argv) {
   };
   setting("--text", c.text, "train on this UTF-8 text file (split by lines) instead of the Bible")
       ->check(cli::not_special_file());
-  setting("--tokenizer", c.tokenizer, "char (one token per character) or bpe (byte-level BPE trained on the text)")
-      ->check(CLI::IsMember({"char", "bpe"}));
+  setting("--tokenizer", c.tokenizer,
+          "char (one token per character), bpe (byte-level BPE trained on the text) or a tokenizer file "
+          "(a BPE tokenizer.json of Hugging Face)")
+      ->check(cli::not_special_file());
   setting("--vocab-size", c.vocab_size, "--tokenizer bpe: ids in all, 256 bytes and <|endoftext|> included")
       ->check(cli::integer_in(257, 65536));
   setting("--n-layer", c.n_layer, "transformer blocks")->check(cli::integer_in(1, 64));

@@ -4,7 +4,7 @@
 //    give the input's bytes exactly, valid UTF-8 or not;
 //  - a file: read as vocab.bpe (beside that tokenizer's encoder.json), as encoder.json (beside its
 //    vocab.bpe), as both (split at the first NUL byte) and as tokenizer.json, also through
-//    Tokenizer::from_json (a character tokenizer's file too). A malformed file must throw
+//    Tokenizer::from_json (a character tokenizer's file too, any BPE one as HFTokenizer). A malformed file must throw
 //    xgrad::FormatError; a file that loads must round-trip the input as text too;
 //  - a Hugging Face tokenizer.json (HFTokenizer, any model the file describes): refused with
 //    FormatError, or it loads and encodes and decodes a fixed text (PCRE2 giving up on a pattern
@@ -88,7 +88,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   try {
     const xgrad::text::Tokenizer any = xgrad::text::Tokenizer::from_json(input);
     std::size_t skipped = 0;
-    any.decode(any.encode(input, &skipped));  // every id encode gives is decodable (Utf8Error: a FormatError)
+    try {
+      any.decode(any.encode(input, &skipped));  // every id encode gives is decodable (Utf8Error: a FormatError)
+    } catch (const std::runtime_error&) {       // HFTokenizer's outcomes, as in load_hf
+      if (!any.as_hf()) throw;
+    } catch (const std::invalid_argument&) {
+      if (!any.as_hf()) throw;
+    }
   } catch (const xgrad::FormatError&) {
   }
   load_hf(input);

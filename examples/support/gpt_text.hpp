@@ -77,6 +77,19 @@ inline text::Tokenizer saved_tokenizer(const std::string& path, const std::map<s
   throw Refused(path + " has no tokenizer: expected " + tokenizer_path(path) + " beside it");
 }
 
+// --tokenizer names a file rather than char or bpe.
+inline bool is_tokenizer_file(const std::string& tokenizer) { return tokenizer != "char" && tokenizer != "bpe"; }
+
+// --tokenizer FILE: a tokenizer file as Tokenizer::load reads it (one saved by train_gpt, GPT-2's
+// tokenizer.json, any BPE tokenizer.json of Hugging Face).
+inline std::shared_ptr<text::Tokenizer> tokenizer_file(const std::string& path) {
+  try {
+    return std::make_shared<text::Tokenizer>(text::Tokenizer::load(path));
+  } catch (const std::exception& e) {
+    throw Refused("--tokenizer " + path + ": expected char, bpe or a tokenizer file: " + e.what());
+  }
+}
+
 // A text, tokenized.
 struct Text {
   std::string source;  // "the King James Bible" or the file
@@ -94,7 +107,8 @@ struct Text {
 
 // Reads the text (`path`, or the Bible when empty), checks it has a held-out line, learns the
 // tokenizer from its training lines (`kind`: char or bpe of `vocab_size` ids) unless `saved` is
-// given, and tokenizes both parts into `tokens`.train.tok and `tokens`.val.tok.
+// given (a resumed run's, or --tokenizer FILE's), and tokenizes both parts into `tokens`.train.tok
+// and `tokens`.val.tok.
 inline Text read(const std::string& path, std::uint64_t seed, const std::string& kind, std::size_t vocab_size,
                  std::shared_ptr<text::Tokenizer> saved, const std::string& tokens) {
   Text t;
@@ -152,15 +166,18 @@ inline void check_same_text(const Text& t, std::size_t block_size, std::size_t w
   throw Refused(what + "expected " + std::to_string(windows) + of + ", got " + std::to_string(now) + todo);
 }
 
-// The text of a run: tokenized by `kind` (char or bpe of vocab_size ids) trained on it, or, when
-// resuming (`resumed` not null), by the checkpoint's tokenizer, the text checked to be the
+// The text of a run: tokenized by `kind` (char or bpe of vocab_size ids trained on it, or a
+// tokenizer file) or, when resuming (`resumed` not null), by the checkpoint's tokenizer, the text checked to be the
 // checkpoint's; into `prefix`.train.tok and .val.tok. Each part must hold a window of block_size + 1
 // tokens, the training part one more per window of a batch.
 inline Text read_for_run(const std::string& path, std::uint64_t seed, const std::string& kind, std::size_t vocab_size,
                          std::size_t block_size, std::size_t batch_size, const xgrad::Checkpoint<float>* resumed,
                          const std::string& resume_path, const std::string& prefix) {
   std::shared_ptr<text::Tokenizer> tok;
-  if (resumed) tok = std::make_shared<text::Tokenizer>(saved_tokenizer(resume_path, resumed->metadata));
+  if (resumed)
+    tok = std::make_shared<text::Tokenizer>(saved_tokenizer(resume_path, resumed->metadata));
+  else if (is_tokenizer_file(kind))
+    tok = tokenizer_file(kind);
   const Text t = read(path, seed, kind, vocab_size, tok, prefix);
   if (resumed) {
     const auto& m = resumed->metadata;

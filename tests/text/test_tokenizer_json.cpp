@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include <xgrad/serialize/format_error.hpp>
+#include <xgrad/text/tokenizer.hpp>
 #include <xgrad/text/tokenizer_json.hpp>
 #include <xgrad/text/utf8.hpp>
 
@@ -19,18 +20,19 @@ namespace {
 using xgrad::FormatError;
 using xgrad::testing::thrown;
 using xgrad::text::HFTokenizer;
+using xgrad::text::Tokenizer;
 using json = nlohmann::json;
 
 std::string fixture(const std::string& name) { return std::string(XGRAD_FIXTURES_DIR) + "/tokenizers/" + name; }
 
 std::vector<std::int64_t> ids_of(const json& list) { return list.get<std::vector<std::int64_t>>(); }
 
-// Every case of one fixture folder, each field checked.
-void check_fixture(const std::string& folder) {
+// Every case of one fixture folder (`count` of them), each field checked.
+void check_fixture(const std::string& folder, std::size_t count = 214) {
   const HFTokenizer tok = HFTokenizer::from_file(fixture(folder + "/tokenizer.json"));
   const json cases = json::parse(xgrad::testing::read_file(fixture(folder + "/cases.json")));
   EXPECT_EQ(tok.vocab_size(), cases["vocab_size_with_added"].get<std::size_t>());
-  ASSERT_EQ(cases["cases"].size(), 214u);
+  ASSERT_EQ(cases["cases"].size(), count);
   for (const json& c : cases["cases"]) {
     const std::string text = c["text"];
     SCOPED_TRACE(folder + ": " + c["text"].dump());
@@ -47,6 +49,13 @@ void check_fixture(const std::string& folder) {
 TEST(HFTokenizer, ByteLevelLlama3MatchesHuggingFace) { check_fixture("bytelevel-llama3"); }
 
 TEST(HFTokenizer, SentencePieceLlama2MatchesHuggingFace) { check_fixture("spm-llama2"); }
+
+// Added tokens with lstrip, rstrip, single_word and normalized (make_added_options.js): 65 strings
+// where each matters, over both schemas (in the SentencePiece one, normalized tokens are matched
+// after Prepend and Replace, so "▁Hello" is the token and spaces are "▁", not white space).
+TEST(HFTokenizer, AddedTokenOptionsByteLevelMatchHuggingFace) { check_fixture("added-options-bytelevel", 65); }
+
+TEST(HFTokenizer, AddedTokenOptionsSentencePieceMatchHuggingFace) { check_fixture("added-options-spm", 65); }
 
 // Byte-level BPE is lossless for any UTF-8; the SentencePiece-style one is where the library's
 // decoding is (its Strip removes the one space the normalizer prepends, so text that starts with
@@ -184,7 +193,39 @@ TEST(HFTokenizer, NormalizedAddedTokensMatchAfterTheNormalizer) {
                                      false),
             (std::vector<std::int64_t>{1, 10, 4, 2}));
   EXPECT_EQ(with_added(true).token_to_id("xe\xCC\x81"), 13);
+  // Decoded in its normalized form, as the library's simple_id_to_token (its normalized_cache).
+  EXPECT_EQ(with_added(true).id_to_token(13), "x\xC3\xA9");
+  EXPECT_EQ(with_added(false).id_to_token(13), "xe\xCC\x81");
   EXPECT_FALSE(with_added(true).is_special(13));
+}
+
+// Each option on a small file: lstrip and rstrip take the white space (Unicode's, U+3000 too) on
+// their side, never what an earlier token took; single_word passes over a match that a word
+// character (letters, digits, _, combining marks) touches, and the search goes on after it.
+TEST(HFTokenizer, AddedTokenOptionsStripAndSingleWord) {
+  std::string text = small_json("null");
+  const std::string added = R"("added_tokens": [{"id": 13, "content": "<m>", "lstrip": true, "special": true},)"
+                            R"( {"id": 14, "content": "<r>", "rstrip": true, "special": true},)"
+                            R"( {"id": 15, "content": "ba", "single_word": true, "special": true}])";
+  const HFTokenizer tok = HFTokenizer::from_json(text.replace(text.find(R"("added_tokens": [])"), 18, added));
+  using Ids = std::vector<std::int64_t>;
+  EXPECT_EQ(tok.encode("a <m>", false), (Ids{1, 13}));  // " " goes with <m>
+  EXPECT_EQ(tok.tokenize("a  <m>"), (std::vector<std::string>{"a", "  <m>"}));
+  EXPECT_EQ(tok.encode("a\xE3\x80\x80<m>b", false), (Ids{1, 13, 2}));  // U+3000 is white space
+  EXPECT_EQ(tok.encode("<m> b", false), (Ids{13, 5, 2}));              // not the space after
+  EXPECT_EQ(tok.encode("a<r>  b", false), (Ids{1, 14, 2}));
+  EXPECT_EQ(tok.encode("<r> a", false), (Ids{14, 1}));
+  EXPECT_EQ(tok.tokenize("<r> <m>"), (std::vector<std::string>{"<r> ", "<m>"}));  // the space went to <r>
+  EXPECT_EQ(tok.encode("ba", false), (Ids{15}));
+  EXPECT_EQ(tok.encode("a ba b", false), (Ids{1, 5, 15, 5, 2}));
+  EXPECT_EQ(tok.encode("a<ba>b", false), (Ids{1, 0, 15, 0, 2}));  // '<' '>' are not word characters
+  EXPECT_EQ(tok.encode("aba", false), (Ids{3, 1}));               // "ba" touches 'a': the model's a b a
+  EXPECT_EQ(tok.encode("ba_", false), (Ids{2, 1, 0}));
+  EXPECT_EQ(tok.encode("a\xCC\x81"
+                       "ba",
+                       false),
+            (Ids{1, 8, 2, 1}));                                    // a combining mark is a word character
+  EXPECT_EQ(tok.encode("baba ba", false), (Ids{2, 3, 1, 5, 15}));  // the search goes on after a skipped match
 }
 
 TEST(HFTokenizer, UnknownCharactersFuseAndMetaspaceFirst) {
@@ -251,44 +292,111 @@ TEST(HFTokenizer, RefusesUnsupportedAndMalformedFilesByName) {
   expect_refused(small_json(R"({"type": "Lowercase"})"), {"normalizer.type", "'Lowercase'", "supported: null"});
   expect_refused(small_json(R"({"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "Strip"}]})"),
                  {"normalizer.normalizers[1].type", "'Strip'"});
-  expect_refused(small_json(R"(["NFC"])"), {"normalizer must be an object, got a list"});
+  expect_refused(small_json(R"(["NFC"])"), {"normalizer must be an object, got an array of 1 element"});
   expect_refused(small_json("null", R"({"type": "Whitespace"})"), {"pre_tokenizer.type", "'Whitespace'"});
+  expect_refused(
+      small_json("null", R"({"type": "Sequence", "pretokenizers": [{"type": "ByteLevel"}, {"type": "Digits"}]})"),
+      {"pre_tokenizer.pretokenizers[1].type", "'Digits'", "supported: null, Sequence, Split"});
   expect_refused(small_json("null", R"({"type": "Split", "pattern": {"Regex": "("}, "behavior": "Isolated"})"),
                  {"pre_tokenizer.pattern.Regex", "PCRE2"});
   expect_refused(small_json("null", R"({"type": "Split", "pattern": {"String": "a"}, "behavior": "Apart"})"),
                  {"pre_tokenizer.behavior", "Isolated", "'Apart'"});
   expect_refused(small_json("null", "null", "", R"({"type": "CTC"})"), {"decoder.type", "'CTC'"});
+  expect_refused(
+      small_json("null", "null", "", R"({"type": "Sequence", "decoders": [{"type": "Fuse"}, {"type": "WordPiece"}]})"),
+      {"decoder.decoders[1].type", "'WordPiece'", "supported: null, Sequence"});
   expect_refused(with(R"("type": "BPE")", R"("type": "WordPiece")"), {"model.type", "'WordPiece'", "only \"BPE\""});
   expect_refused(with(R"("type": "BPE")", R"("type": "Unigram")"), {"model.type", "'Unigram'"});
+  expect_refused(with(R"("type": "BPE")", R"("type": "WordLevel")"), {"model.type", "'WordLevel'", "only \"BPE\""});
   expect_refused(with(R"("merges": ["a b")", R"("merges": ["a c")"), {"model.merges[0]", "'c'", "not in model.vocab"});
   expect_refused(with(R"("merges": ["a b")", R"("merges": ["b a")"), {"model.merges[0]", "the result 'ba'"});
   expect_refused(with(R"("merges": ["a b")", R"("merges": [["a", 1])"), {"model.merges[0] must be"});
   expect_refused(with(R"("merges": ["a b")", R"("merges": ["a  b")"), {"model.merges[0]", "one space"});
   expect_refused(with(R"("type": "BPE", )", R"("type": "BPE", "dropout": 0.1, )"), {"model.dropout", "not supported"});
   expect_refused(with(R"("type": "BPE", )", R"("type": "BPE", "continuing_subword_prefix": "##", )"),
-                 {"model.continuing_subword_prefix", "'##'"});
+                 {"model.continuing_subword_prefix", "\"##\""});
   expect_refused(with(R"("a": 1,)", R"("a": 5,)"), {"model.vocab", "the id 5"});
   expect_refused(with(R"("a": 1,)", R"("a": 1073741000,)"), {"model.vocab['a'] must be an integer in [0, "});
   expect_refused(with(R"("unk_token": "?")", R"("unk_token": "<unk>")"), {"model.unk_token", "'<unk>'"});
-  expect_refused(with(R"("added_tokens": [])", R"("added_tokens": [{"id": 11, "content": "<s>", "lstrip": true}])"),
-                 {"added_tokens[0].lstrip", "not supported"});
+  expect_refused(with(R"("added_tokens": [])", R"("added_tokens": [{"id": 13, "content": "<s>", "lstrip": 1}])"),
+                 {"added_tokens[0].lstrip must be true or false, got 1"});
   expect_refused(with(R"("added_tokens": [])", R"("added_tokens": [{"id": 3, "content": "<s>"}])"),
                  {"added_tokens[0].id", "'ab'"});
   expect_refused(with(R"("post_processor": null)", R"("post_processor": {"type": "BertProcessing"})"),
                  {"post_processor.type", "'BertProcessing'"});
   expect_refused(with(R"("post_processor": null)",
+                      R"("post_processor": {"type": "Sequence", "processors": [{"type": "RobertaProcessing"}]})"),
+                 {"post_processor.processors[0].type", "'RobertaProcessing'", "supported: null, Sequence"});
+  expect_refused(with(R"("post_processor": null)",
                       R"("post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>"}},)"
                       R"( {"Sequence": {"id": "A"}}], "special_tokens": {}})"),
                  {"post_processor.special_tokens", "'<s>'", "single[0]"});
-  expect_refused("[1, 2]", {"the top level must be an object, got a list"});
+  expect_refused("[1, 2]", {"the top level must be an object, got an array of 2 elements"});
   expect_refused("{\"model\": ", {"not valid JSON"});
   expect_refused(std::string(100000, '[') + std::string(100000, ']'), {"nests deeper than 64"});
   expect_refused(R"({"model": {"type": "BPE", "vocab": [], "merges": []}})", {"model.vocab must be an object"});
+  expect_refused(R"({"model": {"type": "BPE", "vocab": {}, "merges": []}})", {"model.vocab", "at least one token"});
   EXPECT_NE(thrown<std::runtime_error>([] {
               HFTokenizer::from_file(fixture("no/such/tokenizer.json"));
             }).find("no/such/tokenizer.json"),
             std::string::npos);
   HFTokenizer::from_json(good);  // the base file itself is fine
+}
+
+// Tokenizer (tokenizer.hpp), which the programs take, reads any BPE tokenizer.json: GPT-2's
+// byte-level form as BPETokenizer, the others as HFTokenizer (encode without BOS, as the library's
+// add_special_tokens=false), and saves the latter back as the bytes it read.
+TEST(HFTokenizer, TokenizerTakesAnyBpeTokenizerJson) {
+  xgrad::testing::TempFolder dir;
+  for (const std::string folder : {"bytelevel-llama3", "spm-llama2", "added-options-spm"}) {
+    SCOPED_TRACE(folder);
+    const std::string path = fixture(folder + "/tokenizer.json");
+    const Tokenizer tok = Tokenizer::load(path);
+    EXPECT_STREQ(tok.kind(), "hf");
+    ASSERT_NE(tok.as_hf(), nullptr);
+    EXPECT_EQ(tok.to_json(), xgrad::testing::read_file(path));
+    tok.save(dir / "saved.json");
+    const Tokenizer again = Tokenizer::load(dir / "saved.json");
+    const json cases = json::parse(xgrad::testing::read_file(fixture(folder + "/cases.json")));
+    EXPECT_EQ(tok.vocab_size(), cases["vocab_size_with_added"].get<std::size_t>());
+    for (const json& c : cases["cases"]) {
+      const std::string text = c["text"];
+      std::size_t skipped = 0;
+      ASSERT_EQ(again.encode(text, &skipped), ids_of(c["ids"])) << c["text"].dump();
+      EXPECT_EQ(skipped, 0u);
+      EXPECT_EQ(again.decode(ids_of(c["ids"])), c["decoded"].get<std::string>());
+    }
+  }
+  // GPT-2's form stays a BPETokenizer; the same file with a template that adds BOS does not.
+  json gpt2 = json::parse(xgrad::testing::gpt2().tokenizer_json());
+  EXPECT_STREQ(Tokenizer::from_json(gpt2.dump()).kind(), "bpe");
+  gpt2["post_processor"] = json::parse(R"({"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "e"}},)"
+                                       R"( {"Sequence": {"id": "A"}}], "special_tokens": {"e": {"ids": [50256]}}})");
+  const Tokenizer templated = Tokenizer::from_json(gpt2.dump());
+  EXPECT_STREQ(templated.kind(), "hf");
+  EXPECT_EQ(templated.encode("Hello world"), (std::vector<std::int64_t>{15496, 995}));  // no BOS
+  EXPECT_EQ(templated.as_hf()->encode("Hello world"), (std::vector<std::int64_t>{50256, 15496, 995}));
+}
+
+// What Tokenizer refuses names the file and the key path: another model type, and whatever
+// HFTokenizer refuses.
+TEST(HFTokenizer, TokenizerRefusesOtherModelsAndStepsByName) {
+  auto refusal = [](const std::string& text) {
+    return thrown<FormatError>([&] { Tokenizer::from_json(text, "my/tokenizer.json"); });
+  };
+  for (const char* type : {"WordPiece", "Unigram", "WordLevel"}) {
+    std::string text = small_json("null");
+    text.replace(text.find(R"("type": "BPE")"), 13, std::string(R"("type": ")") + type + '"');
+    EXPECT_EQ(refusal(text), "my/tokenizer.json: model.type is '" + std::string(type) + "'; expected 'Char' or 'BPE'");
+  }
+  EXPECT_NE(refusal(small_json("null", R"({"type": "Sequence", "pretokenizers": [{"type": "Punctuation"}]})"))
+                .find("my/tokenizer.json: pre_tokenizer.pretokenizers[0].type is 'Punctuation'"),
+            std::string::npos);
+  EXPECT_NE(refusal(small_json(R"({"type": "Lowercase"})")).find("my/tokenizer.json: normalizer.type is 'Lowercase'"),
+            std::string::npos);
+  EXPECT_NE(
+      refusal(small_json("null", "null", "", R"({"type": "CTC"})")).find("my/tokenizer.json: decoder.type is 'CTC'"),
+      std::string::npos);
 }
 
 }  // namespace

@@ -43,6 +43,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include <xgrad/text/pretokenizer.hpp>
 
 namespace xgrad::text {
@@ -88,6 +90,14 @@ class BPETokenizer {
                                            const std::string& json_name = "encoder.json",
                                            const std::string& merges_name = "vocab.bpe");
   static BPETokenizer from_tokenizer_json_bytes(std::string_view bytes, const std::string& name = "tokenizer.json");
+  // A tokenizer.json already parsed (parse_json of base/json_input.hpp).
+  static BPETokenizer from_parsed_tokenizer_json(const nlohmann::json& root,
+                                                 const std::string& name = "tokenizer.json");
+  // True when a parsed tokenizer.json is GPT-2's byte-level BPE as this class runs it: no
+  // normalizer, one ByteLevel pre-tokenizer without a prefix space and with GPT-2's pattern, no
+  // post-processor or decoder but ByteLevel ones, no byte fallback (what tokenizer_json() writes,
+  // and GPT-2's own file). Other BPE files are for HFTokenizer (tokenizer_json.hpp).
+  static bool is_gpt2_tokenizer_json(const nlohmann::json& root);
 
   // Writes encoder.json + vocab.bpe (each atomically: a failed save leaves the previous file).
   void save(const std::string& encoder_json, const std::string& vocab_bpe) const;

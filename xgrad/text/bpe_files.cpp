@@ -162,8 +162,7 @@ void check_no_normalizer(const JsonValue& normalizer) {
                     "); GPT-2's byte-level BPE has none, and no normalizer is supported");
 }
 
-Loaded parse_tokenizer_json(std::string_view bytes, const std::string& file) {
-  const nlohmann::json root = parse_tokenizer_file(bytes, file);
+Loaded parse_tokenizer_json(const nlohmann::json& root, const std::string& file) {
   if (!root.is_object()) throw FormatError(file + ": expected a JSON object at the top");
   const auto model_it = root.find("model");
   if (model_it == root.end() || !model_it->is_object()) throw FormatError(file + ": no object at the key 'model'");
@@ -249,7 +248,27 @@ BPETokenizer BPETokenizer::from_json_and_merges(std::string_view encoder_json, s
 }
 
 BPETokenizer BPETokenizer::from_tokenizer_json_bytes(std::string_view bytes, const std::string& name) {
-  return build(parse_tokenizer_json(bytes, name), name + ": model.vocab", name + ": model.merges");
+  return from_parsed_tokenizer_json(parse_tokenizer_file(bytes, name), name);
+}
+
+BPETokenizer BPETokenizer::from_parsed_tokenizer_json(const nlohmann::json& root, const std::string& name) {
+  return build(parse_tokenizer_json(root, name), name + ": model.vocab", name + ": model.merges");
+}
+
+bool BPETokenizer::is_gpt2_tokenizer_json(const nlohmann::json& root) {
+  static const nlohmann::json null;
+  const auto member = [](const nlohmann::json& object, const char* key) -> const nlohmann::json& {
+    const auto it = object.is_object() ? object.find(key) : object.end();
+    return it == object.end() ? null : *it;
+  };
+  const auto is_type = [&](const nlohmann::json& step, const char* type) { return member(step, "type") == type; };
+  const auto unset = [](const nlohmann::json& v) { return v.is_null() || v == false; };
+  const nlohmann::json &pre = member(root, "pre_tokenizer"), &post = member(root, "post_processor"),
+                       &decoder = member(root, "decoder"), &model = member(root, "model");
+  return member(root, "normalizer").is_null() && is_type(pre, "ByteLevel") && unset(member(pre, "add_prefix_space")) &&
+         (member(pre, "use_regex").is_null() || member(pre, "use_regex") == true) &&
+         (post.is_null() || is_type(post, "ByteLevel")) && (decoder.is_null() || is_type(decoder, "ByteLevel")) &&
+         model.is_object() && unset(member(model, "byte_fallback")) && unset(member(model, "ignore_merges"));
 }
 
 BPETokenizer BPETokenizer::from_files(const std::string& encoder_json, const std::string& vocab_bpe) {

@@ -15,26 +15,28 @@ namespace xgrad::text {
 
 std::vector<std::int64_t> Tokenizer::encode(std::string_view text) const {
   if (const auto* c = as_char()) return c->encode(text);
+  if (const auto* h = as_hf()) return h->encode(text, /*add_special_tokens=*/false);
   return std::get<BPETokenizer>(tok_).encode(text);
 }
 
 std::vector<std::int64_t> Tokenizer::encode(std::string_view text, std::size_t* skipped) const {
   if (const auto* c = as_char()) return c->encode(text, skipped);
-  return std::get<BPETokenizer>(tok_).encode(text);
+  return encode(text);
 }
 
 std::string Tokenizer::decode(const std::vector<std::int64_t>& ids) const {
   if (const auto* c = as_char()) return c->decode(ids);
+  if (const auto* h = as_hf()) return h->decode(ids);
   return std::get<BPETokenizer>(tok_).decode(ids);
 }
 
 std::size_t Tokenizer::vocab_size() const {
-  if (const auto* c = as_char()) return c->vocab_size();
-  return std::get<BPETokenizer>(tok_).vocab_size();
+  return std::visit([](const auto& tok) { return tok.vocab_size(); }, tok_);
 }
 
 std::string Tokenizer::to_json() const {
   if (const auto* b = as_bpe()) return b->tokenizer_json();
+  if (as_hf()) return *json_;
   return as_char()->to_json();
 }
 
@@ -43,17 +45,12 @@ void Tokenizer::save(const std::string& path) const {
   write_file_atomically(path, [&](std::ostream& out) { out.write(json.data(), std::streamsize(json.size())); });
 }
 
-Tokenizer Tokenizer::from_json(std::string_view bytes, const std::string& name) {
-  const nlohmann::json root = parse_json(name, bytes, detail::kMaxTokenizerFileBytes);
-  const auto model = root.is_object() ? root.find("model") : root.end();
-  if (!root.is_object() || model == root.end() || !model->is_object() || !model->contains("type") ||
-      !(*model)["type"].is_string())
-    throw FormatError(name + ": expected a tokenizer file, an object whose 'model' has a string 'type'");
-  const std::string type = (*model)["type"].get<std::string>();
-  if (type == "BPE") return BPETokenizer::from_tokenizer_json_bytes(bytes, name);
-  if (type != "Char") throw FormatError(name + ": model.type is '" + type + "'; expected 'Char' or 'BPE'");
-  const auto vocab = model->find("vocab");
-  if (vocab == model->end() || !vocab->is_array() || vocab->empty())
+namespace {
+
+// {"model": {"type": "Char", "vocab": [...]}}
+CharTokenizer char_tokenizer(const nlohmann::json& model, const std::string& name) {
+  const auto vocab = model.find("vocab");
+  if (vocab == model.end() || !vocab->is_array() || vocab->empty())
     throw FormatError(name + ": model.vocab must be a non-empty list of characters");
   std::u32string chars;
   for (std::size_t i = 0; i < vocab->size(); ++i) {
@@ -69,6 +66,21 @@ Tokenizer Tokenizer::from_json(std::string_view bytes, const std::string& name) 
   } catch (const std::invalid_argument& e) {
     throw FormatError(name + ": model.vocab: " + e.what());
   }
+}
+
+}  // namespace
+
+Tokenizer Tokenizer::from_json(std::string_view bytes, const std::string& name) {
+  const nlohmann::json root = parse_json(name, bytes, detail::kMaxTokenizerFileBytes);
+  const auto model = root.is_object() ? root.find("model") : root.end();
+  if (!root.is_object() || model == root.end() || !model->is_object() || !model->contains("type") ||
+      !(*model)["type"].is_string())
+    throw FormatError(name + ": expected a tokenizer file, an object whose 'model' has a string 'type'");
+  const std::string type = (*model)["type"].get<std::string>();
+  if (type == "Char") return char_tokenizer(*model, name);
+  if (type != "BPE") throw FormatError(name + ": model.type is '" + type + "'; expected 'Char' or 'BPE'");
+  if (BPETokenizer::is_gpt2_tokenizer_json(root)) return BPETokenizer::from_parsed_tokenizer_json(root, name);
+  return Tokenizer(HFTokenizer::from_parsed_json(root, name), std::string(bytes));
 }
 
 Tokenizer Tokenizer::load(const std::string& path) {

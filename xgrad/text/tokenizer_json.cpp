@@ -24,34 +24,6 @@ using json = nlohmann::json;
 
 namespace {
 
-// The one JSON parse of a tokenizer.json, through the input layer: nesting deeper than
-// kMaxJsonDepth is refused while parsing (a hostile file of a million brackets must not reach
-// recursive code).
-json parse_bounded_json(std::string_view bytes, const std::string& file) {
-  return parse_json(file, bytes, kMaxTokenizerFileBytes);
-}
-
-// A value's kind for messages; never its dump (recursive, and a file's content).
-std::string describe(const json& v) {
-  switch (v.type()) {
-    case json::value_t::null:
-      return "null";
-    case json::value_t::boolean:
-      return v.get<bool>() ? "true" : "false";
-    case json::value_t::string:
-      return "the string " + quote(v.get_ref<const std::string&>());
-    case json::value_t::array:
-      return "a list";
-    case json::value_t::object:
-      return "an object";
-    case json::value_t::number_integer:
-    case json::value_t::number_unsigned:
-      return "the number " + std::to_string(v.get<std::int64_t>());
-    default:
-      return "a number";
-  }
-}
-
 // Reads values of one file; each failure names the file and the key path.
 class Reader {
  public:
@@ -65,7 +37,7 @@ class Reader {
     throw FormatError(file_ + ": " + path + " " + what);
   }
   [[noreturn]] void expected(const std::string& path, const std::string& what, const json& got) const {
-    fail(path, "must be " + what + ", got " + describe(got));
+    fail(path, "must be " + what + ", got " + describe_json(got));
   }
   // The member, or nullptr when absent or null.
   static const json* find(const json& object, const char* key) {
@@ -266,7 +238,7 @@ void refuse_set(const Reader& r, const json& object, const char* key, const std:
   if (!v || (v->is_boolean() && !v->get<bool>()) || (v->is_string() && v->get_ref<const std::string&>().empty()) ||
       (v->is_number() && v->get<double>() == 0.0))
     return;
-  r.fail(path + "." + key, "is " + describe(*v) + ": " + what + " is not supported (expected it unset)");
+  r.fail(path + "." + key, "is " + describe_json(*v) + ": " + what + " is not supported (expected it unset)");
 }
 
 // Registers `token` as the token of `id`; the same id for two different tokens is refused.
@@ -319,7 +291,8 @@ void read_model(const Reader& r, const json& root, hf::Pipeline& p) {
   m.byte_fallback = r.boolean(v, "byte_fallback", "model", false);
   m.ignore_merges = r.boolean(v, "ignore_merges", "model", false);
   const json* vocab = Reader::find(v, "vocab");
-  if (!vocab || !vocab->is_object()) r.fail("model.vocab", "must be an object {\"token\": id, ...}");
+  if (!vocab || !vocab->is_object() || vocab->empty())
+    r.fail("model.vocab", "must be an object {\"token\": id, ...} of at least one token");
   if (vocab->size() > kMaxVocab) r.fail("model.vocab", "has more than " + std::to_string(kMaxVocab) + " tokens");
   m.vocab.reserve(vocab->size() * 2);
   for (auto it = vocab->begin(); it != vocab->end(); ++it) {
@@ -361,9 +334,6 @@ void read_added_tokens(const Reader& r, const json& root, hf::Pipeline& p) {
     const auto id = r.integer(*id_value, path + ".id", 0, r.max_id);
     const std::string content = r.string(v, "content", path);
     if (content.empty()) r.fail(path + ".content", "is empty");
-    for (const char* flag : {"lstrip", "rstrip", "single_word"})
-      if (r.boolean(v, flag, path, false))
-        r.fail(path + "." + flag, "is true, which is not supported (expected false)");
     const bool special = r.boolean(v, "special", path, false);
     const auto in_vocab = p.model.vocab.find(content);
     if (in_vocab != p.model.vocab.end() && in_vocab->second != id)
@@ -372,13 +342,16 @@ void read_added_tokens(const Reader& r, const json& root, hf::Pipeline& p) {
     set_token(r, p, id, content, path + ".id");
     p.special[id] = special;
     p.added_ids[content] = static_cast<std::int32_t>(id);
+    hf::AddedToken token{content, static_cast<std::int32_t>(id), r.boolean(v, "single_word", path, false),
+                         r.boolean(v, "lstrip", path, false), r.boolean(v, "rstrip", path, false)};
     if (!r.boolean(v, "normalized", path, !special)) {
-      p.raw_added.add(content, static_cast<std::int32_t>(id));
+      p.raw_added.add(std::move(token));
       continue;
     }
-    std::string normalized = content;  // matched in the normalized text, as the library does
-    hf::normalize(p.normalizers, normalized);
-    if (!normalized.empty()) p.normalized_added.add(normalized, static_cast<std::int32_t>(id));
+    hf::normalize(p.normalizers, token.content);  // matched in the normalized text, as the library does
+    if (token.content.empty()) continue;
+    p.tokens[id] = token.content;  // and decoded in that form (its normalized_cache), "▁Hello" for "Hello"
+    p.normalized_added.add(std::move(token));
   }
 }
 
@@ -434,10 +407,9 @@ const json& member_or_null(const json& root, const char* key) {
   return it == root.end() ? null : *it;
 }
 
-std::shared_ptr<const hf::Pipeline> read_pipeline(std::string_view bytes, const std::string& file) {
+std::shared_ptr<const hf::Pipeline> read_pipeline(const json& root, const std::string& file) {
   Reader r(file);
-  const json root = parse_bounded_json(bytes, file);
-  if (!root.is_object()) r.fail("the top level", "must be an object, got " + describe(root));
+  if (!root.is_object()) r.fail("the top level", "must be an object, got " + describe_json(root));
   std::size_t entries = 0;
   for (const char* key : {"model", "added_tokens"}) {
     const json& v = member_or_null(root, key);
@@ -462,42 +434,44 @@ std::shared_ptr<const hf::Pipeline> read_pipeline(std::string_view bytes, const 
 // ---------------------------------------------------------------------------------------------
 // Encoding
 
-// Calls piece(text, -1, offset) for each stretch of `text` between added tokens of `matcher`, and
-// piece({}, id, offset) for each added token, in order.
-template <class Piece>
-void split_added(const hf::AddedTokenMatcher& matcher, std::string_view text, Piece&& piece) {
-  std::size_t from = 0, found = 0, length = 0;
-  std::int32_t id = -1;
-  while (!matcher.empty() && matcher.find(text, from, found, length, id)) {
-    if (found > from) piece(text.substr(from, found - from), -1, from);
-    piece(std::string_view(), id, found);
-    from = found + length;
-  }
-  if (from < text.size()) piece(text.substr(from), -1, from);
-}
+// The ids of a text and, when `tokens` is set, its tokens as the library's Encoding.tokens gives
+// them: an added token as the text it matched (with the white space it strips), the others as
+// their vocabulary entry.
+struct Encoded {
+  std::vector<std::int32_t> ids;
+  std::vector<std::string>* tokens = nullptr;
+  std::vector<std::int32_t> scratch;
 
-void encode_word(const hf::Pipeline& p, std::string_view word, std::vector<std::int32_t>& ids,
-                 std::vector<std::int32_t>& scratch) {
-  if (p.cache->find(word, ids)) return;
-  scratch.clear();
-  p.model.tokenize(word, scratch);
-  ids.insert(ids.end(), scratch.begin(), scratch.end());
-  p.cache->store(word, scratch);
+  void added(std::int32_t id, std::string_view match) {
+    ids.push_back(id);
+    if (tokens) tokens->emplace_back(match);
+  }
+};
+
+void encode_word(const hf::Pipeline& p, std::string_view word, Encoded& out) {
+  const std::size_t first = out.ids.size();
+  if (!p.cache->find(word, out.ids)) {
+    out.scratch.clear();
+    p.model.tokenize(word, out.scratch);
+    out.ids.insert(out.ids.end(), out.scratch.begin(), out.scratch.end());
+    p.cache->store(word, out.scratch);
+  }
+  if (out.tokens)
+    for (std::size_t i = first; i < out.ids.size(); ++i) out.tokens->push_back(p.tokens[out.ids[i]]);
 }
 
 // A normalized stretch: pre-tokenizer, then the model.
-void encode_normalized(const hf::Pipeline& p, std::string_view text, bool first, std::vector<std::int32_t>& ids) {
-  std::vector<std::int32_t> scratch;
+void encode_normalized(const hf::Pipeline& p, std::string_view text, bool first, Encoded& out) {
   if (p.pre_tokenizers.empty()) {
-    encode_word(p, text, ids, scratch);
+    encode_word(p, text, out);
     return;
   }
   hf::pre_tokenize(p.pre_tokenizers, hf::Piece{text, first},
-                   [&](const hf::Piece& piece) { encode_word(p, piece.text, ids, scratch); });
+                   [&](const hf::Piece& piece) { encode_word(p, piece.text, out); });
 }
 
 // A stretch of the raw text between added tokens: normalized, split at normalized added tokens.
-void encode_stretch(const hf::Pipeline& p, std::string_view raw, bool first, std::vector<std::int32_t>& ids) {
+void encode_stretch(const hf::Pipeline& p, std::string_view raw, bool first, Encoded& out) {
   std::string normalized;
   std::string_view text = raw;
   if (!p.normalizers.empty()) {
@@ -506,21 +480,39 @@ void encode_stretch(const hf::Pipeline& p, std::string_view raw, bool first, std
     text = normalized;
   }
   if (p.normalized_added.empty()) {
-    encode_normalized(p, text, first, ids);
+    encode_normalized(p, text, first, out);
     return;
   }
-  split_added(p.normalized_added, text, [&](std::string_view part, std::int32_t id, std::size_t offset) {
+  p.normalized_added.split(text, [&](std::string_view part, std::int32_t id, std::size_t offset) {
     if (id >= 0)
-      ids.push_back(id);
+      out.added(id, part);
     else
-      encode_normalized(p, part, first && offset == 0, ids);
+      encode_normalized(p, part, first && offset == 0, out);
   });
+}
+
+// encode(text, add_special_tokens) into `out`.
+void encode_text(const hf::Pipeline& p, std::string_view text, bool add_special_tokens, Encoded& out) {
+  check_utf8(text, "HFTokenizer::encode: the text");
+  if (add_special_tokens) out.ids = p.before;
+  out.ids.reserve(out.ids.size() + text.size() / 3 + 4);
+  p.raw_added.split(text, [&](std::string_view part, std::int32_t id, std::size_t offset) {
+    if (id >= 0)
+      out.added(id, part);
+    else
+      encode_stretch(p, part, offset == 0, out);
+  });
+  if (add_special_tokens) out.ids.insert(out.ids.end(), p.after.begin(), p.after.end());
 }
 
 }  // namespace
 
 HFTokenizer HFTokenizer::from_json(std::string_view bytes, const std::string& name) {
-  return HFTokenizer(read_pipeline(bytes, name));
+  return from_parsed_json(parse_json(name, bytes, kMaxTokenizerFileBytes), name);
+}
+
+HFTokenizer HFTokenizer::from_parsed_json(const nlohmann::json& root, const std::string& name) {
+  return HFTokenizer(read_pipeline(root, name));
 }
 
 HFTokenizer HFTokenizer::from_file(const std::string& path) {
@@ -528,24 +520,16 @@ HFTokenizer HFTokenizer::from_file(const std::string& path) {
 }
 
 std::vector<std::int64_t> HFTokenizer::encode(std::string_view text, bool add_special_tokens) const {
-  check_utf8(text, "HFTokenizer::encode: the text");
-  const hf::Pipeline& p = *pipeline_;
-  std::vector<std::int32_t> ids;
-  ids.reserve(text.size() / 3 + 4);
-  if (add_special_tokens) ids = p.before;
-  split_added(p.raw_added, text, [&](std::string_view part, std::int32_t id, std::size_t offset) {
-    if (id >= 0)
-      ids.push_back(id);
-    else
-      encode_stretch(p, part, offset == 0, ids);
-  });
-  if (add_special_tokens) ids.insert(ids.end(), p.after.begin(), p.after.end());
-  return std::vector<std::int64_t>(ids.begin(), ids.end());
+  Encoded out;
+  encode_text(*pipeline_, text, add_special_tokens, out);
+  return std::vector<std::int64_t>(out.ids.begin(), out.ids.end());
 }
 
 std::vector<std::string> HFTokenizer::tokenize(std::string_view text) const {
   std::vector<std::string> tokens;
-  for (const std::int64_t id : encode(text, false)) tokens.push_back(id_to_token(id));
+  Encoded out;
+  out.tokens = &tokens;
+  encode_text(*pipeline_, text, false, out);
   return tokens;
 }
 

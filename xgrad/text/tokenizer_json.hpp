@@ -8,9 +8,10 @@
 //   std::string text = tok.decode(ids, /*skip_special_tokens=*/true); // "Hello world"
 //
 // encode: added tokens are cut out of the text first (leftmost, then longest; `normalized: false`
-// ones from the raw text, `normalized: true` ones from each normalized piece), whatever
-// add_special_tokens says; each remaining piece goes through the normalizer, the pre-tokenizer and
-// the BPE model; with add_special_tokens the post-processor's template adds BOS/EOS. decode: each
+// ones from the raw text, `normalized: true` ones from each normalized piece; one with lstrip /
+// rstrip takes the white space before / after it, one with single_word is passed over where a
+// word character touches it), whatever add_special_tokens says; each remaining piece goes through the normalizer, the
+// pre-tokenizer and the BPE model; with add_special_tokens the post-processor's template adds BOS/EOS. decode: each
 // id's token (added ones included, special ones left out with skip_special_tokens) through the
 // decoder. What is read (anything else in the file is refused by name, see docs/text.md):
 //
@@ -23,7 +24,7 @@
 //                  only when unset
 //   post_processor null, Sequence, ByteLevel (no ids), TemplateProcessing (the single template)
 //   decoder        null, Sequence, ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace
-//   added_tokens   content, id, special, normalized; lstrip, rstrip, single_word only when false
+//   added_tokens   content, id, special, normalized, lstrip, rstrip, single_word
 //
 // Text comes in as UTF-8 (as the library's Rust strings): bytes that are not are refused with
 // Utf8Error. decode(encode(x)) == x whenever the tokenizer is lossless (every character has a
@@ -41,6 +42,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 namespace xgrad::text {
 
 namespace hf {
@@ -49,23 +52,26 @@ struct Pipeline;  // the file's steps, built once and shared by copies
 
 class HFTokenizer {
  public:
-  // At most this many bytes of tokenizer.json are read (Llama 3's is 9 MB).
-  static constexpr std::uint64_t kMaxFileBytes = std::uint64_t{1} << 28;
-
+  // At most 256 MiB of tokenizer.json are read (Llama 3's is 9 MB).
   static HFTokenizer from_file(const std::string& path);
   // The file's bytes; `name` stands for the file in messages.
   static HFTokenizer from_json(std::string_view bytes, const std::string& name = "tokenizer.json");
+  // The file already parsed (parse_json of base/json_input.hpp), for a reader that looked at it first.
+  static HFTokenizer from_parsed_json(const nlohmann::json& root, const std::string& name = "tokenizer.json");
 
   // add_special_tokens: the post-processor's special tokens (BOS ...), as the library's default.
   std::vector<std::int64_t> encode(std::string_view text, bool add_special_tokens = true) const;
-  // The tokens of encode(text, false), as strings (the library's Encoding.tokens).
+  // The tokens of encode(text, false), as strings (the library's Encoding.tokens: an added token
+  // as the text it matched, " <mask>" for a <mask> with lstrip).
   std::vector<std::string> tokenize(std::string_view text) const;
   // An id that has no token throws std::invalid_argument naming it and its position.
   std::string decode(const std::vector<std::int64_t>& ids, bool skip_special_tokens = false) const;
 
   std::int64_t token_to_id(std::string_view token) const;  // -1 when absent
-  const std::string& id_to_token(std::int64_t id) const;   // throws for an id without a token
-  bool is_special(std::int64_t id) const;                  // an added token with special: true
+  // Throws for an id without a token. An added token with normalized: true comes in its
+  // normalized form, as decode uses it ("▁Hello" for "Hello" after Llama 2's Prepend).
+  const std::string& id_to_token(std::int64_t id) const;
+  bool is_special(std::int64_t id) const;  // an added token with special: true
   // One past the largest id (model vocabulary and added tokens).
   std::size_t vocab_size() const;
   // The special tokens the post-processor's template puts before / after the text, -1 when none

@@ -253,25 +253,70 @@ void BPEModel::tokenize(std::string_view word, std::vector<std::int32_t>& out) c
 // ---------------------------------------------------------------------------------------------
 // Added tokens
 
-void AddedTokenMatcher::add(std::string content, std::int32_t id) {
-  auto& list = by_first_byte_[static_cast<unsigned char>(content[0])];
-  list.emplace_back(std::move(content), id);
+void AddedTokenMatcher::add(AddedToken token) {
+  auto& list = by_first_byte_[static_cast<unsigned char>(token.content[0])];
+  list.push_back(std::move(token));
   std::stable_sort(list.begin(), list.end(),
-                   [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+                   [](const auto& a, const auto& b) { return a.content.size() > b.content.size(); });
   ++count_;
 }
 
-bool AddedTokenMatcher::find(std::string_view text, std::size_t from, std::size_t& at, std::size_t& length,
-                             std::int32_t& id) const {
+const AddedToken* AddedTokenMatcher::find(std::string_view text, std::size_t from, std::size_t& at) const {
   for (std::size_t i = from; i < text.size(); ++i) {
-    const auto& list = by_first_byte_[static_cast<unsigned char>(text[i])];
-    for (const auto& [content, token_id] : list) {
-      if (text.compare(i, content.size(), content) != 0) continue;
-      at = i, length = content.size(), id = token_id;
-      return true;
+    for (const AddedToken& token : by_first_byte_[static_cast<unsigned char>(text[i])]) {
+      if (text.compare(i, token.content.size(), token.content) != 0) continue;
+      at = i;
+      return &token;
     }
   }
-  return false;
+  return nullptr;
+}
+
+namespace {
+
+// The character that ends text[0, end) / starts text[begin, ...) of valid UTF-8; end > 0, begin < size.
+char32_t char_before(std::string_view text, std::size_t end) {
+  std::size_t begin = end - 1;
+  while (begin > 0 && (static_cast<unsigned char>(text[begin]) & 0xC0) == 0x80) --begin;
+  return decode_utf8(text.substr(begin, end - begin)).front();
+}
+char32_t char_at(std::string_view text, std::size_t begin) {
+  std::size_t end = begin + 1;
+  while (end < text.size() && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) ++end;
+  return decode_utf8(text.substr(begin, end - begin)).front();
+}
+
+// Where the run of white space that ends at `end` begins (the library's `\s*$`).
+std::size_t spaces_before(std::string_view text, std::size_t end) {
+  while (end > 0 && is_white_space(char_before(text, end)))
+    for (--end; end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80;) --end;
+  return end;
+}
+// Where the run of white space that begins at `begin` ends (`^\s*`).
+std::size_t spaces_after(std::string_view text, std::size_t begin) {
+  while (begin < text.size() && is_white_space(char_at(text, begin)))
+    for (++begin; begin < text.size() && (static_cast<unsigned char>(text[begin]) & 0xC0) == 0x80;) ++begin;
+  return begin;
+}
+
+}  // namespace
+
+void AddedTokenMatcher::split(std::string_view text,
+                              const std::function<void(std::string_view, std::int32_t, std::size_t)>& piece) const {
+  std::size_t done = 0, from = 0, at = 0;  // done: the text before it is given out; from: where the search goes on
+  for (const AddedToken* token; !empty() && (token = find(text, from, at)) != nullptr;) {
+    std::size_t start = at, stop = at + token->content.size();
+    from = stop;
+    if (token->single_word && ((start > 0 && is_word_character(char_before(text, start))) ||
+                               (stop < text.size() && is_word_character(char_at(text, stop)))))
+      continue;
+    if (token->lstrip) start = std::max(spaces_before(text, start), done);
+    if (token->rstrip) stop = spaces_after(text, stop);
+    if (done < start) piece(text.substr(done, start - done), -1, done);
+    piece(text.substr(start, stop - start), token->id, start);
+    done = stop;
+  }
+  if (done < text.size()) piece(text.substr(done), -1, done);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -67,16 +67,33 @@ struct BPEModel {
   void tokenize(std::string_view word, std::vector<std::int32_t>& out) const;
 };
 
-// Added tokens found leftmost, then longest (aho-corasick's LeftmostLongest).
+// An added token and the options that change where it matches (added_tokens[i] of the file).
+struct AddedToken {
+  std::string content;
+  std::int32_t id = -1;
+  bool single_word = false;  // only where no word character touches it on either side
+  bool lstrip = false;       // takes the white space before it
+  bool rstrip = false;       // takes the white space after it
+};
+
+// Added tokens found leftmost, then longest (aho-corasick's LeftmostLongest), split out of a text
+// as AddedVocabulary::find_matches does.
 class AddedTokenMatcher {
  public:
-  void add(std::string content, std::int32_t id);
+  void add(AddedToken token);
   bool empty() const { return count_ == 0; }
-  // The first match at or after `from`: true and its place, or false.
-  bool find(std::string_view text, std::size_t from, std::size_t& at, std::size_t& length, std::int32_t& id) const;
+  // Calls piece(part, -1, offset) for each stretch of `text` (valid UTF-8) between added tokens and
+  // piece(part, id, offset) for each added token, `part` its match with the white space it strips,
+  // in order. A single_word match touching a word character is skipped, and the search goes on
+  // after it (find_iter's matches never overlap); lstrip takes no space an earlier token took.
+  void split(std::string_view text,
+             const std::function<void(std::string_view, std::int32_t, std::size_t)>& piece) const;
 
  private:
-  std::array<std::vector<std::pair<std::string, std::int32_t>>, 256> by_first_byte_;  // longest first
+  // The first match at or after `from`, or nullptr.
+  const AddedToken* find(std::string_view text, std::size_t from, std::size_t& at) const;
+
+  std::array<std::vector<AddedToken>, 256> by_first_byte_;  // longest first
   std::size_t count_ = 0;
 };
 

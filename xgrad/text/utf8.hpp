@@ -42,6 +42,13 @@ std::string encode_utf8(char32_t c);
 // "U+00E9".
 std::string code_point_name(char32_t c);
 
+// Regular expressions' `\w` and `\s` as Rust's regex crate reads them (Hugging Face's tokenizers
+// use them to tell where an added token's word ends and which spaces it strips). A word character
+// is Alphabetic, a mark, a decimal digit, a connector punctuation (`_`) or a joiner (U+200C,
+// U+200D); white space is Unicode's White_Space property (the table of pretokenizer.cpp).
+bool is_word_character(char32_t c);
+bool is_white_space(char32_t c);
+
 // Unicode's normalization forms (UAX #15), as tokenizer.json's normalizers name them.
 enum class NormalizationForm { NFC, NFD, NFKC, NFKD };
 // `text` (valid UTF-8; otherwise std::invalid_argument) in that form, by utf8proc (Debian's
