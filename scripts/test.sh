@@ -2,7 +2,7 @@
 # Installs what is missing, checks the format of the changed lines (scripts/check_format.sh), builds
 # xgrad and runs the test suite through ctest three times: in Release (build/release, every
 # test), with AddressSanitizer + UBSan (build/sanitize, every test but the benchmarks' smoke runs,
-# consumer_subdirectory and docs_snippets), and with ThreadSanitizer (build/tsan, the tests
+# consumer_subdirectory, docs_snippets and example_flags_*), and with ThreadSanitizer (build/tsan, the tests
 # labelled `threads`); then runs the file loaders' fuzzers for a bounded time (build/fuzz).
 #
 # The sanitizer trees keep line tables only (-g1: file:line in every report, objects ~45% smaller
@@ -70,12 +70,14 @@ phase "build (Release)" build build/release
 phase "ctest (Release)" run_ctest build/release
 phase "configure (ASan + UBSan)" configure_sanitize
 phase "build (ASan + UBSan)" build build/sanitize
+# Release tree only, as they check the packaging, the docs and the programs' answers, not memory:
 # consumer_subdirectory (a CMake project that adds this source tree with add_subdirectory and
-# compiles the library again) and docs_snippets (the documentation's examples compiled with
-# -fsyntax-only: nothing runs) check the packaging and the docs, not memory: they run in the
-# Release tree only; at -O0 under ASan the first took 233 of the 445 s of this phase, both cores,
-# and the second compiles 27 files.
-phase "ctest (ASan + UBSan)" run_ctest build/sanitize -E '^(consumer_subdirectory|docs_snippets)$'
+# compiles the library again: at -O0 under ASan 233 of the 445 s of this phase, both cores),
+# docs_snippets (the documentation's examples compiled with -fsyntax-only: nothing runs) and
+# example_flags_* (1,000 program starts with hostile flag values: 200-400 s in the Release tree,
+# several times that at -O0 under ASan; the parsers they reach are fuzzed and unit-tested under
+# ASan).
+phase "ctest (ASan + UBSan)" run_ctest build/sanitize -E '^(consumer_subdirectory|docs_snippets|example_flags_.*)$'
 phase "configure (TSan)" configure_tsan
 phase "build (TSan)" build build/tsan xgrad_thread_tests
 phase "ctest (TSan, label threads)" run_ctest build/tsan -L threads
