@@ -8,12 +8,12 @@
 
 #include <xgrad/backend/autocast.hpp>
 #include <xgrad/backend/gemm.hpp>
+#include <xgrad/ops/op_scope.hpp>
 #include <xgrad/ops/ops.hpp>
 #include <xgrad/backend/parallel.hpp>
 #include <xgrad/backend/parallel_loops.hpp>
 #include <xgrad/backend/strided.hpp>
 #include <xgrad/ops/linear_impl.hpp>
-#include <xgrad/core/profiler.hpp>
 
 namespace xgrad {
 
@@ -124,13 +124,13 @@ std::vector<Tensor<T>> matmul_formula(const BackwardArgs<T>& args) {
 // https://pytorch.org/docs/stable/generated/torch.matmul.html
 template <class T>
 Tensor<T> matmul(const Tensor<T>& a, const Tensor<T>& b) {
-  XGRAD_PROFILE_OP("matmul");
+  const OpScope op(OpKind::matmul);
   const Shape sa = a.shape(), sb = b.shape();
   auto plan = std::make_shared<const MatmulPlan>(plan_matmul(sa, sb));
   const bool bf16 = detail::autocast_gemm<T>();  // recorded for the backward (autocast.hpp)
   const MatmulPlan& p = *plan;
   const std::size_t mk = p.m * p.k, kn = p.k * p.n, mn = p.m * p.n;
-  Array<T> c = empty_array<T>(p.out_shape, "matmul");
+  Array<T> c = empty_array<T>(p.out_shape, op.name());
   const T* pa = a.value().data();
   const T* pb = b.value().data();
   if (p.b_count == 1 && p.a_count == p.batch) {
@@ -142,8 +142,8 @@ Tensor<T> matmul(const Tensor<T>& a, const Tensor<T>& b) {
                        p.n, T(0), c.data() + i * mn, p.n);
   }
 
-  return make_result<T>(
-      "matmul", std::move(c), {a, b},
+  return op.result<T>(
+      std::move(c), {a, b},
       [plan, bf16](Node<T>& out) {
         const MatmulPlan& p = *plan;
         const std::size_t mk = p.m * p.k, kn = p.k * p.n, mn = p.m * p.n;
@@ -351,13 +351,13 @@ void for_column_blocks(std::size_t rows, std::size_t cols, const std::function<v
 // https://pytorch.org/docs/stable/generated/torch.nn.functional.linear.html
 template <class T>
 Tensor<T> linear(const Tensor<T>& x, const Tensor<T>& weight, const Tensor<T>& bias) {
-  XGRAD_PROFILE_OP("linear");
-  Array<T> y = empty_array<T>(detail::linear_output_shape("linear", x, weight, bias), "linear");
+  const OpScope op(OpKind::linear);
+  Array<T> y = empty_array<T>(detail::linear_output_shape(op.name(), x, weight, bias), op.name());
   const detail::LinearGemms s = detail::linear_forward<T>(x, weight, bias, y.data(), nullptr);
   std::vector<Tensor<T>> inputs{x, weight};
   if (bias.defined()) inputs.push_back(bias);
-  return make_result<T>(
-      "linear", std::move(y), std::move(inputs),
+  return op.result<T>(
+      std::move(y), std::move(inputs),
       [s](Node<T>& out) {
         const T* dy = out.grad.data();
         detail::linear_backward_gemms(out, s, dy);
