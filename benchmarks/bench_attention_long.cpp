@@ -24,7 +24,7 @@
 #include <CLI/CLI.hpp>
 
 #include <xgrad/backend/gemm.hpp>
-#include <xgrad/ops/attention_kernels.hpp>
+#include <xgrad/ops/attention/attention_kernels.hpp>
 
 using xgrad::bench::seconds_since;
 using xgrad::bench::peak_rss_mib;

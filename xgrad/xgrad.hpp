@@ -16,7 +16,7 @@
 #include <xgrad/core/profiler.hpp>
 #include <xgrad/core/tensor.hpp>
 #include <xgrad/ops/ops.hpp>
-#include <xgrad/ops/sampling.hpp>
+#include <xgrad/models/sampling.hpp>
 #include <xgrad/nn/nn.hpp>
 #include <xgrad/models/gpt.hpp>
 #include <xgrad/models/hf_gpt2.hpp>

@@ -1,4 +1,4 @@
-// The finite-difference checks of xgrad/ops/attention.cpp (the gradcheck registry: registry.hpp).
+// The finite-difference checks of xgrad/ops/attention/attention.cpp (the gradcheck registry: registry.hpp).
 #include "registry.hpp"
 
 #include <algorithm>
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include <xgrad/ops/ops.hpp>
-#include <xgrad/ops/attention_kernels.hpp>  // set_attention_tiles
+#include <xgrad/ops/attention/attention_kernels.hpp>  // set_attention_tiles
 
 // Finite-difference checks of its ops (see registry.hpp).
 XGRAD_GRADCHECKS(ops_attention) {

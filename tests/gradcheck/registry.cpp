@@ -24,7 +24,8 @@
   X(ops_attention)               \
   X(ops_attention_tiled)         \
   X(ops_loss)                    \
-  X(ops_sampling)                \
+  X(ops_triangular)              \
+  X(ops_sorting)                 \
   X(nn_linear)                   \
   X(nn_layer_norm)               \
   X(nn_activation)               \

@@ -130,7 +130,7 @@ void write_case(const Case& c, const std::string& dir, std::set<OpKind>& covered
       trace::Recorder recorder;
       out = c.forward(onnx::Inputs(in));
       for (const trace::Op& op : recorder.ops())
-        if (const std::optional<OpKind> kind = op_kind(op.type)) covered.insert(*kind);
+        if (op.kind) covered.insert(*op.kind);
     } else {
       out = c.forward(onnx::Inputs(in));
     }

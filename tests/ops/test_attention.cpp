@@ -1,5 +1,5 @@
 // The fused attention op behind F.scaled_dot_product_attention and nn.MultiheadAttention
-// (xgrad/ops/attention.hpp): the mask normaliser, kind by kind, against layouts built by
+// (xgrad/ops/attention/attention.hpp): the mask normaliser, kind by kind, against layouts built by
 // hand; the op's second output (the probabilities) and the gradient through it; fully masked
 // rows with both outputs in use; attention_heads (MultiheadAttention's in-place heads) against
 // the split-attend-merge it replaces, in every layout.
@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include <xgrad/ops/attention.hpp>
+#include <xgrad/ops/attention/attention.hpp>
 
 #include "test_util.hpp"
 

@@ -1,4 +1,4 @@
-// The attention op's cached decode path (ops/attention.hpp: detail::attention_cached), called
+// The attention op's cached decode path (ops/attention/attention.hpp: detail::attention_cached), called
 // directly on KV-cache-shaped buffers: t new queries read from an (N, t, 3E) projection, keys and
 // values from (N, H, capacity, d) buffers holding start + t positions. It must give the last t
 // query rows of a causal scaled_dot_product_attention over all start + t positions (the
@@ -10,7 +10,7 @@
 #include <type_traits>
 #include <vector>
 
-#include <xgrad/ops/attention.hpp>
+#include <xgrad/ops/attention/attention.hpp>
 
 #include "test_util.hpp"
 

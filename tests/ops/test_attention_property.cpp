@@ -18,7 +18,7 @@
 #include <vector>
 
 #include <xgrad/nn/kv_cache.hpp>
-#include <xgrad/ops/attention_kernels.hpp>
+#include <xgrad/ops/attention/attention_kernels.hpp>
 
 #include "test_util.hpp"
 

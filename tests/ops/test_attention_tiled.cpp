@@ -1,4 +1,4 @@
-// The tiled attention path (xgrad/ops/attention_tiled.cpp) against the materialized one
+// The tiled attention path (xgrad/ops/attention/attention_tiled.cpp) against the materialized one
 // (attention.cpp): values and gradients for every mask form, causal with L < S and L > S, fully
 // masked rows, dropout (both paths draw the same Philox mask), the scale option, through
 // scaled_dot_product_attention and nn.MultiheadAttention in both layouts; tiny blocks forced so
@@ -14,7 +14,7 @@
 #include <xgrad/backend/memory_limit.hpp>
 #include <xgrad/backend/parallel.hpp>
 #include <xgrad/nn/multihead_attention.hpp>
-#include <xgrad/ops/attention_kernels.hpp>
+#include <xgrad/ops/attention/attention_kernels.hpp>
 
 #include "test_util.hpp"
 

@@ -1,5 +1,5 @@
 // Second derivatives of the attention op (create_graph; its differentiable backward is
-// xgrad/ops/attention_formula.cpp, one for both paths): Hessian-vector products of a loss through
+// xgrad/ops/attention/attention_formula.cpp, one for both paths): Hessian-vector products of a loss through
 // scaled_dot_product_attention agree between the tiled and the materialized path and with central
 // differences of each path's fused first-order gradients (causal with dropout, float and bool
 // masks with fully masked rows); nn.MultiheadAttention's layouts (attention_heads: packed or split
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include <xgrad/ops/attention_kernels.hpp>
+#include <xgrad/ops/attention/attention_kernels.hpp>
 
 #include "test_util.hpp"
 

@@ -1,5 +1,5 @@
-// Higher-order gradients (create_graph) of the ops that move values around: shape.cpp,
-// indexing.cpp, sampling.cpp (tril, triu, topk, sort) and reduction.cpp (var, amax, max). The
+// Higher-order gradients (create_graph) of the ops that move values around: shape.cpp, indexing.cpp,
+// triangular.cpp, sorting.cpp (tril, triu, topk, sort) and reduction.cpp (var, amax, max). The
 // registry's GradgradcheckList checks their second derivatives against finite differences; here,
 // three levels deep, the backward ops they use (slice_backward, scatter_rows / gather_rows,
 // put_positions / take_positions), each the other's derivative, and what finite differences

@@ -1,4 +1,4 @@
-// tril, triu, argmax, topk, sort, multinomial (ops.hpp) and sample_next_token (sampling.hpp):
+// tril, triu, argmax, topk, sort, multinomial (ops.hpp) and sample_next_token (models/sampling.hpp):
 // values and indices against PyTorch 1.13, gradients, multinomial's statistics, determinism and
 // errors, and the sampler's filters. The golden values below are inlined: they were printed by
 // Debian's PyTorch 1.13 (/usr/bin/python3) from torch.manual_seed(0); x = torch.randn(2, 3, 4,

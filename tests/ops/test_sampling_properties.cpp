@@ -1,6 +1,6 @@
-// Property tests of multinomial and sample_next_token (sampling.cpp): random weights (zeros, one
-// non-zero, denormals, float64 values near DBL_MAX) and random SamplingOptions (tiny and huge
-// temperatures, top_k 0..V+2, top_p 0..1, greedy). Whatever comes, nothing crashes, no
+// Property tests of multinomial (ops/multinomial.cpp) and sample_next_token
+// (models/sampling.cpp): random weights (zeros, one non-zero, denormals, float64 values near DBL_MAX) and random
+// SamplingOptions (tiny and huge temperatures, top_k 0..V+2, top_p 0..1, greedy). Whatever comes, nothing crashes, no
 // zero-probability category or token is drawn, greedy is the argmax, the same seed gives the same
 // tokens, and weights at the ends of the range are drawn in their proportions. A fixed seed and a
 // few hundred cases: well under a second in Release.

@@ -99,7 +99,10 @@ Tensor<T>& Tensor<T>::requires_grad_(bool requires_grad) {
 template <class T>
 Tensor<T> Tensor<T>::detach() const {
   Tensor<T> result(value(), false);
-  if (trace::active()) trace::record_result<T>("detach", this, this + 1, result);  // exported as Identity
+  if (trace::active()) {  // exported as Identity
+    trace::detail::note(OpKind::detach, {});
+    trace::record_result<T>(op_name(OpKind::detach).data(), this, this + 1, result);
+  }
   return result;
 }
 

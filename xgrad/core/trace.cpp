@@ -17,8 +17,8 @@ thread_local Recorder* current = nullptr;
 struct Access {
   static Recorder& recorder() { return *detail::current; }
   static std::vector<Op>& ops() { return detail::current->ops_; }
-  static std::string& noted_op() { return detail::current->noted_op_; }
-  static std::vector<Arg>& noted() { return detail::current->noted_; }
+  static std::optional<OpKind>& noted() { return detail::current->noted_; }
+  static std::vector<Arg>& noted_args() { return detail::current->args_; }
   static int& depth() { return detail::current->composite_depth_; }
   static std::vector<ValueRead>& value_reads() { return detail::current->value_reads_; }
   static std::vector<FunctionOutput>& function_outputs() { return detail::current->function_outputs_; }
@@ -63,10 +63,10 @@ const std::vector<std::int64_t>& Op::integers(const std::string& name) const {
 
 namespace detail {
 
-void note(const char* op, std::vector<Arg> args) {
+void note(OpKind kind, std::vector<Arg> args) {
   if (Access::depth() > 0) return;
-  Access::noted_op() = op;
-  Access::noted() = std::move(args);
+  Access::noted() = kind;
+  Access::noted_args() = std::move(args);
 }
 
 void record(const char* op, const Tensor<float>* first, const Tensor<float>* last, const Tensor<float>& result) {
@@ -76,10 +76,11 @@ void record(const char* op, const Tensor<float>* first, const Tensor<float>* las
   rec.inputs.assign(first, last);
   rec.outputs = {result};
   rec.index = Access::ops().size();
-  if (Access::noted_op() == op) {
-    rec.args = std::move(Access::noted());
-    Access::noted().clear();
-    Access::noted_op().clear();
+  if (Access::noted() && op_name(*Access::noted()) == op) {
+    rec.kind = Access::noted();
+    rec.args = std::move(Access::noted_args());
+    Access::noted_args().clear();
+    Access::noted().reset();
   }
   Access::ops().push_back(std::move(rec));
 }
@@ -91,11 +92,12 @@ void reject_double(const char* op) {
 void enter_composite() { ++Access::depth(); }
 void leave_composite() { --Access::depth(); }
 
-void record_composite(const char* op, std::vector<Tensor<float>> inputs, std::vector<Arg> args,
+void record_composite(OpKind kind, std::vector<Tensor<float>> inputs, std::vector<Arg> args,
                       std::vector<Tensor<float>> outputs) {
   if (Access::depth() > 0) return;
   Op rec;
-  rec.type = op;
+  rec.type = op_name(kind);
+  rec.kind = kind;
   rec.inputs = std::move(inputs);
   rec.outputs = std::move(outputs);
   rec.args = std::move(args);

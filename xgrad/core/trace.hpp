@@ -1,11 +1,11 @@
 // Recording the ops a forward executes, for exporters (xgrad/onnx/export.hpp). While a
 // trace::Recorder is alive on a thread, every op's result built by make_result on that thread is
-// appended to it: the op's name, its input tensors, its result, and the non-tensor arguments the
-// op noted just before (dims, scalars, index and mask arrays). Nothing is recorded otherwise, and
-// an op pays one thread-local test for it.
+// appended to it: the op's name and kind (OpKind, core/op_kinds.hpp), its input tensors, its
+// result, and the non-tensor arguments the op noted (dims, scalars, index and mask arrays).
+// Nothing is recorded otherwise, and an op pays one thread-local test for it.
 // compile: skip (fragments of an op's and of a composite's body, which the files of ops/ show whole)
-//   In an op:        XGRAD_TRACE_NOTE("softmax", {"dim", dim});      // then make_result(...)
-//   In a composite:  trace::Composite<T> traced("multi_head_attention", {q, k, v}, {...});
+//   In an op:        XGRAD_OP_NOTE(op, {"dim", dim});   // its OpScope (ops/op_scope.hpp) notes them
+//   In a composite:  trace::Composite<T> traced(OpKind::multi_head_attention, {q, k, v}, {...});
 //                    ... ops (not recorded) ...
 //                    traced.finish({out, weights});                  // recorded as one op
 //
@@ -17,12 +17,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
 #include <variant>
 #include <vector>
 
+#include <xgrad/core/op_kinds.hpp>
 #include <xgrad/core/tensor.hpp>
 
 namespace xgrad::trace {
@@ -61,6 +63,9 @@ struct Arg {
 // (composites); `index` is its position in the recording.
 struct Op {
   std::string type;
+  // The op's identity, which exporters key on; nullopt for a node no op of xgrad's made (a custom
+  // autograd::Function's, named after its class, or a user's own make_result).
+  std::optional<OpKind> kind;
   std::vector<Tensor<float>> inputs;
   std::vector<Tensor<float>> outputs;
   std::vector<Arg> args;
@@ -105,19 +110,21 @@ class Recorder {
   std::vector<Op> ops_;
   std::vector<ValueRead> value_reads_;
   std::vector<FunctionOutput> function_outputs_;
-  std::string noted_op_;        // the op that noted `noted_` and has not yet made its result
-  std::vector<Arg> noted_;
+  std::optional<OpKind> noted_;  // the op that noted `args_` and has not yet made its result
+  std::vector<Arg> args_;
   int composite_depth_ = 0;     // inside a composite, inner ops are not recorded
 };
 
 namespace detail {
 extern thread_local Recorder* current;
-void note(const char* op, std::vector<Arg> args);
+// An op's OpScope (xgrad/ops/op_scope.hpp) notes its identity and its non-tensor arguments just
+// before it makes its result; the record of that result carries them.
+void note(OpKind kind, std::vector<Arg> args);
 void record(const char* op, const Tensor<float>* first, const Tensor<float>* last, const Tensor<float>& result);
 void reject_double(const char* op);
 void enter_composite();
 void leave_composite();
-void record_composite(const char* op, std::vector<Tensor<float>> inputs, std::vector<Arg> args,
+void record_composite(OpKind kind, std::vector<Tensor<float>> inputs, std::vector<Arg> args,
                       std::vector<Tensor<float>> outputs);
 // Tensor::item's report: `how` the value was read, `op` the op that made the tensor.
 void value_read(const char* how, const char* op);
@@ -155,7 +162,7 @@ void function_outputs(const char* type_name, const std::vector<Tensor<T>>& outpu
 template <class T>
 class Composite {
  public:
-  Composite(const char* op, std::vector<Tensor<T>> inputs, std::vector<Arg> args) : op_(op) {
+  Composite(OpKind kind, std::vector<Tensor<T>> inputs, std::vector<Arg> args) : kind_(kind) {
     if (!active()) return;
     if constexpr (std::is_same_v<T, float>) {
       inputs_ = std::move(inputs);
@@ -163,7 +170,7 @@ class Composite {
       detail::enter_composite();
       entered_ = true;
     } else {
-      detail::reject_double(op);
+      detail::reject_double(op_name(kind).data());
     }
   }
   ~Composite() {
@@ -177,21 +184,15 @@ class Composite {
     if constexpr (std::is_same_v<T, float>) {
       detail::leave_composite();
       entered_ = false;
-      detail::record_composite(op_, std::move(inputs_), std::move(args_), std::move(outputs));
+      detail::record_composite(kind_, std::move(inputs_), std::move(args_), std::move(outputs));
     }
   }
 
  private:
-  const char* op_;
+  OpKind kind_;
   bool entered_ = false;
   std::vector<Tensor<float>> inputs_;
   std::vector<Arg> args_;
 };
 
 }  // namespace xgrad::trace
-
-// One line before an op's make_result: its non-tensor arguments, when a trace is recording.
-#define XGRAD_TRACE_NOTE(op, ...)                                                   \
-  do {                                                                              \
-    if (::xgrad::trace::active()) ::xgrad::trace::detail::note(op, {__VA_ARGS__}); \
-  } while (false)

@@ -34,7 +34,7 @@
 #include <xgrad/nn/kv_cache.hpp>
 #include <xgrad/nn/module.hpp>
 #include <xgrad/nn/transformer.hpp>
-#include <xgrad/ops/sampling.hpp>
+#include <xgrad/models/sampling.hpp>
 
 namespace xgrad::models {
 

@@ -2,7 +2,7 @@
 // newest positions only, reusing the keys and values of the earlier ones. The layer's own
 // submodules compute everything but the attention (norms, projections, feed-forward, all per
 // position); the attention of the t new queries against the S = length + t cached keys is the
-// attention op's cached decode path (ops/attention.hpp: attention_cached).
+// attention op's cached decode path (ops/attention/attention.hpp: attention_cached).
 #include <xgrad/nn/kv_cache.hpp>
 
 #include <algorithm>
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include <xgrad/core/grad_mode.hpp>
-#include <xgrad/ops/attention.hpp>
+#include <xgrad/ops/attention/attention.hpp>
 #include <xgrad/ops/ops.hpp>
 
 namespace xgrad::nn {

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <vector>
 
-#include <xgrad/ops/attention.hpp>
+#include <xgrad/ops/attention/attention.hpp>
 #include <xgrad/nn/init.hpp>
 
 namespace xgrad::nn {
@@ -66,13 +66,17 @@ std::pair<Tensor<T>, Tensor<T>> functional::multi_head_attention_forward(
     XGRAD_CHECK(ms == want, op, ": key_padding_mask must be ", (unbatched ? "(S) = " : "(N, S) = "), want,
                 ", got ", ms);
   }
-  trace::Composite<T> traced(
-      "multi_head_attention", {query, key, value, options.in_proj_weight(), options.in_proj_bias(),
-                               options.out_proj_weight(), options.out_proj_bias()},
-      {{"num_heads", h}, {"batch_first", options.batch_first()}, trace::Arg::mask("key_padding_mask", key_padding_mask),
-       trace::Arg::mask("attn_mask", attn_mask), {"need_weights", options.need_weights()},
-       {"average_attn_weights", options.average_attn_weights()}, {"is_causal", options.is_causal()},
-       {"dropout_p", options.training() ? options.dropout_p() : 0.0}});
+  trace::Composite<T> traced(OpKind::multi_head_attention,
+                             {query, key, value, options.in_proj_weight(), options.in_proj_bias(),
+                              options.out_proj_weight(), options.out_proj_bias()},
+                             {{"num_heads", h},
+                              {"batch_first", options.batch_first()},
+                              trace::Arg::mask("key_padding_mask", key_padding_mask),
+                              trace::Arg::mask("attn_mask", attn_mask),
+                              {"need_weights", options.need_weights()},
+                              {"average_attn_weights", options.average_attn_weights()},
+                              {"is_causal", options.is_causal()},
+                              {"dropout_p", options.training() ? options.dropout_p() : 0.0}});
   detail::AttentionArgs<T> args;
   args.mask = detail::normalize_attention_mask<T>({N, H, L, S}, attn_mask, key_padding_mask, options.is_causal());
   args.dropout_p = options.training() ? options.dropout_p() : 0.0;

@@ -246,9 +246,9 @@ std::string Exporter::scalar(const std::string& name) {
 // ---- the walk ----------------------------------------------------------------------------------
 
 void Exporter::emit(const trace::Op& op) {
-  const std::optional<OpKind> kind = op_kind(op.type);
+  const std::optional<OpKind> kind = op.kind;
   XGRAD_CHECK(kind.has_value(), kWho, ": no exporter for ", where(),
-              ": it is no op of xgrad's (xgrad/ops/op_kinds.hpp lists them), e.g. the node of a custom "
+              ": it is no op of xgrad's (xgrad/core/op_kinds.hpp lists them), e.g. the node of a custom "
               "autograd::Function run with gradients on; docs/onnx.md lists the ops covered");
   const OpExport& row = op_export(*kind);
   XGRAD_CHECK(row.write != nullptr, kWho, ": no exporter for ", where(), ": ", row.refusal,

@@ -276,7 +276,7 @@ constexpr OpExport kTable[] = {
 };
 
 static_assert(std::size(kTable) == kOpKindCount,
-              "onnx's op table needs one row per OpKind (xgrad/ops/op_kinds.hpp): written or refused");
+              "onnx's op table needs one row per OpKind (xgrad/core/op_kinds.hpp): written or refused");
 
 // Each row has a writer or a refusal, not both: written() and refused() make every row. (Their
 // pointers are not compared here: GCC under -fsanitize does not fold a function's address to a

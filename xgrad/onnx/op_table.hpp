@@ -1,11 +1,11 @@
-// The exporter's op table: for every OpKind the trace records (xgrad/ops/op_kinds.hpp), how it is
+// The exporter's op table: for every OpKind the trace records (xgrad/core/op_kinds.hpp), how it is
 // written as ONNX nodes, or why it is refused. Keyed by the op's identity, never by its name: a
 // kind without a row does not compile (op_table.cpp), and tests/onnx/test_op_table.cpp runs every
 // kind through export_model. The rows: op_table.cpp, attention_export.cpp.
 #pragma once
 
 #include <xgrad/core/trace.hpp>
-#include <xgrad/ops/op_kinds.hpp>
+#include <xgrad/core/op_kinds.hpp>
 
 namespace xgrad::onnx {
 

@@ -8,11 +8,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include <xgrad/ops/broadcast.hpp>
+#include <xgrad/ops/op_scope.hpp>
 #include <xgrad/ops/ops.hpp>
-#include <xgrad/core/profiler.hpp>
-#include <xgrad/core/trace.hpp>
 #include <xgrad/backend/parallel.hpp>
 #include <xgrad/backend/parallel_loops.hpp>
 
@@ -34,39 +34,52 @@ Array<T> unary_map(const char* op, const Array<T>& a, F f) {
   return out;
 }
 
-// What a pointwise backward reads: the input x, the output y, both or neither (then derivative
-// gets zeros). Only what it reads must be unchanged in place at backward time, as in PyTorch.
+// What a pointwise derivative reads: the input x, the output y, both or neither. Only what it
+// reads must be unchanged in place at backward time, as in PyTorch.
 enum Saves : unsigned { kNone = 0, kX = 1, kY = 2, kXY = 3 };
 
-// Unary op helper: y = forward(x) elementwise; backward multiplies by derivative(x, y). Under
-// create_graph, `formula(dy, x, y)` computes dx in differentiable ops (x, y: Tensors with history,
-// undefined where `saves` does not name them).
-template <class T, class Fwd, class Der, class Formula>
-Tensor<T> pointwise(const char* op, const Tensor<T>& a, Saves saves, Fwd forward, Der derivative, Formula formula) {
-  return make_result<T>(
-      op, unary_map(op, a.value(), forward), {a},
-      [saves, derivative](Node<T>& out) {
+// y = forward(x) elementwise, with its gradient written once: `dx(g, x, y)` is a generic
+// expression (x, y read only where `saves` names them) that the backward kernel evaluates per
+// element on scalars and, under create_graph, the formula evaluates once on Tensors with history.
+//   tanh:  dx = [](auto g, auto, auto y) { return g * (1 - y * y); }
+template <class T, class Fwd, class Dx>
+Tensor<T> pointwise(const OpScope& op, const Tensor<T>& a, Saves saves, Fwd forward, Dx dx) {
+  return op.result<T>(
+      unary_map(op.name(), a.value(), forward), {a},
+      [saves, dx](Node<T>& out) {
         const T* px = saves & kX ? out.input_value(0).data() : nullptr;
         const T* py = saves & kY ? out.output_value().data() : nullptr;
-        Array<T> gx = std::move(out.grad);  // dx = dy * dy/dx, in place
+        Array<T> gx = std::move(out.grad);  // in place
         T* pgx = gx.data();
         detail::parallel_blocks(gx.size(), [&](std::size_t i0, std::size_t i1) {
-          for (std::size_t i = i0; i < i1; ++i) pgx[i] = pgx[i] * derivative(px ? px[i] : T(0), py ? py[i] : T(0));
+          for (std::size_t i = i0; i < i1; ++i) pgx[i] = dx(pgx[i], px ? px[i] : T(0), py ? py[i] : T(0));
         });
         out.input(0).accumulate_grad(std::move(gx));
       },
-      [saves, formula](const BackwardArgs<T>& args) {
+      [saves, dx](const BackwardArgs<T>& args) {
         const Tensor<T> x = saves & kX ? args.input(0) : Tensor<T>();
         const Tensor<T> y = saves & kY ? args.output() : Tensor<T>();
-        return std::vector<Tensor<T>>{formula(args.grad(), x, y)};
+        return std::vector<Tensor<T>>{dx(args.grad(), x, y)};
       });
 }
 
-// dy/dx as a constant tensor (a step function's derivative: zero where it exists, so its own
-// derivative is zero): derivative(x) at every element of x.
-template <class T, class Der>
-Tensor<T> constant_derivative(const Tensor<T>& x, Der derivative) {
-  return Tensor<T>(unary_map("derivative", x.value(), derivative));
+// A step function's derivative in a generic gradient: f(x) per element, a constant (zero where it
+// exists, so its own derivative is zero); on a Tensor, a tensor without history.
+template <class T, class F, std::enable_if_t<std::is_floating_point_v<T>, int> = 0>
+T step(T x, F f) {
+  return f(x);
+}
+template <class T, class F>
+Tensor<T> step(const Tensor<T>& x, F f) {
+  return Tensor<T>(unary_map("derivative", x.value(), f));
+}
+
+// The logistic function on a scalar; never exponentiates a positive number (stable for large |x|).
+template <class T, std::enable_if_t<std::is_floating_point_v<T>, int> = 0>
+T sigmoid(T x) {
+  if (x >= 0) return 1 / (1 + std::exp(-x));
+  const T e = std::exp(x);
+  return e / (1 + e);
 }
 
 // Both operands' gradients of a broadcasting binary op, under create_graph: da(dy), db(dy), each
@@ -103,10 +116,10 @@ void gelu_parallel(bool tanh_form, const T* x, const T* g, T* out, std::size_t n
 
 template <class T>
 Tensor<T> add(const Tensor<T>& a, const Tensor<T>& b) {
-  XGRAD_PROFILE_OP("add");
-  Array<T> y = binary_map(a.value(), b.value(), "add", [](T x, T z) { return x + z; });
-  return make_result<T>(
-      "add", std::move(y), {a, b},
+  const OpScope op(OpKind::add);
+  Array<T> y = binary_map(a.value(), b.value(), op.name(), [](T x, T z) { return x + z; });
+  return op.result<T>(
+      std::move(y), {a, b},
       [](Node<T>& out) {
         // y = a + b: da = dy, db = dy (summed over broadcast dims); the last use takes dy over.
         const bool both = out.input_needs_grad(0) && out.input_needs_grad(1);
@@ -121,10 +134,10 @@ Tensor<T> add(const Tensor<T>& a, const Tensor<T>& b) {
 
 template <class T>
 Tensor<T> sub(const Tensor<T>& a, const Tensor<T>& b) {
-  XGRAD_PROFILE_OP("sub");
-  Array<T> y = binary_map(a.value(), b.value(), "sub", [](T x, T z) { return x - z; });
-  return make_result<T>(
-      "sub", std::move(y), {a, b},
+  const OpScope op(OpKind::sub);
+  Array<T> y = binary_map(a.value(), b.value(), op.name(), [](T x, T z) { return x - z; });
+  return op.result<T>(
+      std::move(y), {a, b},
       [](Node<T>& out) {
         // y = a - b: da = dy, db = -dy; the last use takes dy over.
         const bool both = out.input_needs_grad(0) && out.input_needs_grad(1);
@@ -146,16 +159,16 @@ Tensor<T> sub(const Tensor<T>& a, const Tensor<T>& b) {
 
 template <class T>
 Tensor<T> mul(const Tensor<T>& a, const Tensor<T>& b) {
-  XGRAD_PROFILE_OP("mul");
-  Array<T> y = binary_map(a.value(), b.value(), "mul", [](T x, T z) { return x * z; });
-  return make_result<T>(
-      "mul", std::move(y), {a, b},
-      [](Node<T>& out) {
+  const OpScope op(OpKind::mul);
+  Array<T> y = binary_map(a.value(), b.value(), op.name(), [](T x, T z) { return x * z; });
+  return op.result<T>(
+      std::move(y), {a, b},
+      [name = op.name()](Node<T>& out) {
         // y = a * b: da = dy * b, db = dy * a
         for (std::size_t i = 0; i < 2; ++i) {
           if (!out.input_needs_grad(i)) continue;
           const Array<T>& other = out.input_value(1 - i);
-          Array<T> g = binary_map(out.grad, other, "mul", [](T dy, T o) { return dy * o; });
+          Array<T> g = binary_map(out.grad, other, name, [](T dy, T o) { return dy * o; });
           out.input(i).accumulate_grad(sum_to(std::move(g), out.input_shape(i)));
         }
       },
@@ -165,21 +178,21 @@ Tensor<T> mul(const Tensor<T>& a, const Tensor<T>& b) {
 
 template <class T>
 Tensor<T> div(const Tensor<T>& a, const Tensor<T>& b) {
-  XGRAD_PROFILE_OP("div");
-  Array<T> y = binary_map(a.value(), b.value(), "div", [](T x, T z) { return x / z; });
-  return make_result<T>(
-      "div", std::move(y), {a, b},
-      [](Node<T>& out) {
+  const OpScope op(OpKind::div);
+  Array<T> y = binary_map(a.value(), b.value(), op.name(), [](T x, T z) { return x / z; });
+  return op.result<T>(
+      std::move(y), {a, b},
+      [name = op.name()](Node<T>& out) {
         const Array<T>& bv = out.input_value(1);
         // y = a / b: da = dy / b
         if (out.input_needs_grad(0)) {
-          Array<T> g = binary_map(out.grad, bv, "div", [](T dy, T z) { return dy / z; });
+          Array<T> g = binary_map(out.grad, bv, name, [](T dy, T z) { return dy / z; });
           out.input(0).accumulate_grad(sum_to(std::move(g), out.input_shape(0)));
         }
         // db = -dy * a / b^2 = -dy * y / b
         if (out.input_needs_grad(1)) {
-          Array<T> dy_y = binary_map(out.grad, out.output_value(), "div", [](T dy, T q) { return -dy * q; });
-          Array<T> g = binary_map(dy_y, bv, "div", [](T v, T z) { return v / z; });
+          Array<T> dy_y = binary_map(out.grad, out.output_value(), name, [](T dy, T q) { return -dy * q; });
+          Array<T> g = binary_map(dy_y, bv, name, [](T v, T z) { return v / z; });
           out.input(1).accumulate_grad(sum_to(std::move(g), out.input_shape(1)));
         }
       },
@@ -190,173 +203,143 @@ Tensor<T> div(const Tensor<T>& a, const Tensor<T>& b) {
                         }));
 }
 
-// ---- with a scalar ----------------------------------------------------------------------------
+// ---- with a scalar: y = f(x) with the derivative dx(g, x, y) written once (see pointwise) ------
 
 template <class T>
 Tensor<T> add(const Tensor<T>& a, Scalar<T> s) {
-  XGRAD_PROFILE_OP("add");
-  XGRAD_TRACE_NOTE("add", {"other", static_cast<double>(s)});
+  const OpScope op(OpKind::add);
+  XGRAD_OP_NOTE(op, {"other", static_cast<double>(s)});
   return pointwise<T>(
-      "add", a, kNone, [s](T x) { return x + s; }, [](T, T) { return T(1); },
-      [](const Tensor<T>& g, const Tensor<T>&, const Tensor<T>&) { return g; });
+      op, a, kNone, [s](T x) { return x + s; }, [](auto g, auto, auto) { return g; });
 }
 
 template <class T>
 Tensor<T> mul(const Tensor<T>& a, Scalar<T> s) {
-  XGRAD_PROFILE_OP("mul");
-  XGRAD_TRACE_NOTE("mul", {"other", static_cast<double>(s)});
+  const OpScope op(OpKind::mul);
+  XGRAD_OP_NOTE(op, {"other", static_cast<double>(s)});
   return pointwise<T>(
-      "mul", a, kNone, [s](T x) { return x * s; }, [s](T, T) { return s; },
-      [s](const Tensor<T>& g, const Tensor<T>&, const Tensor<T>&) { return mul(g, s); });
+      op, a, kNone, [s](T x) { return x * s; }, [s](auto g, auto, auto) { return g * s; });
 }
 
 template <class T>
 Tensor<T> rsub(const Tensor<T>& a, Scalar<T> s) {
-  XGRAD_PROFILE_OP("rsub");
-  XGRAD_TRACE_NOTE("rsub", {"other", static_cast<double>(s)});
+  const OpScope op(OpKind::rsub);
+  XGRAD_OP_NOTE(op, {"other", static_cast<double>(s)});
   return pointwise<T>(
-      "rsub", a, kNone, [s](T x) { return s - x; }, [](T, T) { return T(-1); },
-      [](const Tensor<T>& g, const Tensor<T>&, const Tensor<T>&) { return neg(g); });
+      op, a, kNone, [s](T x) { return s - x; }, [](auto g, auto, auto) { return -g; });
 }
 
 template <class T>
 Tensor<T> rdiv(const Tensor<T>& a, Scalar<T> s) {
-  XGRAD_PROFILE_OP("rdiv");
-  XGRAD_TRACE_NOTE("rdiv", {"other", static_cast<double>(s)});
+  const OpScope op(OpKind::rdiv);
+  XGRAD_OP_NOTE(op, {"other", static_cast<double>(s)});
   // y = s / x: dy/dx = -s / x^2 = -y / x
   return pointwise<T>(
-      "rdiv", a, kXY, [s](T x) { return s / x; }, [](T x, T y) { return -y / x; },
-      [](const Tensor<T>& g, const Tensor<T>& x, const Tensor<T>& y) { return neg(div(mul(g, y), x)); });
+      op, a, kXY, [s](T x) { return s / x; }, [](auto g, auto x, auto y) { return -(g * y) / x; });
 }
 
 // ---- pointwise functions ----------------------------------------------------------------------
 
 template <class T>
 Tensor<T> neg(const Tensor<T>& a) {
-  XGRAD_PROFILE_OP("neg");
+  const OpScope op(OpKind::neg);
   return pointwise<T>(
-      "neg", a, kNone, [](T x) { return -x; }, [](T, T) { return T(-1); },
-      [](const Tensor<T>& g, const Tensor<T>&, const Tensor<T>&) { return neg(g); });
+      op, a, kNone, [](T x) { return -x; }, [](auto g, auto, auto) { return -g; });
 }
 
 template <class T>
 Tensor<T> pow(const Tensor<T>& a, Scalar<T> p) {
-  XGRAD_PROFILE_OP("pow");
-  XGRAD_TRACE_NOTE("pow", {"exponent", static_cast<double>(p)});
+  const OpScope op(OpKind::pow);
+  XGRAD_OP_NOTE(op, {"exponent", static_cast<double>(p)});
   // y = x^p: dy/dx = p x^(p-1)
   if (p == T(2))
     return pointwise<T>(
-        "pow", a, kX, [](T x) { return x * x; }, [](T x, T) { return 2 * x; },
-        [](const Tensor<T>& g, const Tensor<T>& x, const Tensor<T>&) { return mul(g, mul(x, Scalar<T>(2))); });
+        op, a, kX, [](T x) { return x * x; }, [](auto g, auto x, auto) { return g * (x * 2); });
   return pointwise<T>(
-      "pow", a, kX, [p](T x) { return std::pow(x, p); },
-      [p](T x, T) { return p == T(0) ? T(0) : p * std::pow(x, p - 1); },
-      [p](const Tensor<T>& g, const Tensor<T>& x, const Tensor<T>&) {
-        return p == T(0) ? mul(g, Scalar<T>(0)) : mul(g, mul(pow(x, p - 1), p));
+      op, a, kX, [p](T x) { return std::pow(x, p); },
+      [p](auto g, auto x, auto) {
+        using std::pow;
+        return p == T(0) ? g * 0 : g * (pow(x, p - 1) * p);
       });
 }
 
 template <class T>
 Tensor<T> exp(const Tensor<T>& a) {
-  XGRAD_PROFILE_OP("exp");
+  const OpScope op(OpKind::exp);
   return pointwise<T>(
-      "exp", a, kY, [](T x) { return std::exp(x); }, [](T, T y) { return y; },
-      [](const Tensor<T>& g, const Tensor<T>&, const Tensor<T>& y) { return mul(g, y); });
+      op, a, kY, [](T x) { return std::exp(x); }, [](auto g, auto, auto y) { return g * y; });
 }
 
 template <class T>
 Tensor<T> log(const Tensor<T>& a) {
-  XGRAD_PROFILE_OP("log");
+  const OpScope op(OpKind::log);
   return pointwise<T>(
-      "log", a, kX, [](T x) { return std::log(x); }, [](T x, T) { return 1 / x; },
-      [](const Tensor<T>& g, const Tensor<T>& x, const Tensor<T>&) { return div(g, x); });
+      op, a, kX, [](T x) { return std::log(x); }, [](auto g, auto x, auto) { return g / x; });
 }
 
 template <class T>
 Tensor<T> sqrt(const Tensor<T>& a) {
-  XGRAD_PROFILE_OP("sqrt");
+  const OpScope op(OpKind::sqrt);
   // y = sqrt(x): dy/dx = 1 / (2 y)
   return pointwise<T>(
-      "sqrt", a, kY, [](T x) { return std::sqrt(x); }, [](T, T y) { return T(0.5) / y; },
-      [](const Tensor<T>& g, const Tensor<T>&, const Tensor<T>& y) { return div(g, mul(y, Scalar<T>(2))); });
+      op, a, kY, [](T x) { return std::sqrt(x); }, [](auto g, auto, auto y) { return g / (y * 2); });
 }
 
 template <class T>
 Tensor<T> abs(const Tensor<T>& a) {
-  XGRAD_PROFILE_OP("abs");
+  const OpScope op(OpKind::abs);
+  const auto sign = [](T v) { return v > 0 ? T(1) : (v < 0 ? T(-1) : T(0)); };
   return pointwise<T>(
-      "abs", a, kX, [](T x) { return std::abs(x); }, [](T x, T) { return x > 0 ? T(1) : (x < 0 ? T(-1) : T(0)); },
-      [](const Tensor<T>& g, const Tensor<T>& x, const Tensor<T>&) {
-        return mul(g, constant_derivative(x, [](T v) { return v > 0 ? T(1) : (v < 0 ? T(-1) : T(0)); }));
-      });
+      op, a, kX, [](T x) { return std::abs(x); }, [sign](auto g, auto x, auto) { return g * step(x, sign); });
 }
 
 template <class T>
 Tensor<T> tanh(const Tensor<T>& a) {
-  XGRAD_PROFILE_OP("tanh");
+  const OpScope op(OpKind::tanh);
   return pointwise<T>(
-      "tanh", a, kY, [](T x) { return std::tanh(x); }, [](T, T y) { return 1 - y * y; },
-      [](const Tensor<T>& g, const Tensor<T>&, const Tensor<T>& y) { return mul(g, rsub(mul(y, y), Scalar<T>(1))); });
+      op, a, kY, [](T x) { return std::tanh(x); }, [](auto g, auto, auto y) { return g * (1 - y * y); });
 }
 
 template <class T>
 Tensor<T> sigmoid(const Tensor<T>& a) {
-  XGRAD_PROFILE_OP("sigmoid");
-  // Stable for large |x|: never exponentiates a positive number.
+  const OpScope op(OpKind::sigmoid);
   return pointwise<T>(
-      "sigmoid", a, kY,
-      [](T x) {
-        if (x >= 0) return 1 / (1 + std::exp(-x));
-        const T e = std::exp(x);
-        return e / (1 + e);
-      },
-      [](T, T y) { return y * (1 - y); },
-      [](const Tensor<T>& g, const Tensor<T>&, const Tensor<T>& y) { return mul(g, mul(y, rsub(y, Scalar<T>(1)))); });
+      op, a, kY, [](T x) { return sigmoid(x); }, [](auto g, auto, auto y) { return g * (y * (1 - y)); });
 }
 
 template <class T>
 Tensor<T> silu(const Tensor<T>& a) {
-  XGRAD_PROFILE_OP("silu");
-  // y = x s with s = sigmoid(x): dy/dx = s (1 + x (1 - s)). s never exponentiates a positive number.
-  const auto s = [](T x) {
-    if (x >= 0) return 1 / (1 + std::exp(-x));
-    const T e = std::exp(x);
-    return e / (1 + e);
-  };
+  const OpScope op(OpKind::silu);
+  // y = x s with s = sigmoid(x): dy/dx = s (1 + x (1 - s))
   return pointwise<T>(
-      "silu", a, kX, [s](T x) { return x * s(x); },
-      [s](T x, T) {
-        const T sx = s(x);
-        return sx * (1 + x * (1 - sx));
-      },
-      [](const Tensor<T>& g, const Tensor<T>& x, const Tensor<T>&) {
-        const Tensor<T> sx = sigmoid(x);
-        return mul(g, mul(sx, add(mul(x, rsub(sx, Scalar<T>(1))), Scalar<T>(1))));
+      op, a, kX, [](T x) { return x * sigmoid(x); },
+      [](auto g, auto x, auto) {
+        const auto s = sigmoid(x);
+        return g * (s * (1 + x * (1 - s)));
       });
 }
 
 template <class T>
 Tensor<T> relu(const Tensor<T>& a) {
-  XGRAD_PROFILE_OP("relu");
+  const OpScope op(OpKind::relu);
+  const auto positive = [](T v) { return v > 0 ? T(1) : T(0); };
   return pointwise<T>(
-      "relu", a, kX, [](T x) { return x > 0 ? x : T(0); }, [](T x, T) { return x > 0 ? T(1) : T(0); },
-      [](const Tensor<T>& g, const Tensor<T>& x, const Tensor<T>&) {
-        return mul(g, constant_derivative(x, [](T v) { return v > 0 ? T(1) : T(0); }));
-      });
+      op, a, kX, [](T x) { return x > 0 ? x : T(0); },
+      [positive](auto g, auto x, auto) { return g * step(x, positive); });
 }
 
 template <class T>
 Tensor<T> gelu(const Tensor<T>& a, const std::string& approximate) {
-  XGRAD_PROFILE_OP("gelu");
-  XGRAD_CHECK(approximate == "none" || approximate == "tanh",
-              "gelu: approximate must be \"none\" or \"tanh\", got \"", approximate, "\"");
+  const OpScope op(OpKind::gelu);
+  XGRAD_CHECK(approximate == "none" || approximate == "tanh", op.name(),
+              ": approximate must be \"none\" or \"tanh\", got \"", approximate, "\"");
   const bool tanh_form = approximate == "tanh";
-  XGRAD_TRACE_NOTE("gelu", {"approximate", approximate});
+  XGRAD_OP_NOTE(op, {"approximate", approximate});
   const Array<T>& x = a.value();
-  Array<T> y = empty_array<T>(x.shape(), "gelu");
+  Array<T> y = empty_array<T>(x.shape(), op.name());
   gelu_parallel<T, false>(tanh_form, x.data(), nullptr, y.data(), y.size());
-  return make_result<T>(
-      "gelu", std::move(y), {a},
+  return op.result<T>(
+      std::move(y), {a},
       [tanh_form](Node<T>& out) {
         const Array<T>& xv = out.input_value(0);
         Array<T> gx = std::move(out.grad);  // dx = dy * dy/dx, in place
@@ -407,17 +390,15 @@ Tensor<T> gelu_second_derivative(const Tensor<T>& x, bool tanh_form) {
 
 template <class T>
 Tensor<T> clamp(const Tensor<T>& a, std::optional<Scalar<T>> min, std::optional<Scalar<T>> max) {
-  XGRAD_PROFILE_OP("clamp");
-  XGRAD_CHECK(min || max, "clamp: at least one of min and max must be given");
+  const OpScope op(OpKind::clamp);
+  XGRAD_CHECK(min || max, op.name(), ": at least one of min and max must be given");
   const T lo = min ? *min : -std::numeric_limits<T>::infinity();
   const T hi = max ? *max : std::numeric_limits<T>::infinity();
-  XGRAD_TRACE_NOTE("clamp", {"min", static_cast<double>(lo)}, {"max", static_cast<double>(hi)});
+  XGRAD_OP_NOTE(op, {"min", static_cast<double>(lo)}, {"max", static_cast<double>(hi)});
+  const auto inside = [lo, hi](T v) { return (v >= lo && v <= hi) ? T(1) : T(0); };
   return pointwise<T>(
-      "clamp", a, kX, [lo, hi](T x) { return x < lo ? lo : (x > hi ? hi : x); },
-      [lo, hi](T x, T) { return (x >= lo && x <= hi) ? T(1) : T(0); },
-      [lo, hi](const Tensor<T>& g, const Tensor<T>& x, const Tensor<T>&) {
-        return mul(g, constant_derivative(x, [lo, hi](T v) { return (v >= lo && v <= hi) ? T(1) : T(0); }));
-      });
+      op, a, kX, [lo, hi](T x) { return x < lo ? lo : (x > hi ? hi : x); },
+      [inside](auto g, auto x, auto) { return g * step(x, inside); });
 }
 
 #define XGRAD_INSTANTIATE(T)                                                                   \

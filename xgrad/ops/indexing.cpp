@@ -8,9 +8,8 @@
 #include <vector>
 
 #include <xgrad/ops/broadcast.hpp>
+#include <xgrad/ops/op_scope.hpp>
 #include <xgrad/ops/ops.hpp>
-#include <xgrad/core/profiler.hpp>
-#include <xgrad/core/trace.hpp>
 #include <xgrad/backend/parallel_loops.hpp>
 #include <xgrad/backend/strided.hpp>
 
@@ -116,14 +115,14 @@ Tensor<T> scatter_rows(const Tensor<T>& src, const Rows& r, const Shape& out_sha
 // da[o, index[j]] += dy[o, j].
 template <class T>
 Tensor<T> index_select(const Tensor<T>& a, std::int64_t dim, const IndexArray& index) {
-  XGRAD_PROFILE_OP("index_select");
+  const OpScope op(OpKind::index_select);
   XGRAD_CHECK(index.dimension() <= 1, "index_select: index must be 1-D (or 0-d), got shape ", index.shape());
   // A 0-d input is treated as shape (1) and gives a 0-d result, as torch.
   const Shape in = a.dim() == 0 ? Shape{1} : a.shape();
-  const std::size_t k = normalize_dim(dim, in.size(), "index_select");
+  const std::size_t k = normalize_dim(dim, in.size(), op.name());
   const std::size_t outer = detail::numel(in, 0, k), size = in[k];
   const std::size_t inner = detail::numel(in, k + 1, in.size());
-  check_indices(index, size, "index_select", detail::concat("dimension ", k).c_str());
+  check_indices(index, size, op.name(), detail::concat("dimension ", k).c_str());
   const std::size_t m = index.size();
   Shape out_shape = in;
   out_shape[k] = m;
@@ -133,15 +132,15 @@ Tensor<T> index_select(const Tensor<T>& a, std::int64_t dim, const IndexArray& i
   }
   const Rows r{outer, size, inner, std::make_shared<const std::vector<std::size_t>>(index.begin(), index.end())};
   const std::vector<std::size_t>& rows = *r.index;
-  Array<T> y = empty_array<T>(out_shape, "index_select");
+  Array<T> y = empty_array<T>(out_shape, op.name());
   const T* src = a.value().data();
   for_each_row_parallel(outer * m, inner, [&](std::size_t row) {  // row = o * m + j
     const std::size_t o = row / m, j = row % m;
     std::memcpy(y.data() + row * inner, src + (o * size + rows[j]) * inner, inner * sizeof(T));
   });
-  XGRAD_TRACE_NOTE("index_select", {"dim", k}, {"index", index});
-  return make_result<T>(
-      "index_select", std::move(y), {a},
+  XGRAD_OP_NOTE(op, {"dim", k}, {"index", index});
+  return op.result<T>(
+      std::move(y), {a},
       [r](Node<T>& out) {
         Array<T> g = full_array<T>(out.input_shape(0), T(0), "index_select (backward)");
         scatter_add_rows(out.grad.data(), r, g.data());
@@ -158,11 +157,11 @@ Tensor<T> index_select(const Tensor<T>& a, std::int64_t dim, const IndexArray& i
 // dweight[indices[i]] += dy[i] except for the padding_idx row.
 template <class T>
 Tensor<T> embedding(const IndexArray& indices, const Tensor<T>& weight, std::optional<std::int64_t> padding_idx) {
-  XGRAD_PROFILE_OP("embedding");
+  const OpScope op(OpKind::embedding);
   XGRAD_CHECK(weight.dim() == 2, "embedding: weight must be 2-D (num_embeddings, embedding_dim), got shape ",
               weight.shape());
   const std::size_t n = weight.shape()[0], D = weight.shape()[1];
-  check_indices(indices, n, "embedding", "num_embeddings");
+  check_indices(indices, n, op.name(), "num_embeddings");
   std::int64_t pad = -1;  // none
   if (padding_idx) {
     const auto sn = static_cast<std::int64_t>(n);
@@ -172,19 +171,19 @@ Tensor<T> embedding(const IndexArray& indices, const Tensor<T>& weight, std::opt
   }
   Shape out_shape = shape_of(indices);
   out_shape.push_back(D);
-  Array<T> y = empty_array<T>(out_shape, "embedding");
+  Array<T> y = empty_array<T>(out_shape, op.name());
   const T* w = weight.value().data();
   const std::size_t m = indices.size();
   const std::int64_t* idx = indices.data();
   for_each_row_parallel(m, D, [&](std::size_t j) {
     std::memcpy(y.data() + j * D, w + static_cast<std::size_t>(idx[j]) * D, D * sizeof(T));
   });
-  XGRAD_TRACE_NOTE("embedding", {"indices", indices});
+  XGRAD_OP_NOTE(op, {"indices", indices});
   // The rows of the (1, n, D) weight; the padding row's positions get no gradient.
   const Rows r{1, n, D, std::make_shared<const std::vector<std::size_t>>(idx, idx + m),
                pad < 0 ? std::numeric_limits<std::size_t>::max() : static_cast<std::size_t>(pad)};
-  return make_result<T>(
-      "embedding", std::move(y), {weight},
+  return op.result<T>(
+      std::move(y), {weight},
       [r](Node<T>& out) {
         Array<T> g = full_array<T>(out.input_shape(0), T(0), "embedding (backward)");
         scatter_add_rows(out.grad.data(), r, g.data());
@@ -201,21 +200,21 @@ Tensor<T> embedding(const IndexArray& indices, const Tensor<T>& weight, std::opt
 // da = mask ? 0 : dy.
 template <class T>
 Tensor<T> masked_fill(const Tensor<T>& a, const BoolArray& mask, Scalar<T> value) {
-  XGRAD_PROFILE_OP("masked_fill");
+  const OpScope op(OpKind::masked_fill);
   const Shape as = a.shape(), ms = shape_of(mask);
-  const Shape bs = detail::broadcast_shapes(ms, as, "masked_fill");
+  const Shape bs = detail::broadcast_shapes(ms, as, op.name());
   XGRAD_CHECK(bs == as, "masked_fill: mask of shape ", ms, " cannot be broadcast to the input's shape ", as);
   const std::vector<std::size_t> strides = detail::broadcast_strides(ms, as);  // mask inside a
-  Array<T> y = copy_array(a.value(), "masked_fill");
+  Array<T> y = copy_array(a.value(), op.name());
   T* py = y.data();
   const bool* pm = mask.data();
   detail::parallel_for_each_index(as, strides, [&](std::size_t i, std::size_t m) {
     if (pm[m]) py[i] = value;
   });
-  XGRAD_TRACE_NOTE("masked_fill", {"mask", mask}, {"value", static_cast<double>(value)});
+  XGRAD_OP_NOTE(op, {"mask", mask}, {"value", static_cast<double>(value)});
   auto kept = std::make_shared<const BoolArray>(mask);  // one copy, for both backwards
-  return make_result<T>(
-      "masked_fill", std::move(y), {a},
+  return op.result<T>(
+      std::move(y), {a},
       [kept, strides](Node<T>& out) {
         Array<T> g = std::move(out.grad);  // in place: the engine hands the gradient over
         T* pg = g.data();
@@ -234,14 +233,14 @@ Tensor<T> masked_fill(const Tensor<T>& a, const BoolArray& mask, Scalar<T> value
 // da = sum_to(condition ? dy : 0, a.shape), db = sum_to(condition ? 0 : dy, b.shape).
 template <class T>
 Tensor<T> where(const BoolArray& condition, const Tensor<T>& a, const Tensor<T>& b) {
-  XGRAD_PROFILE_OP("where");
+  const OpScope op(OpKind::where);
   const Shape cs = shape_of(condition), as = a.shape(), bs = b.shape();
-  const Shape out_shape = detail::broadcast_shapes(detail::broadcast_shapes(cs, as, "where"), bs, "where");
+  const Shape out_shape = detail::broadcast_shapes(detail::broadcast_shapes(cs, as, op.name()), bs, op.name());
   // Strides of condition, a and b inside out_shape.
   const std::vector<std::size_t> sc = detail::broadcast_strides(cs, out_shape),
                                  sa = detail::broadcast_strides(as, out_shape),
                                  sb = detail::broadcast_strides(bs, out_shape);
-  Array<T> y = empty_array<T>(out_shape, "where");
+  Array<T> y = empty_array<T>(out_shape, op.name());
   T* py = y.data();
   const bool* pc = condition.data();
   const T* pa = a.value().data();
@@ -249,7 +248,7 @@ Tensor<T> where(const BoolArray& condition, const Tensor<T>& a, const Tensor<T>&
   detail::parallel_for_each_index(
       out_shape, sc, sa, sb,
       [&](std::size_t i, std::size_t ic, std::size_t ia, std::size_t ib) { py[i] = pc[ic] ? pa[ia] : pb[ib]; });
-  XGRAD_TRACE_NOTE("where", {"condition", condition});
+  XGRAD_OP_NOTE(op, {"condition", condition});
   auto kept = std::make_shared<const BoolArray>(condition);  // one copy, for both backwards
   // Under create_graph: da = sum_to(where(condition, dy, 0)), db = sum_to(where(condition, 0, dy)).
   GradFormula<T> formula = [kept](const BackwardArgs<T>& args) {
@@ -259,8 +258,8 @@ Tensor<T> where(const BoolArray& condition, const Tensor<T>& a, const Tensor<T>&
     if (args.needs(1)) g[1] = sum_to(xgrad::where(*kept, zero, args.grad()), args.input_shape(1));
     return g;
   };
-  return make_result<T>(
-      "where", std::move(y), {a, b},
+  return op.result<T>(
+      std::move(y), {a, b},
       [kept, sc](Node<T>& out) {
         const Shape out_shape = shape_of(out.grad);
         const T* pg = out.grad.data();

@@ -17,9 +17,8 @@
 #include <tuple>
 #include <utility>
 
+#include <xgrad/ops/op_scope.hpp>
 #include <xgrad/ops/ops.hpp>
-#include <xgrad/core/profiler.hpp>
-#include <xgrad/core/trace.hpp>
 #include <xgrad/backend/parallel.hpp>
 #include <xgrad/backend/strided.hpp>
 
@@ -393,15 +392,15 @@ bool fusable(const Tensor<T>& x, const Tensor<T>& r) {
 template <class T>
 Tensor<T> layer_norm(const Tensor<T>& x, const ShapeArg& normalized_shape_arg, const Tensor<T>& weight,
                      const Tensor<T>& bias, double eps) {
-  XGRAD_PROFILE_OP("layer_norm");
-  const Shape& normalized_shape = normalized_shape_arg.get("layer_norm");
+  const OpScope op(OpKind::layer_norm);
+  const Shape& normalized_shape = normalized_shape_arg.get(op.name());
   const Shape sx = x.shape();
   const std::size_t nn = normalized_shape.size();
   auto saved = std::make_shared<LayerNormSaved>();
   LayerNormSaved& s = *saved;
-  std::vector<Tensor<T>> inputs = layer_norm_inputs<T>("layer_norm", {x}, normalized_shape, weight, bias, eps, s);
+  std::vector<Tensor<T>> inputs = layer_norm_inputs<T>(op.name(), {x}, normalized_shape, weight, bias, eps, s);
 
-  Array<T> y = empty_array<T>(sx, "layer_norm");
+  Array<T> y = empty_array<T>(sx, op.name());
   const T* px = x.value().data();
   const T* pw = weight.defined() ? weight.value().data() : nullptr;
   const T* pb = bias.defined() ? bias.value().data() : nullptr;
@@ -412,9 +411,9 @@ Tensor<T> layer_norm(const Tensor<T>& x, const ShapeArg& normalized_shape_arg, c
       std::tie(s.mean[r], s.rstd[r]) = forward_row(px + r * D, pw, pb, py + r * D, D, eps);
   });
 
-  XGRAD_TRACE_NOTE("layer_norm", {"normalized_dims", nn}, {"eps", eps}, {"has_weight", weight.defined()});
-  return make_result<T>(
-      "layer_norm", std::move(y), std::move(inputs),
+  XGRAD_OP_NOTE(op, {"normalized_dims", nn}, {"eps", eps}, {"has_weight", weight.defined()});
+  return op.result<T>(
+      std::move(y), std::move(inputs),
       [saved](Node<T>& out) {
         const LayerNormSaved& s = *saved;
         const std::size_t D = s.d, pieces = row_pieces(s.rows, D);

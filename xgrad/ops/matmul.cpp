@@ -8,12 +8,12 @@
 
 #include <xgrad/backend/autocast.hpp>
 #include <xgrad/backend/gemm.hpp>
+#include <xgrad/ops/op_scope.hpp>
 #include <xgrad/ops/ops.hpp>
 #include <xgrad/backend/parallel.hpp>
 #include <xgrad/backend/parallel_loops.hpp>
 #include <xgrad/backend/strided.hpp>
 #include <xgrad/ops/linear_impl.hpp>
-#include <xgrad/core/profiler.hpp>
 
 namespace xgrad {
 
@@ -120,62 +120,75 @@ std::vector<Tensor<T>> matmul_formula(const BackwardArgs<T>& args) {
 
 // ---- matmul --------------------------------------------------------------------------------
 
+namespace {
+
+// A: (a_count, m, k), B: (b_count, k, n) -> C_i = A_a(i) B_b(i): (batch, m, n). When B is one
+// matrix shared by every batch, the batch folds into rows: (batch m, k) @ (k, n), one gemm.
+template <class T>
+void matmul_forward(const MatmulPlan& p, bool bf16, const T* pa, const T* pb, T* pc) {
+  const std::size_t mk = p.m * p.k, kn = p.k * p.n, mn = p.m * p.n;
+  if (p.b_count == 1 && p.a_count == p.batch) {
+    gemm_autocast<T>(bf16, false, false, p.batch * p.m, p.n, p.k, T(1), pa, p.k, pb, p.n, T(0), pc, p.n);
+    return;
+  }
+  for (std::size_t i = 0; i < p.batch; ++i)
+    gemm_autocast<T>(bf16, false, false, p.m, p.n, p.k, T(1), pa + p.a_off[i] * mk, p.k, pb + p.b_off[i] * kn, p.n,
+                     T(0), pc + i * mn, p.n);
+}
+
+// dC: (batch, m, n), B -> dA = dC B^T: (m, n) (n, k) per batch, summed over the batches that share
+// one A matrix (`shared`: da accumulates, beta = 1).
+template <class T>
+void matmul_backward_a(const MatmulPlan& p, bool bf16, const T* dc, const T* pb, bool shared, T* da) {
+  const std::size_t mk = p.m * p.k, kn = p.k * p.n, mn = p.m * p.n;
+  if (p.b_count == 1 && p.a_count == p.batch) {
+    gemm_autocast<T>(bf16, false, true, p.batch * p.m, p.k, p.n, T(1), dc, p.n, pb, p.n, T(0), da, p.k);
+    return;
+  }
+  for (std::size_t i = 0; i < p.batch; ++i)
+    gemm_autocast<T>(bf16, false, true, p.m, p.k, p.n, T(1), dc + i * mn, p.n, pb + p.b_off[i] * kn, p.n,
+                     shared ? T(1) : T(0), da + p.a_off[i] * mk, p.k);
+}
+
+// dC, A -> dB = A^T dC: (k, m) (m, n) per batch, summed over the batches that share one B matrix.
+// Folded: sum_i A_i^T dC_i = [A_0; A_1; ...]^T [dC_0; dC_1; ...], one gemm over the stacked rows.
+template <class T>
+void matmul_backward_b(const MatmulPlan& p, bool bf16, const T* dc, const T* pa, bool shared, T* db) {
+  const std::size_t mk = p.m * p.k, kn = p.k * p.n, mn = p.m * p.n;
+  if (p.b_count == 1 && p.a_count == p.batch) {
+    gemm_autocast<T>(bf16, true, false, p.k, p.n, p.batch * p.m, T(1), pa, p.k, dc, p.n, T(0), db, p.n);
+    return;
+  }
+  for (std::size_t i = 0; i < p.batch; ++i)
+    gemm_autocast<T>(bf16, true, false, p.k, p.n, p.m, T(1), pa + p.a_off[i] * mk, p.k, dc + i * mn, p.n,
+                     shared ? T(1) : T(0), db + p.b_off[i] * kn, p.n);
+}
+
+}  // namespace
+
 // C_i = A_a(i) B_b(i) for each output matrix i (batch dims broadcast).
 // https://pytorch.org/docs/stable/generated/torch.matmul.html
 template <class T>
 Tensor<T> matmul(const Tensor<T>& a, const Tensor<T>& b) {
-  XGRAD_PROFILE_OP("matmul");
-  const Shape sa = a.shape(), sb = b.shape();
-  auto plan = std::make_shared<const MatmulPlan>(plan_matmul(sa, sb));
+  const OpScope op(OpKind::matmul);
+  auto plan = std::make_shared<const MatmulPlan>(plan_matmul(a.shape(), b.shape()));
   const bool bf16 = detail::autocast_gemm<T>();  // recorded for the backward (autocast.hpp)
-  const MatmulPlan& p = *plan;
-  const std::size_t mk = p.m * p.k, kn = p.k * p.n, mn = p.m * p.n;
-  Array<T> c = empty_array<T>(p.out_shape, "matmul");
-  const T* pa = a.value().data();
-  const T* pb = b.value().data();
-  if (p.b_count == 1 && p.a_count == p.batch) {
-    // B is one matrix shared by every batch: the batch folds into rows, (batch m, k) @ (k, n).
-    gemm_autocast<T>(bf16, false, false, p.batch * p.m, p.n, p.k, T(1), pa, p.k, pb, p.n, T(0), c.data(), p.n);
-  } else {
-    for (std::size_t i = 0; i < p.batch; ++i)
-      gemm_autocast<T>(bf16, false, false, p.m, p.n, p.k, T(1), pa + p.a_off[i] * mk, p.k, pb + p.b_off[i] * kn,
-                       p.n, T(0), c.data() + i * mn, p.n);
-  }
-
-  return make_result<T>(
-      "matmul", std::move(c), {a, b},
+  Array<T> c = empty_array<T>(plan->out_shape, op.name());
+  matmul_forward(*plan, bf16, a.value().data(), b.value().data(), c.data());
+  return op.result<T>(
+      std::move(c), {a, b},
       [plan, bf16](Node<T>& out) {
         const MatmulPlan& p = *plan;
-        const std::size_t mk = p.m * p.k, kn = p.k * p.n, mn = p.m * p.n;
-        const T* pa = out.input_needs_grad(1) ? out.input_value(0).data() : nullptr;  // dB reads A
-        const T* pb = out.input_needs_grad(0) ? out.input_value(1).data() : nullptr;  // dA reads B
-        const T* dc = out.grad.data();
-        const bool fold = p.b_count == 1 && p.a_count == p.batch;
-        // dA = dC B^T: (m, n) (n, k); summed over the batches that share one A matrix.
         if (out.input_needs_grad(0)) {
           const bool shared = p.a_count != p.batch;  // (or batch = 0: no gemm runs)
           Array<T> da = grad_buffer<T>(out.input_shape(0), shared);
-          if (fold) {
-            gemm_autocast<T>(bf16, false, true, p.batch * p.m, p.k, p.n, T(1), dc, p.n, pb, p.n, T(0), da.data(), p.k);
-          } else {
-            for (std::size_t i = 0; i < p.batch; ++i)
-              gemm_autocast<T>(bf16, false, true, p.m, p.k, p.n, T(1), dc + i * mn, p.n, pb + p.b_off[i] * kn, p.n,
-                               shared ? T(1) : T(0), da.data() + p.a_off[i] * mk, p.k);
-          }
+          matmul_backward_a(p, bf16, out.grad.data(), out.input_value(1).data(), shared, da.data());
           out.input(0).accumulate_grad(std::move(da));
         }
-        // dB = A^T dC: (k, m) (m, n); summed over the batches that share one B matrix.
         if (out.input_needs_grad(1)) {
           const bool shared = p.b_count != p.batch;
           Array<T> db = grad_buffer<T>(out.input_shape(1), shared);
-          if (fold) {
-            // sum_i A_i^T dC_i = [A_0; A_1; ...]^T [dC_0; dC_1; ...]: one gemm over the stacked rows.
-            gemm_autocast<T>(bf16, true, false, p.k, p.n, p.batch * p.m, T(1), pa, p.k, dc, p.n, T(0), db.data(), p.n);
-          } else {
-            for (std::size_t i = 0; i < p.batch; ++i)
-              gemm_autocast<T>(bf16, true, false, p.k, p.n, p.m, T(1), pa + p.a_off[i] * mk, p.k, dc + i * mn, p.n,
-                               shared ? T(1) : T(0), db.data() + p.b_off[i] * kn, p.n);
-          }
+          matmul_backward_b(p, bf16, out.grad.data(), out.input_value(0).data(), shared, db.data());
           out.input(1).accumulate_grad(std::move(db));
         }
       },
@@ -351,13 +364,13 @@ void for_column_blocks(std::size_t rows, std::size_t cols, const std::function<v
 // https://pytorch.org/docs/stable/generated/torch.nn.functional.linear.html
 template <class T>
 Tensor<T> linear(const Tensor<T>& x, const Tensor<T>& weight, const Tensor<T>& bias) {
-  XGRAD_PROFILE_OP("linear");
-  Array<T> y = empty_array<T>(detail::linear_output_shape("linear", x, weight, bias), "linear");
+  const OpScope op(OpKind::linear);
+  Array<T> y = empty_array<T>(detail::linear_output_shape(op.name(), x, weight, bias), op.name());
   const detail::LinearGemms s = detail::linear_forward<T>(x, weight, bias, y.data(), nullptr);
   std::vector<Tensor<T>> inputs{x, weight};
   if (bias.defined()) inputs.push_back(bias);
-  return make_result<T>(
-      "linear", std::move(y), std::move(inputs),
+  return op.result<T>(
+      std::move(y), std::move(inputs),
       [s](Node<T>& out) {
         const T* dy = out.grad.data();
         detail::linear_backward_gemms(out, s, dy);

@@ -255,7 +255,7 @@ template <class T>
 Tensor<T> cross_entropy(const Tensor<T>& logits, const IndexArray& target, std::int64_t ignore_index = -100,
                         const std::string& reduction = "mean", double label_smoothing = 0.0);
 
-// ---- sampling.cpp: triangles, argmax, topk, sort, multinomial ------------------------------------
+// ---- triangular.cpp, sorting.cpp, multinomial.cpp: triangles, argmax, topk, sort, multinomial ---
 // (sample_next_token, the sampler text generation uses, is in sampling.hpp.)
 
 // torch.tril / torch.triu over the last two dims of a (..., R, C): tril keeps a[..., i, j] with

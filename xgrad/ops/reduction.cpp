@@ -9,9 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include <xgrad/ops/op_scope.hpp>
 #include <xgrad/ops/ops.hpp>
-#include <xgrad/core/profiler.hpp>
-#include <xgrad/core/trace.hpp>
 #include <xgrad/backend/parallel_loops.hpp>
 #include <xgrad/backend/strided.hpp>
 
@@ -120,14 +119,14 @@ void visit_elements(const ReducePlan& p, F f) {
 // chunks of detail::kChunk elements, each in order on one thread, and the chunks' partial sums
 // added in chunk order: the same result at any thread count.
 template <class T>
-void sum_into(const ReducePlan& p, const T* px, std::vector<Acc>& acc) {
+void sum_into(const char* op, const ReducePlan& p, const T* px, std::vector<Acc>& acc) {
   const std::size_t n = detail::numel(p.shape);
   if (p.out_size != 1 || n < detail::kSerialBelow) {
     visit(p, [&](std::size_t i, std::size_t o) { acc[o] += px[i]; });
     return;
   }
   const std::size_t chunks = (n + detail::kChunk - 1) / detail::kChunk;
-  std::vector<Acc> partial = scratch_vector<Acc>(chunks, Acc(0), "sum");
+  std::vector<Acc> partial = scratch_vector<Acc>(chunks, Acc(0), op);
   detail::parallel_for(chunks, 1, [&](std::size_t c0, std::size_t c1) {
     for (std::size_t c = c0; c < c1; ++c) {
       Acc s = 0;
@@ -140,10 +139,11 @@ void sum_into(const ReducePlan& p, const T* px, std::vector<Acc>& acc) {
 
 // y_o = scale * sum_{i: o(i) = o} x_i;  dx_i = scale * dy_o(i)
 template <class T>
-Tensor<T> scaled_sum(const char* op, const Tensor<T>& a, ReducePlan plan, Acc scale) {
+Tensor<T> scaled_sum(const OpScope& scope, const Tensor<T>& a, ReducePlan plan, Acc scale) {
+  const char* op = scope.name();
   const T* px = a.value().data();
   std::vector<Acc> acc = scratch_vector<Acc>(plan.out_size, Acc(0), op);
-  sum_into(plan, px, acc);
+  sum_into(op, plan, px, acc);
   Array<T> y = empty_array<T>(plan.out_shape, op);
   for (std::size_t o = 0; o < plan.out_size; ++o) y.data()[o] = static_cast<T>(acc[o] * scale);
   // Under create_graph: dx = scale * expand(dy viewed with the reduced dims kept). The reduced
@@ -172,8 +172,8 @@ Tensor<T> scaled_sum(const char* op, const Tensor<T>& a, ReducePlan plan, Acc sc
       return differentiable(args, kept);
     };
   }
-  return make_result<T>(
-      op, std::move(y), {a},
+  return scope.result<T>(
+      std::move(y), {a},
       [op, plan = std::move(plan), scale](Node<T>& out) {
         Array<T> gx = empty_array<T>(out.input_shape(0), op);
         const T* pg = out.grad.data();
@@ -190,10 +190,10 @@ Tensor<T> scaled_sum(const char* op, const Tensor<T>& a, ReducePlan plan, Acc sc
 //   dx_i = dy_o * 2 (x_i - mean_o) / (n - correction)
 // n - correction <= 0 gives NaN, as torch.
 template <class T>
-Tensor<T> variance(const Tensor<T>& a, ReducePlan plan, bool unbiased) {
+Tensor<T> variance(const OpScope& op, const Tensor<T>& a, ReducePlan plan, bool unbiased) {
   const T* px = a.value().data();
-  std::vector<Acc> mean = scratch_vector<Acc>(plan.out_size, Acc(0), "var");
-  std::vector<Acc> ss = scratch_vector<Acc>(plan.out_size, Acc(0), "var");
+  std::vector<Acc> mean = scratch_vector<Acc>(plan.out_size, Acc(0), op.name());
+  std::vector<Acc> ss = scratch_vector<Acc>(plan.out_size, Acc(0), op.name());
   visit(plan, [&](std::size_t i, std::size_t o) { mean[o] += px[i]; });
   for (Acc& m : mean) m /= static_cast<Acc>(plan.count);
   visit(plan, [&](std::size_t i, std::size_t o) {
@@ -202,7 +202,7 @@ Tensor<T> variance(const Tensor<T>& a, ReducePlan plan, bool unbiased) {
   });
   const std::size_t correction = unbiased ? 1 : 0;
   const Acc divisor = plan.count > correction ? static_cast<Acc>(plan.count - correction) : Acc(0);
-  Array<T> y = empty_array<T>(plan.out_shape, "var");
+  Array<T> y = empty_array<T>(plan.out_shape, op.name());
   for (std::size_t o = 0; o < plan.out_size; ++o) y.data()[o] = static_cast<T>(ss[o] / divisor);
   // Under create_graph: dx = expand(dy) * 2 / divisor * (x - mean(x)), the mean recomputed in
   // differentiable ops (its own dependence on x then enters the second derivative).
@@ -214,8 +214,8 @@ Tensor<T> variance(const Tensor<T>& a, ReducePlan plan, bool unbiased) {
     const Tensor<T> dy = expand(reshape(args.grad(), std::vector<std::int64_t>(kept.begin(), kept.end())), in_sizes);
     return std::vector<Tensor<T>>{mul(mul(dy, centered), static_cast<T>(Acc(2) / divisor))};
   };
-  return make_result<T>(
-      "var", std::move(y), {a},
+  return op.result<T>(
+      std::move(y), {a},
       [plan = std::move(plan), mean = std::move(mean), divisor](Node<T>& out) {
         const Array<T>& x = out.input_value(0);
         Array<T> gx = empty_array<T>(x.shape(), "var (backward)");
@@ -238,7 +238,8 @@ bool ties(T x, T y) { return x == y || (std::isnan(x) && std::isnan(y)); }
 
 // y_o = max_{i: o(i) = o} x_i;  dx_i = dy_o / (number of i with x_i = y_o) where x_i = y_o, else 0
 template <class T>
-Tensor<T> max_shared(const char* op, const Tensor<T>& a, ReducePlan plan) {
+Tensor<T> max_shared(const OpScope& scope, const Tensor<T>& a, ReducePlan plan) {
+  const char* op = scope.name();
   XGRAD_CHECK(plan.count > 0, op, ": cannot reduce over an empty dimension (input shape ", a.shape(), ")");
   const T* px = a.value().data();
   Array<T> y = empty_array<T>(plan.out_shape, op);
@@ -266,8 +267,8 @@ Tensor<T> max_shared(const char* op, const Tensor<T>& a, ReducePlan plan) {
                std::vector<std::int64_t>(in.begin(), in.end()));
     return std::vector<Tensor<T>>{mul(dy, Tensor<T>(std::move(share)))};
   };
-  return make_result<T>(
-      op, std::move(y), {a},
+  return scope.result<T>(
+      std::move(y), {a},
       [op, plan = std::move(plan)](Node<T>& out) {
         const Array<T>& x = out.input_value(0);
         const T* px = x.data();
@@ -291,15 +292,16 @@ Tensor<T> max_shared(const char* op, const Tensor<T>& a, ReducePlan plan) {
 
 template <class T>
 Tensor<T> sum(const Tensor<T>& a) {
-  XGRAD_PROFILE_OP("sum");
-  return scaled_sum<T>("sum", a, plan_all(a.shape()), Acc(1));
+  const OpScope op(OpKind::sum);
+  return scaled_sum<T>(op, a, plan_all(a.shape()), Acc(1));
 }
 
 template <class T>
 Tensor<T> sum(const Tensor<T>& a, const std::vector<std::int64_t>& dims, bool keepdim) {
-  XGRAD_PROFILE_OP("sum");
-  XGRAD_TRACE_NOTE("sum", {"dim", dims}, {"keepdim", keepdim});
-  return scaled_sum<T>("sum", a, plan_reduction("sum", a.shape(), reduced_dims("sum", a.dim(), dims), keepdim), Acc(1));
+  const OpScope op(OpKind::sum);
+  XGRAD_OP_NOTE(op, {"dim", dims}, {"keepdim", keepdim});
+  return scaled_sum<T>(op, a, plan_reduction(op.name(), a.shape(), reduced_dims(op.name(), a.dim(), dims), keepdim),
+                       Acc(1));
 }
 
 template <class T>
@@ -322,83 +324,84 @@ Tensor<T> sum_to(const Tensor<T>& a, const Shape& shape) {
 // mean of n = 0 elements is 0/0 = NaN, as torch.
 template <class T>
 Tensor<T> mean(const Tensor<T>& a) {
-  XGRAD_PROFILE_OP("mean");
+  const OpScope op(OpKind::mean);
   ReducePlan plan = plan_all(a.shape());
   const Acc scale = Acc(1) / static_cast<Acc>(plan.count);
-  return scaled_sum<T>("mean", a, std::move(plan), scale);
+  return scaled_sum<T>(op, a, std::move(plan), scale);
 }
 
 template <class T>
 Tensor<T> mean(const Tensor<T>& a, const std::vector<std::int64_t>& dims, bool keepdim) {
-  XGRAD_PROFILE_OP("mean");
-  XGRAD_TRACE_NOTE("mean", {"dim", dims}, {"keepdim", keepdim});
-  ReducePlan plan = plan_reduction("mean", a.shape(), reduced_dims("mean", a.dim(), dims), keepdim);
+  const OpScope op(OpKind::mean);
+  XGRAD_OP_NOTE(op, {"dim", dims}, {"keepdim", keepdim});
+  ReducePlan plan = plan_reduction(op.name(), a.shape(), reduced_dims(op.name(), a.dim(), dims), keepdim);
   const Acc scale = Acc(1) / static_cast<Acc>(plan.count);
-  return scaled_sum<T>("mean", a, std::move(plan), scale);
+  return scaled_sum<T>(op, a, std::move(plan), scale);
 }
 
 // ---- var --------------------------------------------------------------------------------------
 
 template <class T>
 Tensor<T> var(const Tensor<T>& a, bool unbiased) {
-  XGRAD_PROFILE_OP("var");
-  XGRAD_TRACE_NOTE("var", {"unbiased", unbiased});
-  return variance<T>(a, plan_all(a.shape()), unbiased);
+  const OpScope op(OpKind::var);
+  XGRAD_OP_NOTE(op, {"unbiased", unbiased});
+  return variance<T>(op, a, plan_all(a.shape()), unbiased);
 }
 
 template <class T>
 Tensor<T> var(const Tensor<T>& a, const std::vector<std::int64_t>& dims, bool unbiased, bool keepdim) {
-  XGRAD_PROFILE_OP("var");
-  XGRAD_TRACE_NOTE("var", {"dim", dims}, {"unbiased", unbiased}, {"keepdim", keepdim});
-  return variance<T>(a, plan_reduction("var", a.shape(), reduced_dims("var", a.dim(), dims), keepdim), unbiased);
+  const OpScope op(OpKind::var);
+  XGRAD_OP_NOTE(op, {"dim", dims}, {"unbiased", unbiased}, {"keepdim", keepdim});
+  return variance<T>(op, a, plan_reduction(op.name(), a.shape(), reduced_dims(op.name(), a.dim(), dims), keepdim),
+                     unbiased);
 }
 
 // ---- amax, max --------------------------------------------------------------------------------
 
 template <class T>
 Tensor<T> amax(const Tensor<T>& a, const std::vector<std::int64_t>& dims, bool keepdim) {
-  XGRAD_PROFILE_OP("amax");
-  XGRAD_TRACE_NOTE("amax", {"dim", dims}, {"keepdim", keepdim});
-  return max_shared<T>("amax", a, plan_reduction("amax", a.shape(), reduced_dims("amax", a.dim(), dims), keepdim));
+  const OpScope op(OpKind::amax);
+  XGRAD_OP_NOTE(op, {"dim", dims}, {"keepdim", keepdim});
+  return max_shared<T>(op, a, plan_reduction(op.name(), a.shape(), reduced_dims(op.name(), a.dim(), dims), keepdim));
 }
 
 template <class T>
 Tensor<T> max(const Tensor<T>& a) {
-  XGRAD_PROFILE_OP("max");
-  return max_shared<T>("max", a, plan_all(a.shape()));
+  const OpScope op(OpKind::max);
+  return max_shared<T>(op, a, plan_all(a.shape()));
 }
 
 // values_o = x_{argmax_o}, the first maximum along dim (NaN counts as the maximum);
 // dx_{argmax_o} = dy_o, 0 elsewhere.
 template <class T>
 std::pair<Tensor<T>, IndexArray> max(const Tensor<T>& a, std::int64_t dim, bool keepdim) {
-  XGRAD_PROFILE_OP("max");
+  const OpScope op(OpKind::max);
   const Shape in = a.shape();
-  ReducePlan plan = plan_reduction("max", in, reduced_dims("max", in.size(), {dim}), keepdim);
+  ReducePlan plan = plan_reduction(op.name(), in, reduced_dims(op.name(), in.size(), {dim}), keepdim);
   XGRAD_CHECK(plan.count > 0, "max: cannot reduce over an empty dimension (input shape ", in,
               ", dim ", dim, ")");
   // Position along dim of flat index i: (i / inner) % size.
   std::size_t inner = 1, size = 1;
   if (!in.empty()) {
-    const std::size_t k = normalize_dim(dim, in.size(), "max");
+    const std::size_t k = normalize_dim(dim, in.size(), op.name());
     size = in[k];
     inner = detail::numel(in, k + 1, in.size());
   }
   constexpr std::size_t none = std::numeric_limits<std::size_t>::max();
   std::vector<std::size_t> arg =
-      scratch_vector<std::size_t>(plan.out_size, none, "max");  // flat input index of each maximum
+      scratch_vector<std::size_t>(plan.out_size, none, op.name());  // flat input index of each maximum
   const T* px = a.value().data();
   // Row-major order visits each output's candidates in increasing position: ties keep the first.
   visit(plan, [&](std::size_t i, std::size_t o) {
     if (arg[o] == none || greater(px[i], px[arg[o]])) arg[o] = i;
   });
-  Array<T> y = empty_array<T>(plan.out_shape, "max");
-  IndexArray indices = empty_array<std::int64_t>(plan.out_shape, "max");
+  Array<T> y = empty_array<T>(plan.out_shape, op.name());
+  IndexArray indices = empty_array<std::int64_t>(plan.out_shape, op.name());
   for (std::size_t o = 0; o < plan.out_size; ++o) {
     y.data()[o] = px[arg[o]];
     indices.data()[o] = static_cast<std::int64_t>((arg[o] / inner) % size);
   }
-  XGRAD_TRACE_NOTE("max", {"dim", std::vector<std::int64_t>{dim}}, {"keepdim", keepdim});
+  XGRAD_OP_NOTE(op, {"dim", std::vector<std::int64_t>{dim}}, {"keepdim", keepdim});
   auto args_max = std::make_shared<const std::vector<std::size_t>>(std::move(arg));
   // Under create_graph: dx = expand(dy) * mask, the mask 1 at each argmax (a constant).
   GradFormula<T> formula = [args_max, kept = plan.kept_shape](const BackwardArgs<T>& args) {
@@ -409,8 +412,8 @@ std::pair<Tensor<T>, IndexArray> max(const Tensor<T>& a, std::int64_t dim, bool 
                                 std::vector<std::int64_t>(in.begin(), in.end()));
     return std::vector<Tensor<T>>{mul(dy, Tensor<T>(std::move(mask)))};
   };
-  Tensor<T> values = make_result<T>(
-      "max", std::move(y), {a},
+  Tensor<T> values = op.result<T>(
+      std::move(y), {a},
       [args_max](Node<T>& out) {
         const std::vector<std::size_t>& arg = *args_max;
         Array<T> gx = full_array<T>(out.input_shape(0), T(0), "max (backward)");

@@ -6,9 +6,8 @@
 #include <utility>
 
 #include <xgrad/ops/broadcast.hpp>
+#include <xgrad/ops/op_scope.hpp>
 #include <xgrad/ops/ops.hpp>
-#include <xgrad/core/profiler.hpp>
-#include <xgrad/core/trace.hpp>
 #include <xgrad/backend/parallel.hpp>
 #include <xgrad/backend/strided.hpp>
 
@@ -57,10 +56,11 @@ Array<T> permute_array(const char* op, const Array<T>& x, const std::vector<std:
 
 // y = x.permute(perm);  dx = dy.permute(perm^-1)
 template <class T>
-Tensor<T> permuted(const char* op, const Tensor<T>& a, std::vector<std::size_t> perm) {
-  XGRAD_TRACE_NOTE(op, {"perm", perm});
-  return make_result<T>(
-      op, permute_array(op, a.value(), perm), {a},
+Tensor<T> permuted(const OpScope& scope, const Tensor<T>& a, std::vector<std::size_t> perm) {
+  const char* op = scope.name();
+  XGRAD_OP_NOTE(scope, {"perm", perm});
+  return scope.result<T>(
+      permute_array(op, a.value(), perm), {a},
       [op, perm](Node<T>& out) {
         std::vector<std::size_t> inverse(perm.size());
         for (std::size_t d = 0; d < perm.size(); ++d) inverse[perm[d]] = d;
@@ -75,11 +75,12 @@ Tensor<T> permuted(const char* op, const Tensor<T>& a, std::vector<std::size_t> 
 
 // The same elements in the same order under a new shape;  dx = dy reshaped to x's shape.
 template <class T>
-Tensor<T> reshaped(const char* op, const Tensor<T>& a, const Shape& shape) {
+Tensor<T> reshaped(const OpScope& scope, const Tensor<T>& a, const Shape& shape) {
+  const char* op = scope.name();
   Array<T> y = empty_array<T>(shape, op);
   std::copy(a.value().data(), a.value().data() + a.value().size(), y.data());
-  return make_result<T>(
-      op, std::move(y), {a},
+  return scope.result<T>(
+      std::move(y), {a},
       [](Node<T>& out) {
         Array<T> g = std::move(out.grad);
         g.reshape(out.input_shape(0));
@@ -94,8 +95,9 @@ Tensor<T> reshaped(const char* op, const Tensor<T>& a, const Shape& shape) {
 // Joins tensors along one axis: tensor k is viewed as (outer, chunk[k]) and the result as
 // (outer, sum_k chunk[k]), tensor k filling its own column block.  dx_k = that block of dy.
 template <class T>
-Tensor<T> join(const char* op, const std::vector<Tensor<T>>& tensors, std::size_t outer,
+Tensor<T> join(const OpScope& scope, const std::vector<Tensor<T>>& tensors, std::size_t outer,
                std::vector<std::size_t> chunk, const Shape& out_shape) {
+  const char* op = scope.name();
   const std::size_t row = numel(out_shape) / std::max<std::size_t>(outer, 1);
   Array<T> y = empty_array<T>(out_shape, op);
   std::size_t col = 0;
@@ -123,8 +125,8 @@ Tensor<T> join(const char* op, const std::vector<Tensor<T>>& tensors, std::size_
     }
     return g;
   };
-  return make_result<T>(
-      op, std::move(y), tensors,
+  return scope.result<T>(
+      std::move(y), tensors,
       [op, outer, row, chunk = std::move(chunk)](Node<T>& out) {
         std::size_t col = 0;
         for (std::size_t k = 0; k < chunk.size(); ++k) {
@@ -186,17 +188,18 @@ Tensor<T> slice_backward(const Tensor<T>& dy, const Shape& in, const SliceSpec& 
 // y = x[..., start : start + length*step : step, ...] along dim k; dx scatters dy into zeros
 // (slice_backward, whose own derivative is this slice again).
 template <class T>
-Tensor<T> strided_slice(const char* op, const Tensor<T>& a, std::size_t k, std::size_t start, std::size_t length,
+Tensor<T> strided_slice(const OpScope& scope, const Tensor<T>& a, std::size_t k, std::size_t start, std::size_t length,
                         std::size_t step) {
+  const char* op = scope.name();
   const Shape in = a.shape();
   const SliceSpec spec(in, k, start, length, step);
   Shape out_shape = in;
   out_shape[k] = length;
-  XGRAD_TRACE_NOTE(op, {"dim", k}, {"start", start}, {"length", length}, {"step", step});
+  XGRAD_OP_NOTE(scope, {"dim", k}, {"start", start}, {"length", length}, {"step", step});
   Array<T> y = empty_array<T>(out_shape, op);
   slice_copy(a.value().data(), spec, y.data());
-  return make_result<T>(
-      op, std::move(y), {a},
+  return scope.result<T>(
+      std::move(y), {a},
       [op, spec](Node<T>& out) {
         out.input(0).accumulate_grad(pad_array<T>(op, out.grad.data(), out.input_shape(0), spec));
       },
@@ -210,7 +213,8 @@ Tensor<T> strided_slice(const char* op, const Tensor<T>& a, std::size_t k, std::
 template <class T>
 Tensor<T> slice_backward(const Tensor<T>& dy, const Shape& in, const SliceSpec& s) {
   GradFormula<T> formula = [s](const BackwardArgs<T>& args) {
-    return std::vector<Tensor<T>>{strided_slice("slice", args.grad(), s.dim, s.start, s.length, s.step)};
+    const OpScope op(OpKind::slice);
+    return std::vector<Tensor<T>>{strided_slice(op, args.grad(), s.dim, s.start, s.length, s.step)};
   };
   return make_result<T>("slice_backward", pad_array<T>("slice_backward", dy.value().data(), in, s), {dy},
                         backward_from_formula(formula), formula);
@@ -222,38 +226,38 @@ Tensor<T> slice_backward(const Tensor<T>& dy, const Shape& in, const SliceSpec& 
 
 template <class T>
 Tensor<T> transpose(const Tensor<T>& a, std::int64_t dim0, std::int64_t dim1) {
-  XGRAD_PROFILE_OP("transpose");
+  const OpScope op(OpKind::transpose);
   const std::size_t nd = a.dim();
   // A 0-d tensor accepts dims 0 and -1, as torch.
-  const std::size_t d0 = normalize_dim(dim0, std::max<std::size_t>(nd, 1), "transpose");
-  const std::size_t d1 = normalize_dim(dim1, std::max<std::size_t>(nd, 1), "transpose");
+  const std::size_t d0 = normalize_dim(dim0, std::max<std::size_t>(nd, 1), op.name());
+  const std::size_t d1 = normalize_dim(dim1, std::max<std::size_t>(nd, 1), op.name());
   std::vector<std::size_t> perm(nd);
   for (std::size_t d = 0; d < nd; ++d) perm[d] = d;
   if (nd > 0) std::swap(perm[d0], perm[d1]);
-  return permuted<T>("transpose", a, std::move(perm));
+  return permuted<T>(op, a, std::move(perm));
 }
 
 template <class T>
 Tensor<T> permute(const Tensor<T>& a, const std::vector<std::int64_t>& dims) {
-  XGRAD_PROFILE_OP("permute");
+  const OpScope op(OpKind::permute);
   const std::size_t nd = a.dim();
   XGRAD_CHECK(dims.size() == nd, "permute: expected ", nd, " dims for an input of shape ", a.shape(), ", got ",
               dims);
   std::vector<std::size_t> perm(nd);
   std::vector<bool> seen(nd, false);
   for (std::size_t d = 0; d < nd; ++d) {
-    perm[d] = normalize_dim(dims[d], nd, "permute");
+    perm[d] = normalize_dim(dims[d], nd, op.name());
     XGRAD_CHECK(!seen[perm[d]], "permute: dim ", perm[d], " appears more than once in ", dims);
     seen[perm[d]] = true;
   }
-  return permuted<T>("permute", a, std::move(perm));
+  return permuted<T>(op, a, std::move(perm));
 }
 
 // ---- reshapes -----------------------------------------------------------------------------------
 
 template <class T>
 Tensor<T> reshape(const Tensor<T>& a, const std::vector<std::int64_t>& shape) {
-  XGRAD_PROFILE_OP("reshape");
+  const OpScope op(OpKind::reshape);
   const std::size_t n = a.numel();
   Shape out(shape.size());
   std::size_t known = 1;
@@ -271,7 +275,7 @@ Tensor<T> reshape(const Tensor<T>& a, const std::vector<std::int64_t>& shape) {
   Shape known_sizes = out;  // their product must not overflow: it is compared with numel below
   if (infer < shape.size()) known_sizes[infer] = 1;
   try {
-    checked_numel(known_sizes, 1, "reshape");
+    checked_numel(known_sizes, 1, op.name());
   } catch (const std::invalid_argument&) {
     XGRAD_CHECK(false, "reshape: the shape ", shape, " has too many elements (the product of its sizes overflows)");
   }
@@ -285,51 +289,51 @@ Tensor<T> reshape(const Tensor<T>& a, const std::vector<std::int64_t>& shape) {
   }
   XGRAD_CHECK(known == n, "reshape: cannot reshape a tensor of shape ", a.shape(), " (", n,
               " elements) into shape ", shape, " (", known, " elements)");
-  return reshaped<T>("reshape", a, out);
+  return reshaped<T>(op, a, out);
 }
 
 template <class T>
 Tensor<T> flatten(const Tensor<T>& a, std::int64_t start_dim, std::int64_t end_dim) {
-  XGRAD_PROFILE_OP("flatten");
+  const OpScope op(OpKind::flatten);
   const Shape in = a.shape();
   // A 0-d tensor flattens to shape (1), as torch.
   const std::size_t nd = std::max<std::size_t>(in.size(), 1);
-  const std::size_t s = normalize_dim(start_dim, nd, "flatten");
-  const std::size_t e = normalize_dim(end_dim, nd, "flatten");
+  const std::size_t s = normalize_dim(start_dim, nd, op.name());
+  const std::size_t e = normalize_dim(end_dim, nd, op.name());
   XGRAD_CHECK(s <= e, "flatten: start_dim (", start_dim, ") cannot come after end_dim (", end_dim,
               ") for an input of shape ", in);
-  if (in.empty()) return reshaped<T>("flatten", a, Shape{1});
+  if (in.empty()) return reshaped<T>(op, a, Shape{1});
   Shape out(in.begin(), in.begin() + s);
   out.push_back(numel(in, s, e + 1));
   out.insert(out.end(), in.begin() + e + 1, in.end());
-  return reshaped<T>("flatten", a, out);
+  return reshaped<T>(op, a, out);
 }
 
 template <class T>
 Tensor<T> unsqueeze(const Tensor<T>& a, std::int64_t dim) {
-  XGRAD_PROFILE_OP("unsqueeze");
+  const OpScope op(OpKind::unsqueeze);
   Shape out = a.shape();
-  const std::size_t k = normalize_dim(dim, out.size() + 1, "unsqueeze");
+  const std::size_t k = normalize_dim(dim, out.size() + 1, op.name());
   out.insert(out.begin() + k, 1);
-  return reshaped<T>("unsqueeze", a, out);
+  return reshaped<T>(op, a, out);
 }
 
 template <class T>
 Tensor<T> squeeze(const Tensor<T>& a) {
-  XGRAD_PROFILE_OP("squeeze");
+  const OpScope op(OpKind::squeeze);
   Shape out;
   for (std::size_t d : a.shape())
     if (d != 1) out.push_back(d);
-  return reshaped<T>("squeeze", a, out);
+  return reshaped<T>(op, a, out);
 }
 
 template <class T>
 Tensor<T> squeeze(const Tensor<T>& a, std::int64_t dim) {
-  XGRAD_PROFILE_OP("squeeze");
+  const OpScope op(OpKind::squeeze);
   Shape out = a.shape();
-  const std::size_t k = normalize_dim(dim, std::max<std::size_t>(out.size(), 1), "squeeze");
+  const std::size_t k = normalize_dim(dim, std::max<std::size_t>(out.size(), 1), op.name());
   if (!out.empty() && out[k] == 1) out.erase(out.begin() + k);
-  return reshaped<T>("squeeze", a, out);
+  return reshaped<T>(op, a, out);
 }
 
 // ---- expand -------------------------------------------------------------------------------------
@@ -337,7 +341,7 @@ Tensor<T> squeeze(const Tensor<T>& a, std::int64_t dim) {
 // y = x broadcast to sizes;  dx = sum_to(dy, x.shape)
 template <class T>
 Tensor<T> expand(const Tensor<T>& a, const std::vector<std::int64_t>& sizes) {
-  XGRAD_PROFILE_OP("expand");
+  const OpScope op(OpKind::expand);
   const Shape in = a.shape();
   XGRAD_CHECK(sizes.size() >= in.size(), "expand: the number of sizes provided (", sizes.size(),
               ") must be at least the number of dimensions of the tensor (", in.size(), "); sizes ", sizes,
@@ -361,10 +365,10 @@ Tensor<T> expand(const Tensor<T>& a, const std::vector<std::int64_t>& sizes) {
                 ") at non-singleton dimension ", d, "; target sizes ", sizes, ", tensor shape ", in);
     out[d] = static_cast<std::size_t>(sizes[d]);
   }
-  Array<T> y = empty_array<T>(out, "expand");
+  Array<T> y = empty_array<T>(out, op.name());
   gather_strided(a.value().data(), out, detail::broadcast_strides(in, out), y.data());
-  return make_result<T>(
-      "expand", std::move(y), {a},
+  return op.result<T>(
+      std::move(y), {a},
       [](Node<T>& node) { node.input(0).accumulate_grad(sum_to(std::move(node.grad), node.input_shape(0))); },
       [](const BackwardArgs<T>& args) { return std::vector<Tensor<T>>{sum_to(args.grad(), args.input_shape(0))}; });
 }
@@ -373,11 +377,11 @@ Tensor<T> expand(const Tensor<T>& a, const std::vector<std::int64_t>& sizes) {
 
 template <class T>
 Tensor<T> cat(const std::vector<Tensor<T>>& tensors, std::int64_t dim) {
-  XGRAD_PROFILE_OP("cat");
+  const OpScope op(OpKind::cat);
   XGRAD_CHECK(!tensors.empty(), "cat: expected a non-empty list of tensors");
   const Shape first = tensors[0].shape();
   XGRAD_CHECK(!first.empty(), "cat: zero-dimensional tensor (at position 0) cannot be concatenated");
-  const std::size_t k = normalize_dim(dim, first.size(), "cat");
+  const std::size_t k = normalize_dim(dim, first.size(), op.name());
   const std::size_t outer = numel(first, 0, k), inner = numel(first, k + 1, first.size());
   Shape out = first;
   out[k] = 0;
@@ -391,33 +395,33 @@ Tensor<T> cat(const std::vector<Tensor<T>>& tensors, std::int64_t dim) {
     out[k] += s[k];
     chunk.push_back(s[k] * inner);
   }
-  XGRAD_TRACE_NOTE("cat", {"dim", k});
-  return join<T>("cat", tensors, outer, std::move(chunk), out);
+  XGRAD_OP_NOTE(op, {"dim", k});
+  return join<T>(op, tensors, outer, std::move(chunk), out);
 }
 
 template <class T>
 Tensor<T> stack(const std::vector<Tensor<T>>& tensors, std::int64_t dim) {
-  XGRAD_PROFILE_OP("stack");
+  const OpScope op(OpKind::stack);
   XGRAD_CHECK(!tensors.empty(), "stack: expected a non-empty list of tensors");
   const Shape first = tensors[0].shape();
-  const std::size_t k = normalize_dim(dim, first.size() + 1, "stack");
+  const std::size_t k = normalize_dim(dim, first.size() + 1, op.name());
   for (std::size_t t = 1; t < tensors.size(); ++t)
     XGRAD_CHECK(tensors[t].shape() == first, "stack: expects each tensor to be equal size; tensor 0 has shape ",
                 first, " but tensor ", t, " has shape ", tensors[t].shape());
   Shape out = first;
   out.insert(out.begin() + k, tensors.size());
   const std::size_t inner = numel(first, k, first.size());
-  XGRAD_TRACE_NOTE("stack", {"dim", k});
-  return join<T>("stack", tensors, numel(first, 0, k), std::vector<std::size_t>(tensors.size(), inner), out);
+  XGRAD_OP_NOTE(op, {"dim", k});
+  return join<T>(op, tensors, numel(first, 0, k), std::vector<std::size_t>(tensors.size(), inner), out);
 }
 
 // ---- narrow, slice ------------------------------------------------------------------------------
 
 template <class T>
 Tensor<T> narrow(const Tensor<T>& a, std::int64_t dim, std::int64_t start, std::int64_t length) {
-  XGRAD_PROFILE_OP("narrow");
+  const OpScope op(OpKind::narrow);
   XGRAD_CHECK(a.dim() > 0, "narrow: cannot be applied to a 0-dim tensor");
-  const std::size_t k = normalize_dim(dim, a.dim(), "narrow");
+  const std::size_t k = normalize_dim(dim, a.dim(), op.name());
   const auto size = static_cast<std::int64_t>(a.shape()[k]);
   XGRAD_CHECK(start >= -size && start <= size, "narrow: start (", start, ") out of range for dimension ", k,
               " of size ", size, " (expected in [", -size, ", ", size, "])");
@@ -426,19 +430,19 @@ Tensor<T> narrow(const Tensor<T>& a, std::int64_t dim, std::int64_t start, std::
               size, ")");
   XGRAD_CHECK(length <= size - start, "narrow: start (", start, ") + length (", length, ") exceeds dimension ", k,
               " of size ", size);  // length <= size - start: start + length could overflow
-  return strided_slice<T>("narrow", a, k, static_cast<std::size_t>(start), static_cast<std::size_t>(length), 1);
+  return strided_slice<T>(op, a, k, static_cast<std::size_t>(start), static_cast<std::size_t>(length), 1);
 }
 
 template <class T>
 Tensor<T> slice(const Tensor<T>& a, std::int64_t dim, std::int64_t start, std::int64_t end, std::int64_t step) {
-  XGRAD_PROFILE_OP("slice");
+  const OpScope op(OpKind::slice);
   XGRAD_CHECK(a.dim() > 0, "slice: cannot be applied to a 0-dim tensor");
   XGRAD_CHECK(step >= 1, "slice: step must be positive, got ", step);
-  const std::size_t k = normalize_dim(dim, a.dim(), "slice");
+  const std::size_t k = normalize_dim(dim, a.dim(), op.name());
   const auto size = static_cast<std::int64_t>(a.shape()[k]);
   const std::int64_t b = clamp_bound(start, size), e = clamp_bound(end, size);
   const std::int64_t length = e > b ? (e - b - 1) / step + 1 : 0;  // ceil((e - b) / step); e - b + step overflows
-  return strided_slice<T>("slice", a, k, static_cast<std::size_t>(b), static_cast<std::size_t>(length),
+  return strided_slice<T>(op, a, k, static_cast<std::size_t>(b), static_cast<std::size_t>(length),
                           static_cast<std::size_t>(step));
 }
 

@@ -16,9 +16,8 @@
 #include <cmath>
 #include <limits>
 
+#include <xgrad/ops/op_scope.hpp>
 #include <xgrad/ops/ops.hpp>
-#include <xgrad/core/profiler.hpp>
-#include <xgrad/core/trace.hpp>
 #include <xgrad/backend/strided.hpp>
 
 namespace xgrad {
@@ -175,13 +174,14 @@ std::vector<Tensor<T>> softmax_formula(const BackwardArgs<T>& args, std::int64_t
 }
 
 template <class T>
-Tensor<T> softmax_impl(const char* op, const Tensor<T>& a, std::int64_t dim, bool log) {
+Tensor<T> softmax_impl(const OpScope& scope, const Tensor<T>& a, std::int64_t dim, bool log) {
+  const char* op = scope.name();
   const RowLayout L = row_layout(a.shape(), dim, op);
   Array<T> y = empty_array<T>(a.shape(), op);
   softmax_forward(a.value().data(), y.data(), L, log);
-  XGRAD_TRACE_NOTE(op, {"dim", dim});
-  return make_result<T>(
-      op, std::move(y), {a},
+  XGRAD_OP_NOTE(scope, {"dim", dim});
+  return scope.result<T>(
+      std::move(y), {a},
       [op, L, log](Node<T>& out) {
         if (!out.input_needs_grad(0)) return;
         Array<T> dx = empty_array<T>(out.output_value().shape(), op);
@@ -197,16 +197,16 @@ Tensor<T> softmax_impl(const char* op, const Tensor<T>& a, std::int64_t dim, boo
 // https://pytorch.org/docs/stable/generated/torch.nn.functional.softmax.html
 template <class T>
 Tensor<T> softmax(const Tensor<T>& a, std::int64_t dim) {
-  XGRAD_PROFILE_OP("softmax");
-  return softmax_impl(static_cast<const char*>("softmax"), a, dim, false);
+  const OpScope op(OpKind::softmax);
+  return softmax_impl(op, a, dim, false);
 }
 
 // y_j = x_j - max - log sum_k exp(x_k - max) along dim.
 // https://pytorch.org/docs/stable/generated/torch.nn.functional.log_softmax.html
 template <class T>
 Tensor<T> log_softmax(const Tensor<T>& a, std::int64_t dim) {
-  XGRAD_PROFILE_OP("log_softmax");
-  return softmax_impl(static_cast<const char*>("log_softmax"), a, dim, true);
+  const OpScope op(OpKind::log_softmax);
+  return softmax_impl(op, a, dim, true);
 }
 
 #define XGRAD_INSTANTIATE(T)                                 \

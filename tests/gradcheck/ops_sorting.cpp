@@ -1,22 +1,15 @@
-// The finite-difference checks of xgrad/ops/sampling.cpp (the gradcheck registry: registry.hpp).
+// The finite-difference checks of xgrad/ops/sorting.cpp (the gradcheck registry: registry.hpp).
 #include "registry.hpp"
 
 #include <algorithm>
 #include <cstdint>
-#include <functional>
-#include <memory>
-#include <optional>
-#include <string>
-#include <vector>
 
 #include <xgrad/ops/ops.hpp>
 
 // Finite-difference checks of its ops (see registry.hpp). Random normal
 // inputs have no ties, so no finite-difference step reorders topk's or sort's values.
-XGRAD_GRADCHECKS(ops_sampling) {
+XGRAD_GRADCHECKS(ops_sorting) {
   using namespace xgrad::gradcheck_support;
-  checks.add(unary("tril", "tril(x, -1) over (L, D)", [](const T64& a) { return xgrad::tril(a, -1); }));
-  checks.add(unary("triu", "triu(x, 1) over (L, D)", [](const T64& a) { return xgrad::triu(a, 1); }));
   // k = 2, or the size of the dim when smaller (the tool's sizes are flags).
   checks.add(unary("topk", "topk(x, 2, -1).values",
                    [](const T64& a) { return xgrad::topk(a, std::min<std::int64_t>(2, a.size(-1)), -1).first; }));

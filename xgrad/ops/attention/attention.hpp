@@ -64,10 +64,10 @@ AttentionMask<T> normalize_attention_mask(const Shape& target, const AttnMask<T>
 template <class T>
 struct AttentionArgs {
   AttentionMask<T> mask;
-  double dropout_p = 0.0;             // on the probabilities; in [0, 1]
-  std::optional<double> scale;        // default 1 / sqrt(E)
-  bool need_weights = false;          // also return the probabilities (after dropout)
-  Generator* generator = nullptr;     // dropout's (one seed drawn per call); the default one when null
+  double dropout_p = 0.0;          // on the probabilities; in [0, 1]
+  std::optional<double> scale;     // default 1 / sqrt(E)
+  bool need_weights = false;       // also return the probabilities (after dropout)
+  Generator* generator = nullptr;  // dropout's (one seed drawn per call); the default one when null
 };
 
 // q (lead..., L, E), k (lead..., S, E), v (lead..., S, Ev) -> (out (lead..., L, Ev),

@@ -33,7 +33,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
-#include <xgrad/ops/attention_kernels.hpp>
+#include <xgrad/ops/attention/attention_kernels.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -110,8 +110,8 @@ void tiled_forward(const Mat<T*>& out, const RowStats<T*>& stats, const Qkv<cons
       for (std::size_t j0 = 0; j0 < j_end; j0 += t.k) {
         const std::size_t cols = std::min(t.k, j_end - j0);
         // A = scale * q_i k_j^T
-        detail::gemm_autocast<T>(bf16, false, true, rows, cols, E, alpha, q, in.q.ld, in.k.row(b, j0), in.k.ld,
-                                 T(0), a.data(), cols);
+        detail::gemm_autocast<T>(bf16, false, true, rows, cols, E, alpha, q, in.q.ld, in.k.row(b, j0), in.k.ld, T(0),
+                                 a.data(), cols);
         for (std::size_t r = 0; r < rows; ++r) {
           T* row = a.data() + r * cols;
           const std::size_t i = i0 + r;
@@ -194,11 +194,11 @@ void tiled_backward(const Qkv<T*>& d, const Mat<const T*>& dout, const Mat<const
           const T* q = in.q.row(b, i0);
           const T* dO = dout.row(b, i0);
           // A = scale * q_i k_j^T;  dPd = dO_i v_j^T
-          detail::gemm_autocast<T>(bf16, false, true, rows, cols, E, alpha, q, in.q.ld, in.k.row(b, j0), in.k.ld,
-                                   T(0), p.data(), cols);
+          detail::gemm_autocast<T>(bf16, false, true, rows, cols, E, alpha, q, in.q.ld, in.k.row(b, j0), in.k.ld, T(0),
+                                   p.data(), cols);
           if (need_scores)
-            detail::gemm_autocast<T>(bf16, false, true, rows, cols, Ev, T(1), dO, dout.ld, in.v.row(b, j0),
-                                     in.v.ld, T(0), dp.data(), cols);
+            detail::gemm_autocast<T>(bf16, false, true, rows, cols, Ev, T(1), dO, dout.ld, in.v.row(b, j0), in.v.ld,
+                                     T(0), dp.data(), cols);
           for (std::size_t r = 0; r < rows; ++r) {
             const std::size_t i = i0 + r;
             T* pr = p.data() + r * cols;

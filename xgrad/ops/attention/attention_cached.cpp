@@ -3,7 +3,7 @@
 // queries of a KV cache's decode step against its S = start + t keys, two gemms per batch-head over
 // the cache's buffers, the probabilities by the rule the other paths follow (attention_kernels.hpp).
 // Inference only: no node is recorded.
-#include <xgrad/ops/attention_kernels.hpp>
+#include <xgrad/ops/attention/attention_kernels.hpp>
 
 #include <algorithm>
 #include <cmath>

@@ -29,9 +29,8 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
-#include <xgrad/ops/attention_kernels.hpp>
-#include <xgrad/core/profiler.hpp>
-#include <xgrad/core/trace.hpp>
+#include <xgrad/ops/attention/attention_kernels.hpp>
+#include <xgrad/ops/op_scope.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -182,8 +181,8 @@ namespace {
 constexpr const char* kOp = detail::kAttentionOp;
 
 using Dims = detail::AttentionDims;
-using detail::Mat;
 using detail::MaskView;
+using detail::Mat;
 using detail::NodeLayout;
 using detail::Place;
 using detail::Qkv;
@@ -211,8 +210,8 @@ void attention_forward(const Mat<T*>& out, const Mat<T*>& w, T* P, const Qkv<con
     for (std::size_t b = b0; b < b1; ++b) {
       T* pb = P + b * L * S;
       // A = scale * q k^T
-      detail::gemm_autocast<T>(bf16, false, true, L, S, E, alpha, in.q.at(b), in.q.ld, in.k.at(b), in.k.ld, T(0),
-                               pb, S);
+      detail::gemm_autocast<T>(bf16, false, true, L, S, E, alpha, in.q.at(b), in.q.ld, in.k.at(b), in.k.ld, T(0), pb,
+                               S);
       for (std::size_t i = 0; i < L; ++i) {
         T* row = pb + i * S;
         // A += M
@@ -273,8 +272,8 @@ void attention_backward(const Qkv<T*>& d, const Mat<const T*>& dout, const Mat<c
       }
       if (!need_scores) continue;
       // dPd = dO v^T + dW                       <- O = Pd v;  W = Pd
-      detail::gemm_autocast<T>(bf16, false, true, L, S, Ev, T(1), dOb, dout.ld, in.v.at(b), in.v.ld, T(0),
-                               dA.data(), S);
+      detail::gemm_autocast<T>(bf16, false, true, L, S, Ev, T(1), dOb, dout.ld, in.v.at(b), in.v.ld, T(0), dA.data(),
+                               S);
       const T* dWb = dw.base ? dw.at(b) : nullptr;
       for (std::size_t i = 0; i < L; ++i) {
         T* g = dA.data() + i * S;
@@ -469,8 +468,8 @@ Layout layout_of(const QkvShapes& got) {
   const std::size_t nd = sq.size();
   XGRAD_CHECK(nd >= 2 && sk.size() == nd && sv.size() == nd, kOp,
               ": expected q (..., L, E), k (..., S, E) and v (..., S, Ev) of the same rank, at least 2, got ", got);
-  XGRAD_CHECK(std::equal(sq.begin(), sq.end() - 2, sk.begin()) && std::equal(sq.begin(), sq.end() - 2, sv.begin()),
-              kOp, ": q, k and v must have equal leading dims, got ", got);
+  XGRAD_CHECK(std::equal(sq.begin(), sq.end() - 2, sk.begin()) && std::equal(sq.begin(), sq.end() - 2, sv.begin()), kOp,
+              ": q, k and v must have equal leading dims, got ", got);
   XGRAD_CHECK(sk[nd - 1] == sq[nd - 1], kOp, ": q and k must have the same embedding size E, got ", got);
   XGRAD_CHECK(sv[nd - 2] == sk[nd - 2], kOp, ": k and v must have the same sequence length S, got ", got);
   XGRAD_CHECK(sq[nd - 1] > 0, kOp, ": the embedding size E must be positive, got ", got);
@@ -480,15 +479,13 @@ Layout layout_of(const QkvShapes& got) {
 }
 
 void check_dropout(double dropout_p) {
-  XGRAD_CHECK(dropout_p >= 0.0 && dropout_p <= 1.0, kOp, ": dropout_p has to be between 0 and 1, but got ",
-              dropout_p);
+  XGRAD_CHECK(dropout_p >= 0.0 && dropout_p <= 1.0, kOp, ": dropout_p has to be between 0 and 1, but got ", dropout_p);
 }
 
 // scaled_dot_product_attention's arguments -> the op's.
 template <class T>
-detail::AttentionArgs<T> sdpa_args(const Layout& layout, const AttnMask<T>& attn_mask, double dropout_p,
-                                   bool is_causal, std::optional<double> scale, Generator* generator,
-                                   const QkvShapes& got) {
+detail::AttentionArgs<T> sdpa_args(const Layout& layout, const AttnMask<T>& attn_mask, double dropout_p, bool is_causal,
+                                   std::optional<double> scale, Generator* generator, const QkvShapes& got) {
   XGRAD_CHECK(!(is_causal && !attn_mask.empty()), kOp, ": explicit attn_mask should not be set when is_causal=true (",
               got, ")");
   check_dropout(dropout_p);
@@ -538,8 +535,9 @@ std::pair<Tensor<T>, Tensor<T>> detail::attention_heads(const std::vector<Tensor
                 " and ", projections[0].shape());
     columns += p.size(-1);
   }
-  XGRAD_CHECK(H > 0 && columns % (3 * H) == 0 && columns > 0, op, ": the projections' last dims must sum to 3 E with E ",
-              "a positive multiple of num_heads=", H, ", got ", columns);
+  XGRAD_CHECK(H > 0 && columns % (3 * H) == 0 && columns > 0, op,
+              ": the projections' last dims must sum to 3 E with E ", "a positive multiple of num_heads=", H, ", got ",
+              columns);
   check_dropout(args.dropout_p);
   const std::size_t E = columns / 3, d = E / H, N = projections[0].size(nd);
   // Block x (q, k, v) is columns [x E, (x+1) E) of the concatenated projections: find its input.
@@ -583,26 +581,28 @@ template <class T>
 Tensor<T> scaled_dot_product_attention(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v,
                                        const AttnMask<T>& attn_mask, double dropout_p, bool is_causal,
                                        std::optional<double> scale, Generator* generator) {
-  XGRAD_PROFILE_OP("scaled_dot_product_attention");
+  const OpScope op(OpKind::scaled_dot_product_attention);
   const Shape sq = q.shape(), sk = k.shape(), sv = v.shape();
   const QkvShapes got{sq, sk, sv};
   const Layout layout = layout_of(got);
-  trace::Composite<T> traced("scaled_dot_product_attention", {q, k, v},
-                             {trace::Arg::mask("attn_mask", attn_mask), {"dropout_p", dropout_p},
-                              {"is_causal", is_causal}, scale ? trace::Arg("scale", *scale) : trace::Arg("scale")});
+  trace::Composite<T> traced(op.kind(), {q, k, v},
+                             {trace::Arg::mask("attn_mask", attn_mask),
+                              {"dropout_p", dropout_p},
+                              {"is_causal", is_causal},
+                              scale ? trace::Arg("scale", *scale) : trace::Arg("scale")});
   Tensor<T> out = attention_node<T>({q, k, v}, contiguous_layout(layout, false),
                                     sdpa_args(layout, attn_mask, dropout_p, is_causal, scale, generator, got));
   traced.finish({out});
   return out;
 }
 
-#define XGRAD_INSTANTIATE(T)                                                                                   \
-  template std::pair<Tensor<T>, Tensor<T>> detail::attention<T>(const Tensor<T>&, const Tensor<T>&,           \
-                                                                const Tensor<T>&, const AttentionArgs<T>&);    \
-  template std::pair<Tensor<T>, Tensor<T>> detail::attention_heads<T>(const std::vector<Tensor<T>>&,          \
-                                                                      std::size_t, bool, const AttentionArgs<T>&); \
-  template Tensor<T> scaled_dot_product_attention<T>(const Tensor<T>&, const Tensor<T>&, const Tensor<T>&,      \
-                                                     const AttnMask<T>&, double, bool, std::optional<double>,  \
+#define XGRAD_INSTANTIATE(T)                                                                                          \
+  template std::pair<Tensor<T>, Tensor<T>> detail::attention<T>(const Tensor<T>&, const Tensor<T>&, const Tensor<T>&, \
+                                                                const AttentionArgs<T>&);                             \
+  template std::pair<Tensor<T>, Tensor<T>> detail::attention_heads<T>(const std::vector<Tensor<T>>&, std::size_t,     \
+                                                                      bool, const AttentionArgs<T>&);                 \
+  template Tensor<T> scaled_dot_product_attention<T>(const Tensor<T>&, const Tensor<T>&, const Tensor<T>&,            \
+                                                     const AttnMask<T>&, double, bool, std::optional<double>,         \
                                                      Generator*);
 XGRAD_INSTANTIATE(float)
 XGRAD_INSTANTIATE(double)

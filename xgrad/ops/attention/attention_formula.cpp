@@ -21,7 +21,7 @@
 // The kernels' care for Inf and NaN (zeros pass nothing: attention_kernels.hpp) is not repeated
 // here: in the products a zero times a NaN or Inf (a masked key's, a value row's) gives NaN, as
 // IEEE has it.
-#include <xgrad/ops/attention_kernels.hpp>
+#include <xgrad/ops/attention/attention_kernels.hpp>
 
 #include <algorithm>
 #include <cstdint>

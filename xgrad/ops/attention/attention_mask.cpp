@@ -1,7 +1,7 @@
 // The attention mask normaliser (attention.hpp): every mask kind F.scaled_dot_product_attention and
 // nn.MultiheadAttention take (bool or float, 2-D or 3-D attn_mask, key_padding_mask, is_causal)
 // -> the one AttentionMask the fused kernels in attention.cpp read.
-#include <xgrad/ops/attention.hpp>
+#include <xgrad/ops/attention/attention.hpp>
 
 #include <algorithm>
 #include <limits>
@@ -126,8 +126,8 @@ detail::AttentionMask<T> detail::normalize_attention_mask(const Shape& target, c
   return out;
 }
 
-#define XGRAD_INSTANTIATE(T)                                                                               \
-  template struct detail::AttentionMask<T>;                                                                \
+#define XGRAD_INSTANTIATE(T)                                                                              \
+  template struct detail::AttentionMask<T>;                                                               \
   template detail::AttentionMask<T> detail::normalize_attention_mask<T>(const Shape&, const AttnMask<T>&, \
                                                                         const AttnMask<T>&, bool);
 XGRAD_INSTANTIATE(float)

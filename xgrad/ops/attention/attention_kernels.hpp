@@ -20,11 +20,13 @@
 
 #include <xgrad/base/philox.hpp>
 #include <xgrad/base/random.hpp>
-#include <xgrad/ops/attention.hpp>
+#include <xgrad/core/op_kinds.hpp>
+#include <xgrad/ops/attention/attention.hpp>
 
 namespace xgrad::detail {
 
-inline constexpr const char* kAttentionOp = "scaled_dot_product_attention";
+// The name of the attention node and of its arrays' allocations.
+inline constexpr const char* kAttentionOp = op_name(OpKind::scaled_dot_product_attention).data();
 
 // Sizes of one call: B independent batches (one head of one sequence each), each with
 // q (L, E), k (S, E), v (S, Ev).
@@ -64,8 +66,10 @@ struct MaskView {
 
   MaskView(const AttentionMask<T>& m, std::size_t L, std::size_t S_) : S(S_), causal(m.is_causal) {
     if (m.mask.empty()) return;
-    if (m.mask.is_bool()) bool_mask = m.mask.bool_mask().data();
-    else float_mask = m.mask.float_mask().data();
+    if (m.mask.is_bool())
+      bool_mask = m.mask.bool_mask().data();
+    else
+      float_mask = m.mask.float_mask().data();
     batch_stride = m.per_batch() ? L * S : 0;
   }
 
