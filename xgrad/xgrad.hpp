@@ -17,6 +17,7 @@
 #include <xgrad/core/tensor.hpp>
 #include <xgrad/ops/ops.hpp>
 #include <xgrad/ops/sampling.hpp>
+#include <xgrad/ops/sum_to.hpp>
 #include <xgrad/nn/nn.hpp>
 #include <xgrad/models/gpt.hpp>
 #include <xgrad/models/hf_gpt2.hpp>

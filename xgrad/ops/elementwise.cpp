@@ -11,6 +11,7 @@
 
 #include <xgrad/ops/broadcast.hpp>
 #include <xgrad/ops/ops.hpp>
+#include <xgrad/ops/sum_to.hpp>
 #include <xgrad/core/profiler.hpp>
 #include <xgrad/core/trace.hpp>
 #include <xgrad/backend/parallel.hpp>

@@ -11,6 +11,7 @@
 
 #include <xgrad/ops/broadcast.hpp>
 #include <xgrad/ops/ops.hpp>
+#include <xgrad/ops/sum_to.hpp>
 #include <xgrad/backend/parallel_loops.hpp>
 #include <xgrad/backend/strided.hpp>
 #include <xgrad/base/warning.hpp>
