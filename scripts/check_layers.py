@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The floors of xgrad/ (docs/design.md, "Floors"), checked three ways:
 
-  includes  every #include of a file under xgrad/ names a file on its own floor or below;
+  includes  every #include of a file under xgrad/ names a file on its own floor or below, and
+            a folder's private header (FOLDER_PRIVATE) only from that folder;
   symbols   (--objects BUILD_DIR) every symbol an object file of xgrad/ calls or reads, when an
             object of another folder defines it (strongly: not an inline function or template
             instance, which its header brings), is defined on the caller's floor or below: this
@@ -51,6 +52,14 @@ FILE_FLOORS = {
     "xgrad/serialize/atomic_file.hpp": "base",
     "xgrad/serialize/atomic_file.cpp": "base",
     "xgrad/serialize/format_error.hpp": "base",
+}
+
+# Headers private to their folder: the engine's access to Node's private fields
+# (detail::Engine) and its modes are included by the engine's files in core/ alone, so that no op
+# or module reaches past Node's public part.
+FOLDER_PRIVATE = {
+    "xgrad/core/engine_access.hpp": "xgrad/core/",
+    "xgrad/core/backward_modes.hpp": "xgrad/core/",
 }
 
 # Namespaces that name a floor: a qualified name such as nn::Linear or xgrad::train::World in a
@@ -127,6 +136,8 @@ def check_includes(root, report):
             if not target.startswith("xgrad/"):
                 continue
             used = floor_of(target)
+            if target in FOLDER_PRIVATE and not rel.startswith(FOLDER_PRIVATE[target]):
+                report.errors.append(f"{rel}: includes {target}, private to {FOLDER_PRIVATE[target]}")
             if used not in FLOORS:
                 report.errors.append(f"{rel}: includes {target}, of no floor")
             elif used not in allowed:

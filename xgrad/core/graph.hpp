@@ -1,5 +1,5 @@
-// Building the graph: what every op calls to record its result and backward, and what the engine
-// runs (engine.cpp). A user's own op is easier to write as an autograd::Function (function.hpp).
+// Building the graph: what every op calls to record its result and backward (graph.cpp), and what
+// the engine runs (engine.cpp). A user's own op is easier to write as an autograd::Function (function.hpp).
 #pragma once
 
 #include <functional>
@@ -162,14 +162,3 @@ std::vector<Tensor<double>> grad(const Tensor<double>& output, const std::vector
                                  bool allow_unused = false);
 
 }  // namespace xgrad::autograd
-
-namespace xgrad {
-
-// Sums a (broadcast) gradient back to `shape`: the reverse of NumPy broadcasting.
-template <class T>
-Array<T> sum_to(const Array<T>& grad, const Shape& shape);
-// The same, taking the gradient over (no copy) when it already has `shape`.
-template <class T>
-Array<T> sum_to(Array<T>&& grad, const Shape& shape);
-
-}  // namespace xgrad

@@ -1,4 +1,4 @@
-// Internal (engine.cpp, tensor.cpp): the allocator every graph node is made with,
+// Internal (graph.cpp, history.cpp, tensor.cpp): the allocator every graph node is made with,
 // std::allocate_shared<Node<T>>(NodeAllocator<Node<T>>(), ...).
 //
 // A training step makes a few hundred nodes (each one block: the Node and its reference counts)

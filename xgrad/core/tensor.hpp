@@ -52,7 +52,7 @@ class RemovableHandle {
 };
 
 namespace detail {
-// The engine's access to a Node's private fields (engine.cpp).
+// The engine's access to a Node's private fields (engine_access.hpp).
 template <class T>
 struct Engine;
 }  // namespace detail

@@ -134,7 +134,7 @@ void function_output(const char* type_name, const Tensor<float>& output);
 
 inline bool active() { return detail::current != nullptr; }
 
-// make_result's report (engine.cpp).
+// make_result's report (graph.cpp).
 template <class T, class It>
 void record_result(const char* op, It first, It last, const Tensor<T>& result) {
   if constexpr (std::is_same_v<T, float>) {

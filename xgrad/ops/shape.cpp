@@ -8,6 +8,7 @@
 #include <xgrad/ops/broadcast.hpp>
 #include <xgrad/ops/op_scope.hpp>
 #include <xgrad/ops/ops.hpp>
+#include <xgrad/ops/sum_to.hpp>
 #include <xgrad/backend/parallel.hpp>
 #include <xgrad/backend/strided.hpp>
 
