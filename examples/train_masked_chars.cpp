@@ -151,29 +151,12 @@ int train_model(Config& c, const train::TrainerOptions& options, const Options& 
                                            .num_workers(std::size_t(o.workers))
                                            .generator(xgrad::Generator(c.seed + 1)),
                                        collate);
-  if (const xgrad::Checkpoint<float>* resumed = trainer.checkpoint()) {
-    const auto saved = data::DataLoaderState::from_string(resumed->metadata.at("data_loader"));
-    if (saved.dataset_size != train_lines.size())
-      throw train::Refused("cannot resume from " + options.ckpt_path +
-                           ": it was made with another word list than the "
-                           "one in " +
-                           c.words + " now (changed since?): expected " + std::to_string(saved.dataset_size) +
-                           " training words, got " + std::to_string(train_lines.size()) +
-                           "; resume with the word list the checkpoint was "
-                           "trained on, or start a new run without --resume");
-    loader.load_state_dict(saved);
-  }
-  const auto save_state = std::make_shared<train::LambdaCallback>();
-  save_state->save_checkpoint = [&](train::Trainer&, std::map<std::string, std::string>& metadata) {
-    metadata["data_loader"] = loader.state_dict().to_string();  // the loader's position
-  };
-  trainer.add_callback(save_state);
+  trainer.track("data_loader", loader);  // its position: saved in checkpoints, restored by fit()
   const auto loss = [&](int) {
     auto batch = loader.next();
     if (!batch) batch = loader.next();  // the next epoch
     const Masked m = mask_batch(*batch, c.mask_prob, xgrad::default_generator(), false);
-    return xgrad::cross_entropy(xgrad::reshape(model.forward(m.inputs, m.padding), {-1, kVocab}),
-                                IndexArray(xt::reshape_view(m.targets, {m.targets.size()})), kIgnore);
+    return train::lm_loss(model.forward(m.inputs, m.padding), m.targets, kIgnore);  // (B, L, kVocab), (B, L)
   };
   const auto validation = [&] { return accuracy(model, held_out); };
   if (const auto stopped = trainer.fit(model, optimizer, lr_schedule.get(), loss, validation)) return *stopped;

@@ -38,7 +38,6 @@
 namespace {
 
 using sort_digits::Batch;
-using xgrad::IndexArray;
 namespace train = xgrad::train;
 namespace cli = xgrad::train::cli;
 
@@ -128,8 +127,7 @@ int train_model(Config& c, train::TrainerOptions& options, const Outputs& out, t
   const auto loss = [&](int step) {
     const Batch batch = training_batch(c, task, step, held_out_keys, world);
     xgrad::AutocastGuard autocast(c.bf16);
-    return xgrad::cross_entropy(xgrad::reshape(forward(batch.tokens), {-1, c.vocab}),
-                                IndexArray(xt::reshape_view(batch.targets, {batch.targets.size()})));
+    return train::lm_loss(forward(batch.tokens), batch.targets);
   };
   const auto validation = [&] { return sort_digits::accuracy(*model, held_out, c.bf16, world).first; };
   if (const auto stopped = trainer.fit(*model, optimizer, lr_schedule.get(), loss, validation)) return *stopped;
