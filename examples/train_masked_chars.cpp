@@ -22,7 +22,6 @@
 #include "support/masked_chars.hpp"
 #include "support/output_paths.hpp"
 #include "support/plot.hpp"
-#include "support/schedule.hpp"
 
 namespace {
 
@@ -141,8 +140,8 @@ int train_model(Config& c, const train::TrainerOptions& options, const Options& 
   xgrad::optim::AdamW<float> optimizer(model.parameters(),
                                        xgrad::optim::AdamWOptions(c.lr).weight_decay(c.weight_decay));
   // lr/100 up to lr over the planned run's warmup (at least a step), then cosine down to 0.
-  const auto lr_schedule = schedule::warmup_cosine(
-      optimizer, std::max(1, schedule::warmup_steps(c.warmup, trainer.planned_steps())), trainer.max_steps());
+  const int warmup = std::max(1, std::min(c.warmup, trainer.planned_steps() - 1));
+  const auto lr_schedule = xgrad::optim::warmup_cosine_lr(optimizer, warmup, trainer.max_steps());
   auto loader = data::make_data_loader(std::make_shared<data::Subset<std::string>>(lines, train_lines),
                                        data::DataLoaderOptions()
                                            .batch_size(std::size_t(c.batch_size))

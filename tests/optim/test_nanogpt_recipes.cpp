@@ -1,11 +1,14 @@
-// nanoGPT's recipes in the library: warmup_cosine (train.py's get_lr as a LambdaLR factor), its
-// values at chosen steps against the formula worked by hand, and weight_decay_groups
-// (configure_optimizers), its groups' members on a small GPT.
+// nanoGPT's recipes in the library: warmup_cosine (train.py's get_lr as a LambdaLR factor) and
+// warmup_cosine_lr (the same shape from torch's schedules), their values at chosen steps against
+// the formulas worked by hand, and weight_decay_groups (configure_optimizers), its groups' members
+// on a small GPT.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <xgrad/xgrad.hpp>
 
@@ -45,6 +48,28 @@ TEST(WarmupCosine, DrivesLambdaLR) {
     EXPECT_DOUBLE_EQ(optimizer.param_groups()[0].options().get_lr(), 1e-3 * factor(step)) << "step " << step;
     schedule.step();
   }
+}
+
+// torch's schedules chained: lr 1, warmup 4 from 0.1, max_steps 14: 0.1 + 0.9 s / 4 for s < 4, then
+// (1 + cos(pi (s - 4) / 10)) / 2, 0 at step 14; no warmup: the cosine from step 0.
+TEST(WarmupCosineLR, ValuesAtChosenStepsMatchTheFormula) {
+  xgrad::nn::Linear<float> model(2, 1);
+  optim::SGD<float> optimizer(model.parameters(), optim::SGDOptions(1.0));
+  const auto schedule = optim::warmup_cosine_lr(optimizer, 4, 14, 0.1);
+  const auto lr = [&] { return optimizer.param_groups()[0].options().get_lr(); };
+  const std::vector<std::pair<int, double>> expected{
+      {0, 0.1}, {1, 0.325}, {3, 0.775}, {4, 1.0}, {6, 0.5 * (1 + std::cos(M_PI / 5))}, {9, 0.5}, {14, 0.0}};
+  for (int step = 0, i = 0; step <= 14; ++step, schedule->step()) {
+    if (i < int(expected.size()) && expected[std::size_t(i)].first == step) {
+      EXPECT_NEAR(lr(), expected[std::size_t(i)].second, 1e-12) << "step " << step;
+      ++i;
+    }
+  }
+  optim::SGD<float> plain(model.parameters(), optim::SGDOptions(1.0));
+  const auto cosine = optim::warmup_cosine_lr(plain, 0, 2);
+  EXPECT_DOUBLE_EQ(plain.param_groups()[0].options().get_lr(), 1.0);
+  cosine->step();
+  EXPECT_NEAR(plain.param_groups()[0].options().get_lr(), 0.5, 1e-12);
 }
 
 // The matrices and embeddings of a GPT decay, its biases and LayerNorm weights do not; every

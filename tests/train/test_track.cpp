@@ -34,7 +34,7 @@ struct Outcome {
 // 6 steps over batches of 4 of a shuffled dataset of `examples` (2 batches an epoch for 10), from
 // `resume` when not empty, stopped at `stop_at` when not 0.
 Outcome run_program(const fs::path& dir, Keep keep, const std::string& resume = "", int stop_at = 0,
-                std::size_t examples = 10) {
+                    std::size_t examples = 10) {
   train::Settings settings;
   train::TrainerOptions options;
   options.max_steps = 6;
