@@ -90,7 +90,7 @@ def split(seed):
 
 
 def lr_factor(step, a):
-    """train_gpt's lr_factor: linear warmup, then cosine to min_lr at the last step."""
+    """train_gpt's schedule (xgrad::optim::warmup_cosine): linear warmup, then cosine to min_lr at the last step."""
     warmup = min(a.warmup, a.iters - 1)
     if step < warmup:
         return (step + 1) / (warmup + 1)

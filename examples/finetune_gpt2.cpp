@@ -144,16 +144,15 @@ int run(Config& c, Options& o, const train::TrainerOptions& options, train::Sett
   auto loader = data::make_data_loader(
       windows, data::DataLoaderOptions().batch_size(B).drop_last(true).sampler(
                    std::make_shared<data::RandomSampler>(n_train - T, xgrad::Generator(c.seed + 1))));
-  if (resumed) loader.load_state_dict(data::DataLoaderState::from_string(resumed->metadata.at("data_loader")));
+  trainer.track("data_loader", loader);  // its position: saved in checkpoints, restored by fit()
 
-  xgrad::optim::AdamW<float> optimizer = hf_gpt2_model::adamw(model, c.lr, c.weight_decay, {0.9, 0.95});
+  const auto adamw = xgrad::optim::AdamWOptions(c.lr).betas({0.9, 0.95}).weight_decay(c.weight_decay);
+  xgrad::optim::AdamW<float> optimizer(xgrad::optim::weight_decay_groups(model.parameters(), adamw), adamw);
   // Warmup (the planned run's), then cosine to lr / 10 at the last step (of an extended run too).
   const int warmup = std::min(c.warmup, trainer.planned_steps() - 1), iters = trainer.max_steps();
-  xgrad::optim::LambdaLR<float> schedule(
-      optimizer, [warmup, iters](int step) { return hf_gpt2_model::lr_factor(step, warmup, iters, 0.1); });
+  xgrad::optim::LambdaLR<float> schedule(optimizer, xgrad::optim::warmup_cosine(warmup, iters, 0.1));
   const auto saver = std::make_shared<train::LambdaCallback>();
   saver->save_checkpoint = [&](train::Trainer&, std::map<std::string, std::string>& metadata) {
-    metadata["data_loader"] = loader.state_dict().to_string();
     metadata["tokens"] = std::to_string(n);
   };
   trainer.add_callback(saver);
@@ -175,7 +174,7 @@ int run(Config& c, Options& o, const train::TrainerOptions& options, train::Sett
     last = now;
     auto batch = loader.next();
     if (!batch) batch = loader.next();  // the next epoch
-    return hf_gpt2_model::lm_loss(model, *batch);
+    return train::lm_loss(model.forward(batch->x), batch->y);
   };
   const auto held_out = [&] {
     last = -1;
@@ -186,7 +185,8 @@ int run(Config& c, Options& o, const train::TrainerOptions& options, train::Sett
       std::vector<std::size_t> offsets;
       for (std::size_t j = 0; j < B; ++j)
         offsets.push_back(n_train + (i * B + j) * (n_val - T - 1) / std::max<std::size_t>(1, windows_in_all - 1));
-      sum += double(hf_gpt2_model::lm_loss(model, windows->batch(offsets)).item());
+      const data::TokenBatch batch = windows->batch(offsets);
+      sum += double(train::lm_loss(model.forward(batch.x), batch.y).item());
     }
     model.train();
     return sum / c.eval_iters;

@@ -25,7 +25,6 @@
 
 #include "support/files.hpp"
 #include "support/gpt_text.hpp"
-#include "support/hf_gpt2_model.hpp"
 #include "support/output_paths.hpp"
 #include "support/plot.hpp"
 #include "support/sampling_flags.hpp"
@@ -168,11 +167,10 @@ int train_model(Config& c, const Sampling& sampling, train::TrainerOptions& opti
   Model& model = *model_ptr;
   if (!c.init_weights.empty()) files::load_weights("--init-weights", c.init_weights, model);
   const train::DataParallel<Model> forward(model_ptr, world);  // DDP over several ranks
-  auto optimizer = hf_gpt2_model::adamw(model, c.lr, c.weight_decay, {0.9, 0.99});
+  const auto adamw = xgrad::optim::AdamWOptions(c.lr).betas({0.9, 0.99}).weight_decay(c.weight_decay);
+  xgrad::optim::AdamW<float> optimizer(xgrad::optim::weight_decay_groups(model.parameters(), adamw), adamw);
   const int warmup = std::max(0, std::min(c.warmup, trainer.planned_steps() - 1)), steps = trainer.max_steps();
-  xgrad::optim::LambdaLR<float> schedule(optimizer, [&c, warmup, steps](int step) {
-    return hf_gpt2_model::lr_factor(step, warmup, steps, c.min_lr / c.lr);
-  });
+  xgrad::optim::LambdaLR<float> schedule(optimizer, xgrad::optim::warmup_cosine(warmup, steps, c.min_lr / c.lr));
 
   // Windows at random offsets of the training tokens (drawn with replacement: nothing per window).
   const auto windows = std::make_shared<data::TokenWindowDataset>(t.train, T);
@@ -181,11 +179,10 @@ int train_model(Config& c, const Sampling& sampling, train::TrainerOptions& opti
       std::make_shared<data::RandomSampler>(windows->size(), xgrad::Generator(c.seed + 1), true, B * 1000);
   auto loader =
       data::make_data_loader(windows, data::DataLoaderOptions().batch_size(B).drop_last(true).sampler(sampler));
-  if (resumed) loader.load_state_dict(data::DataLoaderState::from_string(resumed->metadata.at("data_loader")));
+  trainer.track("data_loader", loader);  // its position: saved in checkpoints, restored by fit()
   trainer.options().metric.format = [&t](double loss) { return gpt_text::describe_loss(t, loss); };
   const auto save_state = std::make_shared<train::LambdaCallback>();
   save_state->save_checkpoint = [&](train::Trainer&, std::map<std::string, std::string>& metadata) {
-    metadata["data_loader"] = loader.state_dict().to_string();
     metadata["text_hash"] = t.hash;                  // for --resume
     metadata["tokenizer"] = t.tokenizer->to_json();  // when the file beside the checkpoint is missing
     if (world.is_main()) t.tokenizer->save(gpt_text::tokenizer_path(checkpoint));  // for --resume, --sample
@@ -209,7 +206,7 @@ int train_model(Config& c, const Sampling& sampling, train::TrainerOptions& opti
     if (!batch) batch = loader.next();  // the next epoch
     const data::TokenBatch mine = gpt_text::rows_of_rank(*batch, world);
     xgrad::AutocastGuard autocast(c.bf16);
-    return gpt_text::lm_loss(forward(mine.x), mine.y);
+    return train::lm_loss(forward(mine.x), mine.y);
   };
   const auto evaluate = [&] { return gpt_text::held_out_loss(model, held, B, c.eval_iters, c.bf16, world); };
   if (const auto stopped = trainer.fit(model, optimizer, &schedule, step, evaluate)) return *stopped;

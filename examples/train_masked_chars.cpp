@@ -22,7 +22,6 @@
 #include "support/masked_chars.hpp"
 #include "support/output_paths.hpp"
 #include "support/plot.hpp"
-#include "support/schedule.hpp"
 
 namespace {
 
@@ -141,8 +140,8 @@ int train_model(Config& c, const train::TrainerOptions& options, const Options& 
   xgrad::optim::AdamW<float> optimizer(model.parameters(),
                                        xgrad::optim::AdamWOptions(c.lr).weight_decay(c.weight_decay));
   // lr/100 up to lr over the planned run's warmup (at least a step), then cosine down to 0.
-  const auto lr_schedule = schedule::warmup_cosine(
-      optimizer, std::max(1, schedule::warmup_steps(c.warmup, trainer.planned_steps())), trainer.max_steps());
+  const int warmup = std::max(1, std::min(c.warmup, trainer.planned_steps() - 1));
+  const auto lr_schedule = xgrad::optim::warmup_cosine_lr(optimizer, warmup, trainer.max_steps());
   auto loader = data::make_data_loader(std::make_shared<data::Subset<std::string>>(lines, train_lines),
                                        data::DataLoaderOptions()
                                            .batch_size(std::size_t(c.batch_size))
@@ -151,29 +150,12 @@ int train_model(Config& c, const train::TrainerOptions& options, const Options& 
                                            .num_workers(std::size_t(o.workers))
                                            .generator(xgrad::Generator(c.seed + 1)),
                                        collate);
-  if (const xgrad::Checkpoint<float>* resumed = trainer.checkpoint()) {
-    const auto saved = data::DataLoaderState::from_string(resumed->metadata.at("data_loader"));
-    if (saved.dataset_size != train_lines.size())
-      throw train::Refused("cannot resume from " + options.ckpt_path +
-                           ": it was made with another word list than the "
-                           "one in " +
-                           c.words + " now (changed since?): expected " + std::to_string(saved.dataset_size) +
-                           " training words, got " + std::to_string(train_lines.size()) +
-                           "; resume with the word list the checkpoint was "
-                           "trained on, or start a new run without --resume");
-    loader.load_state_dict(saved);
-  }
-  const auto save_state = std::make_shared<train::LambdaCallback>();
-  save_state->save_checkpoint = [&](train::Trainer&, std::map<std::string, std::string>& metadata) {
-    metadata["data_loader"] = loader.state_dict().to_string();  // the loader's position
-  };
-  trainer.add_callback(save_state);
+  trainer.track("data_loader", loader);  // its position: saved in checkpoints, restored by fit()
   const auto loss = [&](int) {
     auto batch = loader.next();
     if (!batch) batch = loader.next();  // the next epoch
     const Masked m = mask_batch(*batch, c.mask_prob, xgrad::default_generator(), false);
-    return xgrad::cross_entropy(xgrad::reshape(model.forward(m.inputs, m.padding), {-1, kVocab}),
-                                IndexArray(xt::reshape_view(m.targets, {m.targets.size()})), kIgnore);
+    return train::lm_loss(model.forward(m.inputs, m.padding), m.targets, kIgnore);  // (B, L, kVocab), (B, L)
   };
   const auto validation = [&] { return accuracy(model, held_out); };
   if (const auto stopped = trainer.fit(model, optimizer, lr_schedule.get(), loss, validation)) return *stopped;

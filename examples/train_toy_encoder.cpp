@@ -2,12 +2,13 @@
 // them, --task reverse): 8 digits in, the same digits in ascending order out, one prediction per
 // position (the task and the model: support/sort_digits.hpp).
 //
-// AdamW with a linear warmup then cosine decay (support/schedule.hpp), gradient clipping. Accuracy
-// is measured on held-out sequences that the training batches never contain. The run is
-// xgrad::train::Trainer's: the loop, the progress line, the CSV (step,loss,val_accuracy,lr,elapsed),
-// the checkpoints (every --checkpoint-interval steps, at the end and on Ctrl-C), --resume (bit for
-// bit), a larger --steps extending a run, and the output paths checked before training. --bf16
-// runs the forward passes under xgrad::AutocastGuard (bf16 gemms, fp32 everything else).
+// AdamW with a linear warmup then cosine decay (xgrad::optim::warmup_cosine_lr), gradient
+// clipping. Accuracy is measured on held-out sequences that the training batches never contain.
+// The run is xgrad::train::Trainer's: the loop, the progress line, the CSV
+// (step,loss,val_accuracy,lr,elapsed), the checkpoints (every --checkpoint-interval steps, at the
+// end and on Ctrl-C), --resume (bit for bit), a larger --steps extending a run, and the output
+// paths checked before training. --bf16 runs the forward passes under xgrad::AutocastGuard (bf16 gemms, fp32 everything
+// else).
 //
 // Under `mpirun -np N` (a build with XGRAD_WITH_MPI), data-parallel: every rank draws the same
 // global batch of --batch-size sequences and trains on its N-th of the rows (--batch-size must be
@@ -19,6 +20,7 @@
 //
 //   mpirun -np 2 build/release/examples/train_toy_encoder            (as root: --allow-run-as-root)
 //   train_toy_encoder --resume toy_encoder.ckpt --export-onnx toy.onnx   (export only, ~1 s)
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -32,13 +34,11 @@
 
 #include "support/output_paths.hpp"
 #include "support/plot.hpp"
-#include "support/schedule.hpp"
 #include "support/sort_digits.hpp"
 
 namespace {
 
 using sort_digits::Batch;
-using xgrad::IndexArray;
 namespace train = xgrad::train;
 namespace cli = xgrad::train::cli;
 
@@ -107,8 +107,9 @@ int train_model(Config& c, train::TrainerOptions& options, const Outputs& out, t
   const train::DataParallel<sort_digits::ToyEncoder> forward(model, world);  // DDP over several ranks
   xgrad::optim::AdamW<float> optimizer(model->parameters(),
                                        xgrad::optim::AdamWOptions(c.lr).weight_decay(c.weight_decay));
-  const int warmup = schedule::warmup_steps(c.warmup, trainer.planned_steps());
-  const auto lr_schedule = schedule::warmup_cosine(optimizer, warmup, trainer.max_steps());
+  // The planned run's warmup (an extended run keeps it), at most planned - 1: the cosine needs a step.
+  const int warmup = std::max(0, std::min(c.warmup, trainer.planned_steps() - 1));
+  const auto lr_schedule = xgrad::optim::warmup_cosine_lr(optimizer, warmup, trainer.max_steps());
   std::size_t count = 0;
   for (const auto& p : model->parameters()) count += p.numel();
   if (world.is_main()) {
@@ -128,8 +129,7 @@ int train_model(Config& c, train::TrainerOptions& options, const Outputs& out, t
   const auto loss = [&](int step) {
     const Batch batch = training_batch(c, task, step, held_out_keys, world);
     xgrad::AutocastGuard autocast(c.bf16);
-    return xgrad::cross_entropy(xgrad::reshape(forward(batch.tokens), {-1, c.vocab}),
-                                IndexArray(xt::reshape_view(batch.targets, {batch.targets.size()})));
+    return train::lm_loss(forward(batch.tokens), batch.targets);
   };
   const auto validation = [&] { return sort_digits::accuracy(*model, held_out, c.bf16, world).first; };
   if (const auto stopped = trainer.fit(*model, optimizer, lr_schedule.get(), loss, validation)) return *stopped;

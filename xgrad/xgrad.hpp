@@ -26,4 +26,5 @@
 #include <xgrad/serialize/serialize.hpp>
 #include <xgrad/text/bpe.hpp>
 #include <xgrad/text/bpe_trainer.hpp>
+#include <xgrad/train/lm_loss.hpp>
 #include <xgrad/train/trainer.hpp>

@@ -242,12 +242,6 @@ inline xgrad::data::TokenBatch rows_of_rank(const xgrad::data::TokenBatch& b, co
           xgrad::IndexArray(xt::view(b.y, xt::range(first, last), xt::all()))};
 }
 
-// The language model's loss on a batch: cross-entropy of the logits against y, every position.
-inline xgrad::Tensor<float> lm_loss(const xgrad::Tensor<float>& logits, const xgrad::IndexArray& y) {
-  return xgrad::cross_entropy(xgrad::reshape(logits, {-1, logits.size(-1)}),
-                              xgrad::IndexArray(xt::reshape_view(y, {y.size()})));
-}
-
 // `n` windows of `length` tokens (at most the block size) spread evenly over `windows`' tokens,
 // the first at 0 and the last at the end.
 inline xgrad::IndexArray spread(const xgrad::data::TokenWindowDataset& windows, std::size_t n, std::size_t length) {
@@ -270,7 +264,7 @@ inline double held_out_loss(xgrad::models::GPT<float>& model, const xgrad::data:
     for (std::size_t j = 0; j < B; ++j)
       starts[j] = (std::size_t(i) * B + j) * span / std::max<std::size_t>(1, windows - 1);
     const xgrad::data::TokenBatch b = held.batch(starts);
-    sums[0] += double(lm_loss(model.forward(b.x), b.y).item()) * double(B), sums[1] += double(B);
+    sums[0] += double(xgrad::train::lm_loss(model.forward(b.x), b.y).item()) * double(B), sums[1] += double(B);
   }
   world.all_reduce_sum(sums, 2);
   model.train();

@@ -21,8 +21,9 @@ class Callback {
   virtual void on_train_batch_end(Trainer& trainer, int step, double loss);
   // After each evaluation, once its CSV row and progress line are written.
   virtual void on_validation_end(Trainer& trainer, const Metrics& metrics);
-  // Before each checkpoint is written: add the program's own state (a DataLoader's position) to
-  // `metadata`. The Trainer's keys are read-only: changing, removing or adding a "config." key or
+  // Before each checkpoint is written: add the program's own values to `metadata` (a state with
+  // state_dict/load_state_dict, a DataLoader's position, is Trainer::track's to save and restore).
+  // The Trainer's keys, and those of track(), are read-only: changing, removing or adding a "config." key or
   // one of the loop's own (loss_sum, loss_count, accuracy, elapsed, max_steps, planned_steps,
   // world_size, rank_generators) throws std::invalid_argument naming the key, and nothing is
   // written.

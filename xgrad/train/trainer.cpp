@@ -31,6 +31,15 @@ constexpr const char* kWorldSizeKey = "world_size";
 constexpr const char* kMaxStepsKey = "max_steps";
 constexpr const char* kPlannedStepsKey = "planned_steps";
 
+// The keys of a checkpoint's metadata that are the Trainer's: the settings, the loop's state
+// (metadata_of), and the world size and the ranks' generators that save() adds.
+bool is_trainer_key(const std::string& key) {
+  for (const char* own : {"loss_sum", "loss_count", "accuracy", "elapsed", kWorldSizeKey, xgrad::kRankGeneratorsKey,
+                          kMaxStepsKey, kPlannedStepsKey})
+    if (key == own) return true;
+  return key.rfind("config.", 0) == 0;
+}
+
 // Prints `message` and returns `status`; in a world of several ranks, ends the whole job first.
 int fail(World& world, const std::string& message, int status) {
   std::fflush(stdout);
@@ -362,6 +371,7 @@ std::optional<int> Trainer::fit(xgrad::nn::Module<float>& model, optim::Optimize
     for (auto& group : optimizer.param_groups()) fresh_lrs.push_back(group.options().get_lr());
     const optim::LRSchedulerState fresh = schedule ? schedule->state() : optim::LRSchedulerState{};
     restore();
+    restore_tracked();
     if (extended) {
       // A schedule built for the new max_steps, at the checkpoint's step: the lr of a run planned
       // that long from the start (the optimizer's moments stay the checkpoint's).
@@ -371,6 +381,35 @@ std::optional<int> Trainer::fit(xgrad::nn::Module<float>& model, optim::Optimize
     }
   }
   return loop(training_step, validation_step);
+}
+
+void Trainer::track_state(const std::string& name, std::function<std::string()> save,
+                          std::function<void(const std::string&)> load) {
+  if (fitted_) throw std::logic_error("Trainer::track('" + name + "'): expected before fit() (it restores the state)");
+  if (name.empty()) throw std::invalid_argument("Trainer::track: expected a name (its checkpoint key), got ''");
+  if (is_trainer_key(name))
+    throw std::invalid_argument("Trainer::track('" + name +
+                                "'): the name is a checkpoint key of the Trainer's own (config.*, the loop's state): "
+                                "expected a key of the program's own");
+  for (const Tracked& t : tracked_)
+    if (t.name == name) throw std::invalid_argument("Trainer::track('" + name + "'): the name is tracked already");
+  tracked_.push_back({name, std::move(save), std::move(load)});
+}
+
+// Every tracked state from checkpoint_.
+void Trainer::restore_tracked() {
+  const std::string& path = options_.ckpt_path;
+  for (const Tracked& t : tracked_) {
+    const auto it = checkpoint_->metadata.find(t.name);
+    if (it == checkpoint_->metadata.end())
+      throw Refused("cannot resume from " + path + ": its metadata has no key '" + t.name +
+                    "' (the state the program tracks under that name): a checkpoint of another program?");
+    try {
+      t.load(it->second);
+    } catch (const std::exception& e) {
+      throw Refused("cannot resume from " + path + ": its '" + t.name + "': " + e.what());
+    }
+  }
 }
 
 void Trainer::add_callback(std::shared_ptr<Callback> callback) {
@@ -387,6 +426,7 @@ void Trainer::save(const char* why) {
   std::map<std::string, std::string> own = metadata_of(*settings_, state_);
   own[kMaxStepsKey] = std::to_string(options_.max_steps);
   own[kPlannedStepsKey] = std::to_string(planned_steps_);
+  for (const Tracked& t : tracked_) own[t.name] = t.save();
   std::map<std::string, std::string> metadata = own;
   for (const auto& callback : callbacks_) callback->on_save_checkpoint(*this, metadata);
   check_callback_metadata(own, metadata);
@@ -409,35 +449,26 @@ void Trainer::save(const char* why) {
                    ")");
 }
 
-namespace {
-
-// The keys of a checkpoint's metadata that are the Trainer's: the settings and the loop's state,
-// and the world size and the ranks' generators that save() adds.
-bool is_trainer_key(const std::string& key) {
-  return key.rfind("config.", 0) == 0 || key == kWorldSizeKey || key == xgrad::kRankGeneratorsKey ||
-         key == kMaxStepsKey || key == kPlannedStepsKey;
-}
-
-}  // namespace
-
-// The run's settings and the loop's state in a checkpoint are read-only to callbacks: a changed,
-// removed or added key of the Trainer's would make a resumed run another one.
+// The run's settings, the loop's state and the tracked states in a checkpoint are read-only to
+// callbacks: a changed, removed or added key of the Trainer's would make a resumed run another one.
 void Trainer::check_callback_metadata(const std::map<std::string, std::string>& own,
                                       const std::map<std::string, std::string>& metadata) const {
   const std::string who = "Trainer: a callback's on_save_checkpoint ";
-  const std::string why =
-      " (the run's settings, config.*, and the loop's state are the Trainer's and read-only; "
-      "store the program's own state under a key of its own)";
+  const auto why = [&](const std::string& key) -> std::string {
+    if (!is_trainer_key(key)) return " (the state of track('" + key + "'), which the Trainer saves)";
+    return " (the run's settings, config.*, and the loop's state are the Trainer's and read-only; "
+           "store the program's own state under a key of its own)";
+  };
   for (const auto& [key, value] : own) {
     const auto it = metadata.find(key);
-    if (it == metadata.end()) throw std::invalid_argument(who + "removed the metadata key '" + key + "'" + why);
+    if (it == metadata.end()) throw std::invalid_argument(who + "removed the metadata key '" + key + "'" + why(key));
     if (it->second != value)
       throw std::invalid_argument(who + "changed the metadata key '" + key + "' from '" + value + "' to '" +
-                                  it->second + "'" + why);
+                                  it->second + "'" + why(key));
   }
   for (const auto& [key, value] : metadata)
     if (own.count(key) == 0 && is_trainer_key(key))
-      throw std::invalid_argument(who + "added the metadata key '" + key + "'" + why);
+      throw std::invalid_argument(who + "added the metadata key '" + key + "'" + why(key));
 }
 
 std::optional<int> Trainer::loop(const std::function<xgrad::Tensor<float>(int step)>& training_step,

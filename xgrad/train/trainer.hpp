@@ -5,7 +5,7 @@
 //   - resuming (TrainerOptions::ckpt_path): the constructor reads the checkpoint and sets the
 //     Settings to its values, so that the program builds the same model; fit() restores model,
 //     optimizer, schedule and generator, and the resumed run continues bit for bit (its batches
-//     must depend on (seed, step) or on state saved through Callback::on_save_checkpoint);
+//     must depend on (seed, step) or on state tracked by Trainer::track, a DataLoader's position);
 //   - extending a run: a max_steps larger than the one the checkpoint's run planned (recorded in
 //     the checkpoint as "max_steps") goes on to the new count, the learning-rate schedule continued
 //     as that of a run planned that long from the start (the program builds its schedule for
@@ -61,6 +61,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <xgrad/core/tensor.hpp>
@@ -137,6 +138,24 @@ struct TrainerOptions {
 //   check_run_paths(paths);
 std::vector<RunPath> run_paths(const TrainerOptions& options);
 
+namespace detail {
+
+// A tracked state as the text of a checkpoint's metadata, and back (Trainer::track).
+inline std::string state_text(const std::string& state) { return state; }
+template <class State>
+std::string state_text(const State& state) {
+  return state.to_string();
+}
+template <class State>
+State state_from_text(const std::string& text) {
+  if constexpr (std::is_same_v<State, std::string>)
+    return text;
+  else
+    return State::from_string(text);
+}
+
+}  // namespace detail
+
 class Trainer {
  public:
   // The Trainer that owns the run. Checks `options`' paths (run_paths: resolved in
@@ -150,6 +169,24 @@ class Trainer {
           const std::function<bool(const std::string& key)>& given_on_command_line = {});
 
   void add_callback(std::shared_ptr<Callback> callback);
+
+  // Saves `stateful`'s state in every checkpoint (the metadata key `name`) and restores it on
+  // resume, in fit() before the first step (torch.distributed.checkpoint's Stateful): anything
+  // with state_dict() and load_state_dict(state), the state a std::string or a type with
+  // to_string() and a static from_string(text) (a DataLoader's DataLoaderState). Called before
+  // fit(); `stateful` must outlive the Trainer. A `name` that is empty, tracked already or one of
+  // the Trainer's own keys (config.*, loss_sum, max_steps...) throws std::invalid_argument. On
+  // resume, a checkpoint without the key, or a state its load_state_dict refuses, is Refused
+  // naming the checkpoint and the key. The key is the one a program writing
+  // metadata[name] = stateful.state_dict().to_string() in on_save_checkpoint used: its checkpoints
+  // resume as they are.
+  template <class Stateful>
+  void track(const std::string& name, Stateful& stateful) {
+    using State = std::decay_t<decltype(stateful.state_dict())>;
+    track_state(
+        name, [&stateful] { return detail::state_text(stateful.state_dict()); },
+        [&stateful](const std::string& text) { stateful.load_state_dict(detail::state_from_text<State>(text)); });
+  }
 
   // xgrad::manual_seed(seed), before the program builds its model; fit() then gives rank r > 0 of
   // a World of several ranks a stream of its own (seed + r * 0xD1B54A32D192ED03) for dropout, after
@@ -200,6 +237,9 @@ class Trainer {
   void restore();
   std::optional<int> loop(const std::function<xgrad::Tensor<float>(int step)>& training_step,
                           const std::function<double()>& validation_step);
+  void track_state(const std::string& name, std::function<std::string()> save,
+                   std::function<void(const std::string&)> load);
+  void restore_tracked();
   void check_callback_metadata(const std::map<std::string, std::string>& own,
                                const std::map<std::string, std::string>& metadata) const;
 
@@ -216,6 +256,12 @@ class Trainer {
   bool fitted_ = false;
   bool evaluated_ = false;  // the metric holds an evaluation's value
   std::vector<std::shared_ptr<Callback>> callbacks_;
+  struct Tracked {  // track(): a state saved under `name`
+    std::string name;
+    std::function<std::string()> save;
+    std::function<void(const std::string&)> load;
+  };
+  std::vector<Tracked> tracked_;
   LoopState state_;
   int first_step_ = 0;
   double elapsed_before_ = 0;
