@@ -14,7 +14,8 @@
 //
 // What is recorded:
 //   - an op's forward, from its entry to its return, under its name ("linear"): each op opens a
-//     range with XGRAD_PROFILE_OP as its first line; an op that calls ops contains them, so its
+//     range as its first line (an OpScope, ops/op_scope.hpp, or XGRAD_PROFILE_OP where the op
+//     has no OpKind); an op that calls ops contains them, so its
 //     self time is its total less theirs;
 //   - a node's backward under the op's name in CamelCase + "Backward" ("LinearBackward",
 //     "LayerNormBackward"), inside a "backward" range per backward pass; autograd::Function ops

@@ -70,7 +70,8 @@ class KVCache {
   void commit(std::size_t t) { length_ += static_cast<std::int64_t>(t); }
   void note_nonfinite_values() { nonfinite_values_ = true; }
   // Whether a value written since the cache was last empty may be Inf or NaN (then the attention
-  // must keep it out of the positions whose probability is 0: ops/attention.hpp, attention_cached).
+  // must keep it out of the positions whose probability is 0: ops/attention/attention.hpp,
+  // attention_cached).
   bool may_hold_nonfinite_values() const { return nonfinite_values_; }
   // Row `pos` of head h of sequence n: d contiguous values; consecutive positions are d apart.
   T* key(std::size_t n, std::size_t h, std::size_t pos) { return k_.data() + offset(n, h, pos); }

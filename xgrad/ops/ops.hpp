@@ -256,7 +256,7 @@ Tensor<T> cross_entropy(const Tensor<T>& logits, const IndexArray& target, std::
                         const std::string& reduction = "mean", double label_smoothing = 0.0);
 
 // ---- triangular.cpp, sorting.cpp, multinomial.cpp: triangles, argmax, topk, sort, multinomial ---
-// (sample_next_token, the sampler text generation uses, is in sampling.hpp.)
+// (sample_next_token, the sampler text generation uses, is in models/sampling.hpp.)
 
 // torch.tril / torch.triu over the last two dims of a (..., R, C): tril keeps a[..., i, j] with
 // j - i <= diagonal, triu those with j - i >= diagonal, the rest is 0 (and gets no gradient).
