@@ -115,12 +115,16 @@ class DistributedDataParallel {
     reducer_ = std::make_unique<detail::Reducer<T>>(*module_, options);
   }
 
-  // The module's forward (any signature), after arming the gradient synchronization.
+  // The module's forward (any signature), after prepare_for_forward.
   template <class... Args>
   decltype(auto) forward(Args&&... args) {
-    reducer_->prepare_for_forward(require_backward_grad_sync_);
+    prepare_for_forward();
     return module_->forward(std::forward<Args>(args)...);
   }
+  // What forward does before the module's forward: broadcasts the buffers when asked, and arms
+  // the gradient synchronization of the next backward (disarms it under a NoSyncGuard). For a
+  // caller that runs the module's forward itself (train::DataParallel).
+  void prepare_for_forward() { reducer_->prepare_for_forward(require_backward_grad_sync_); }
   template <class... Args>
   decltype(auto) operator()(Args&&... args) {
     return forward(std::forward<Args>(args)...);

@@ -12,6 +12,7 @@
 //               [&] { return mse_loss(forward(x), y).item(); });
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <utility>
 
@@ -36,13 +37,19 @@ inline std::unique_ptr<World> launched_world() {
 
 // The forward of `module` in `world`: through DistributedDataParallel in a world of several
 // ranks (its construction makes rank 0's weights everyone's; the backward averages the gradients
-// over the ranks), the module's own otherwise.
+// over the ranks), the module's own otherwise. The class has one layout whether or not the
+// program is built with MPI (only the constructor's body differs), so translation units built
+// either way agree on it.
 template <class M>
 class DataParallel {
  public:
   DataParallel(std::shared_ptr<M> module, World& world) : module_(std::move(module)) {
 #ifdef XGRAD_WITH_MPI
-    if (world.size() > 1) ddp_ = std::make_shared<xgrad::distributed::DistributedDataParallel<M>>(module_);
+    if (world.size() > 1) {
+      // The hook owns the DistributedDataParallel (its reducer's gradient hooks live as long).
+      auto ddp = std::make_shared<xgrad::distributed::DistributedDataParallel<M>>(module_);
+      before_forward_ = [ddp] { ddp->prepare_for_forward(); };
+    }
 #else
     (void)world;
 #endif
@@ -50,9 +57,7 @@ class DataParallel {
 
   template <class... Args>
   decltype(auto) operator()(Args&&... args) const {
-#ifdef XGRAD_WITH_MPI
-    if (ddp_) return ddp_->forward(std::forward<Args>(args)...);
-#endif
+    if (before_forward_) before_forward_();
     return module_->forward(std::forward<Args>(args)...);
   }
 
@@ -60,9 +65,8 @@ class DataParallel {
 
  private:
   std::shared_ptr<M> module_;
-#ifdef XGRAD_WITH_MPI
-  std::shared_ptr<xgrad::distributed::DistributedDataParallel<M>> ddp_;
-#endif
+  // Several ranks: DistributedDataParallel's prepare_for_forward (its module is module_); else empty.
+  std::function<void()> before_forward_;
 };
 
 }  // namespace xgrad::train
