@@ -86,7 +86,8 @@ TEST(GradcheckListNames, UniqueAndDescribed) {
   }
 }
 
-// The ops come first, then the modules ("nn.*"), each file's entries together.
+// The ops come first, then the modules ("nn.*"), each part by file name, each file's entries
+// together (the order registry.hpp declares).
 TEST(GradcheckListNames, OpsThenModulesFileByFile) {
   bool in_modules = false;
   std::set<std::string> finished_groups;
@@ -97,6 +98,9 @@ TEST(GradcheckListNames, OpsThenModulesFileByFile) {
     in_modules = in_modules || module;
     EXPECT_EQ(module, check.group.rfind("nn_", 0) == 0) << check.name << " is registered by " << check.group;
     if (check.group != group) {
+      if (!group.empty() && module == (group.rfind("nn_", 0) == 0)) {
+        EXPECT_LT(group, check.group) << "the groups are not in order of their names";
+      }
       EXPECT_TRUE(finished_groups.insert(group).second || group.empty()) << group << " appears twice";
       EXPECT_EQ(finished_groups.count(check.group), 0u) << check.group << "'s entries are not together";
       group = check.group;
@@ -204,6 +208,50 @@ TEST(GradcheckRegistry, RegisterAtRunTime) {
   no_samples.sample_inputs = nullptr;
   EXPECT_THROW(xgrad::register_gradcheck(no_samples), std::invalid_argument);
   EXPECT_EQ(xgrad::gradcheck_entries().size(), before + 1);
+}
+
+// First and second order are two runs over one entry (test_fn_grad and test_fn_gradgrad): the
+// second checks the upstream gradient too, and is refused for an entry without
+// supports_gradgrad, naming it.
+TEST(GradcheckRegistry, FirstAndSecondOrderRuns) {
+  GradcheckEntry entry = tanh_twice("test.first_order_only");
+  const xgrad::GradcheckOutcome first = xgrad::run_gradcheck(entry, {}, {});
+  const xgrad::GradcheckOutcome second = xgrad::run_gradgradcheck(entry, {}, {});
+  EXPECT_TRUE(first.passed());
+  EXPECT_TRUE(second.passed());
+  EXPECT_EQ(first.shapes, "(2, 3, 4)");
+  EXPECT_EQ(second.shapes, first.shapes);
+  EXPECT_EQ(first.result.inputs.size(), 1u);
+  EXPECT_EQ(second.result.inputs.size(), 2u);  // x and the upstream gradient
+
+  entry.supports_gradgrad = false;
+  EXPECT_TRUE(xgrad::run_gradcheck(entry, {}, {}).passed());
+  try {
+    xgrad::run_gradgradcheck(entry, {}, {});
+    ADD_FAILURE() << "run_gradgradcheck ran an entry without supports_gradgrad";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("test.first_order_only"), std::string::npos) << e.what();
+  }
+}
+
+// A module's sample: its inputs under their names, then its parameters, checked in place.
+TEST(GradcheckRegistry, ModuleSamplesCheckTheParameters) {
+  const std::vector<GradcheckEntry> all = xgrad::gradcheck_entries();
+  const auto find = [&](const std::string& name) {
+    for (const auto& e : all)
+      if (e.name == name) return e;
+    throw std::logic_error("no entry " + name);
+  };
+  const xgrad::GradcheckOutcome linear = xgrad::run_gradcheck(find("nn.Linear"), {}, {});
+  ASSERT_EQ(linear.result.inputs.size(), 3u);
+  EXPECT_EQ(linear.result.inputs[0].name, "input");
+  EXPECT_EQ(linear.result.inputs[1].name, "weight");
+  EXPECT_EQ(linear.result.inputs[2].name, "bias");
+  EXPECT_EQ(linear.shapes, "(2, 3, 4) + 2 params (25 values)");
+  const xgrad::GradcheckOutcome decoder = xgrad::run_gradcheck(find("nn.TransformerDecoderLayer"), {}, {});
+  ASSERT_GE(decoder.result.inputs.size(), 3u);
+  EXPECT_EQ(decoder.result.inputs[0].name, "tgt");
+  EXPECT_EQ(decoder.result.inputs[1].name, "memory");
 }
 
 }  // namespace
