@@ -22,7 +22,6 @@
 
 #include <xgrad/train/cli.hpp>
 
-
 namespace {
 
 namespace cli = xgrad::train::cli;  // the flag checks with short messages
@@ -105,7 +104,7 @@ int main(int argc, char** argv) {
   for (const Check* check : chosen) {
     xgrad::GradcheckOutcome outcome;
     try {
-      outcome = check->run(sizes, options);
+      outcome = xgrad::run_gradcheck(*check, sizes, options);
     } catch (const std::exception& e) {
       std::printf("%-40s error: %s\n", check->name.c_str(), e.what());
       failed.push_back(check->name);

@@ -1,41 +1,34 @@
 // The finite-difference checks of xgrad/ops/attention/attention.cpp (the gradcheck registry: registry.hpp).
 #include "registry.hpp"
 
-#include <algorithm>
-#include <cstdint>
-#include <functional>
-#include <memory>
 #include <optional>
-#include <string>
-#include <vector>
 
 #include <xgrad/ops/ops.hpp>
-#include <xgrad/ops/attention/attention_kernels.hpp>  // set_attention_tiles
 
 // Finite-difference checks of its ops (see registry.hpp).
 XGRAD_GRADCHECKS(ops_attention) {
   using namespace xgrad::gradcheck_support;
-  using xgrad::Generator;
-  using O = xgrad::GradcheckOptions;
-  using Sizes = xgrad::GradcheckSizes;
-  checks.add(
+  return {
       {"scaled_dot_product_attention", "q (B, H, L, D), k and v (B, H, L + 1, D), bool mask",
-       [](const Sizes& s, const O& o) {
+       [](const Inputs& in, const SampleInput& sample) {
+         return xgrad::scaled_dot_product_attention<double>(in[0], in[1], in[2], sample.mask);
+       },
+       [](const Sizes& s) {
          Maker make(s.seed);
-         const xgrad::BoolArray mask = make.mask({s.L, s.L + 1}, 0.3);
-         return op_check(
-             [=](const Inputs& in) { return xgrad::scaled_dot_product_attention<double>(in[0], in[1], in[2], mask); },
-             {make({s.B, s.H, s.L, s.D}), make({s.B, s.H, s.L + 1, s.D}), make({s.B, s.H, s.L + 1, s.D})}, o, "mask");
-       }});
-  checks.add({"sdpa_causal_dropout", "causal attention with dropout 0.2 (re-seeded), q k v (B, L, D)",
-              [](const Sizes& s, const O& o) {
-                Maker make(s.seed);
-                return op_check(
-                    [=](const Inputs& in) {
-                      Generator gen(s.seed + 7);
-                      return xgrad::scaled_dot_product_attention<double>(in[0], in[1], in[2], {}, 0.2, true,
-                                                                         std::nullopt, &gen);
-                    },
-                    {make({s.B, s.L, s.D}), make({s.B, s.L, s.D}), make({s.B, s.L, s.D})}, o);
-              }});
+         SampleInput sample;
+         sample.mask = make.mask({s.L, s.L + 1}, 0.3);
+         sample.inputs = {make({s.B, s.H, s.L, s.D}), make({s.B, s.H, s.L + 1, s.D}), make({s.B, s.H, s.L + 1, s.D})};
+         sample.note = "mask";
+         return sample;
+       }},
+      {"sdpa_causal_dropout", "causal attention with dropout 0.2 (re-seeded), q k v (B, L, D)",
+       [](const Inputs& in, const SampleInput& sample) {
+         xgrad::Generator gen(sample.sizes.seed + 7);
+         return xgrad::scaled_dot_product_attention<double>(in[0], in[1], in[2], {}, 0.2, true, std::nullopt, &gen);
+       },
+       [](const Sizes& s) {
+         Maker make(s.seed);
+         return SampleInput{{make({s.B, s.L, s.D}), make({s.B, s.L, s.D}), make({s.B, s.L, s.D})}};
+       }},
+  };
 }

@@ -7,20 +7,18 @@
 // Finite-difference checks of its ops (see registry.hpp).
 XGRAD_GRADCHECKS(ops_linear_gelu) {
   using namespace xgrad::gradcheck_support;
-  using O = xgrad::GradcheckOptions;
-  using Sizes = xgrad::GradcheckSizes;
-  checks.add({"linear_gelu", "detail::linear_gelu(x (B, L, D), weight (F, D), bias (F)): exact GELU",
-              [](const Sizes& s, const O& o) {
-                Maker make(s.seed);
-                return op_check([](const Inputs& in) { return xgrad::detail::linear_gelu(in[0], in[1], in[2]); },
-                                {make({s.B, s.L, s.D}), make({s.F, s.D}), make({s.F})}, o);
-              }});
-  checks.add(
-      {"linear_gelu_tanh_no_bias", "detail::linear_gelu(x (L, D), weight (F, D)): tanh GELU, no bias",
-       [](const Sizes& s, const O& o) {
+  return {
+      {"linear_gelu", "detail::linear_gelu(x (B, L, D), weight (F, D), bias (F)): exact GELU",
+       [](const Inputs& in, const SampleInput&) { return xgrad::detail::linear_gelu(in[0], in[1], in[2]); },
+       [](const Sizes& s) {
          Maker make(s.seed);
-         return op_check(
-             [](const Inputs& in) { return xgrad::detail::linear_gelu(in[0], in[1], Inputs::value_type(), "tanh"); },
-             {make({s.L, s.D}), make({s.F, s.D})}, o);
-       }});
+         return SampleInput{{make({s.B, s.L, s.D}), make({s.F, s.D}), make({s.F})}};
+       }},
+      {"linear_gelu_tanh_no_bias", "detail::linear_gelu(x (L, D), weight (F, D)): tanh GELU, no bias",
+       [](const Inputs& in, const SampleInput&) { return xgrad::detail::linear_gelu(in[0], in[1], T64(), "tanh"); },
+       [](const Sizes& s) {
+         Maker make(s.seed);
+         return SampleInput{{make({s.L, s.D}), make({s.F, s.D})}};
+       }},
+  };
 }

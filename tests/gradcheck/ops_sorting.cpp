@@ -11,11 +11,11 @@
 XGRAD_GRADCHECKS(ops_sorting) {
   using namespace xgrad::gradcheck_support;
   // k = 2, or the size of the dim when smaller (the tool's sizes are flags).
-  checks.add(unary("topk", "topk(x, 2, -1).values",
-                   [](const T64& a) { return xgrad::topk(a, std::min<std::int64_t>(2, a.size(-1)), -1).first; }));
-  checks.add(unary("topk_smallest", "topk(x, 2, 1, largest=false, sorted=false).values", [](const T64& a) {
-    return xgrad::topk(a, std::min<std::int64_t>(2, a.size(1)), 1, false, false).first;
-  }));
-  checks.add(
-      unary("sort", "sort(x, 1, descending).values", [](const T64& a) { return xgrad::sort(a, 1, true).first; }));
+  return {
+      unary("topk", "topk(x, 2, -1).values",
+            [](const T64& a) { return xgrad::topk(a, std::min<std::int64_t>(2, a.size(-1)), -1).first; }),
+      unary("topk_smallest", "topk(x, 2, 1, largest=false, sorted=false).values",
+            [](const T64& a) { return xgrad::topk(a, std::min<std::int64_t>(2, a.size(1)), 1, false, false).first; }),
+      unary("sort", "sort(x, 1, descending).values", [](const T64& a) { return xgrad::sort(a, 1, true).first; }),
+  };
 }

@@ -6,6 +6,8 @@
 // Finite-difference checks of its ops (see registry.hpp).
 XGRAD_GRADCHECKS(ops_triangular) {
   using namespace xgrad::gradcheck_support;
-  checks.add(unary("tril", "tril(x, -1) over (L, D)", [](const T64& a) { return xgrad::tril(a, -1); }));
-  checks.add(unary("triu", "triu(x, 1) over (L, D)", [](const T64& a) { return xgrad::triu(a, 1); }));
+  return {
+      unary("tril", "tril(x, -1) over (L, D)", [](const T64& a) { return xgrad::tril(a, -1); }),
+      unary("triu", "triu(x, 1) over (L, D)", [](const T64& a) { return xgrad::triu(a, 1); }),
+  };
 }

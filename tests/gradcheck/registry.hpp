@@ -1,53 +1,58 @@
 // The registry of finite-difference checks (double precision, central differences): one entry
-// per op of ops/ops.hpp and per module of nn/. It is test code, not part of libxgrad: the static
+// per op of ops/ops.hpp and per module of nn/. It is test code, not part of libxgrad: the object
 // library xgrad_testing (tests/gradcheck/), linked by the test suites and by the gradcheck example
 // tool. The tool runs every entry at sizes chosen by its flags; test_gradcheck_checks.cpp (beside
-// this file) runs each as a gtest of its own at the default sizes. `gradcheck --list` (or
-// gradcheck_entries().size()) gives the count.
+// this file) runs each as two gtests of their own at the default sizes, first and second order.
+// `gradcheck --list` (or gradcheck_entries().size()) gives the count.
 //
-// Ops take their inputs as gradcheck arguments (xgrad::gradcheck, in the library); modules are
-// checked over their input and every parameter in place (xgrad::gradcheck_parameters). Dropout, in
-// ops and modules, re-seeds its generator before every evaluation so that every evaluation draws
-// the same mask.
+// An entry has PyTorch's OpInfo shape (torch/testing/_internal/opinfo/core.py): a name, the op,
+// a function that makes its sample inputs, and supports_gradgrad. One entry, two checks over it,
+// as test_ops.py's test_fn_grad and test_fn_gradgrad: run_gradcheck and run_gradgradcheck. An op
+// is checked over its sample's inputs (xgrad::gradcheck); a module (the sample sets `module`)
+// over its inputs and every parameter in place (xgrad::gradcheck_parameters). Dropout, in ops and
+// modules, re-seeds its generator before every evaluation so that every evaluation draws the same
+// mask.
 //
 // ---- Adding a check --------------------------------------------------------------------------
 //
-// The checks of xgrad/<folder>/<stem>.cpp live in tests/gradcheck/<folder>_<stem>.cpp, one block:
+// The checks of xgrad/<folder>/<stem>.cpp live in tests/gradcheck/<folder>_<stem>.cpp, one block
+// that returns its entries:
 //
 //   #include "registry.hpp"
 //   #include <xgrad/ops/ops.hpp>
-//   XGRAD_GRADCHECKS(ops_elementwise) {
+//   XGRAD_GRADCHECKS(ops_matmul) {
 //     using namespace xgrad::gradcheck_support;
-//     checks.add(unary("tanh", "tanh(x)", [](const T64& a) { return xgrad::tanh(a); }));
+//     return {
+//         {"matmul", "matmul(a (B, L, D), b (D, F))",
+//          [](const Inputs& in, const SampleInput&) { return xgrad::matmul(in[0], in[1]); },
+//          [](const Sizes& s) {
+//            Maker make(s.seed);
+//            return SampleInput{{make({s.B, s.L, s.D}), make({s.D, s.F})}};
+//          }},
+//         unary("tanh", "tanh(x)", [](const T64& a) { return xgrad::tanh(a); }),  // x (B, L, D)
+//     };
 //   }
 //
-// Inside the block `checks` is the GradcheckGroup to add to; the entries keep the order they are
-// added in. A new op in a file that already has checks only adds its line there: nothing else.
+// The block defines a static object that registers it (xgrad_testing is an OBJECT library, so
+// every file's object is linked and no list of files exists). A new op in a file that already has
+// checks adds its entry there; a new file only needs its block, named after its stem
+// (test_gradcheck_checks.cpp checks the name and that xgrad/<folder>/<stem>.cpp exists).
 //
-// ---- Why every block is named in one list -----------------------------------------------------
-//
-// xgrad_testing is a static library: the linker copies a .cpp's object into a program only when
-// the program references a symbol defined in it, and a self-registering static object in a .cpp
-// that nothing references would be dropped. So no static initialisation is involved:
-// XGRAD_GRADCHECKS(name) defines the function xgrad::detail::register_gradchecks_<name>, and
-// gradcheck_entries() calls each of them, in the order of the one list of files in registry.cpp.
-// That call links every check file into any program that asks for the entries, and the list fixes
-// the order of the entries (ops in the order of ops.hpp, then the modules) independently of the
-// link order.
-//
-// A new check file adds its name to that list (the link fails with an undefined reference to
-// xgrad::detail::register_gradchecks_<name> only for a listed name without a block;
-// test_gradcheck_checks.cpp fails for a block whose name is not listed, whose name is not its
-// file's stem, or whose file checks no xgrad/<folder>/<stem>.cpp). Checks of code outside the
-// library are added at run time with register_gradcheck().
+// The order of gradcheck_entries(): the groups of ops/ first, then the others (nn/), each part by
+// group name; within a group, the order of its block; then the run-time entries of
+// register_gradcheck(), in the order they were added.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <stdexcept>
 #include <string>
+#include <typeinfo>
 #include <vector>
 
 #include <xgrad/core/gradcheck.hpp>
+#include <xgrad/nn/module.hpp>
 
 namespace xgrad {
 
@@ -62,6 +67,43 @@ struct GradcheckSizes {
   std::uint64_t seed = 1;
 };
 
+// One sample of an entry, PyTorch's SampleInput: the tensors the check differentiates and the
+// arguments it does not, made at one run's sizes.
+struct SampleInput {
+  std::vector<Tensor<double>> inputs;  // differentiated: an op's tensor arguments, a module's inputs
+  std::string note = {};               // what the shapes do not say, for the report: "mask", "index (6)"
+  IndexArray index = {};               // an index argument: index_select's index, embedding's, a target
+  BoolArray mask = {};                 // a bool mask: masked_fill, where, attention
+  Array<double> float_mask = {};       // an additive float mask: attention
+  // A module entry's module (ModuleInfo): its parameters are checked in place with the inputs.
+  std::shared_ptr<nn::Module<double>> module = nullptr;
+  std::vector<std::string> input_names = {};  // modules: the inputs' names in the report (default "input")
+  GradcheckSizes sizes = {};                  // set by the run: the sizes and seed it was made at
+
+  // The module as its class (a module entry's op calls its forward).
+  template <class M>
+  M& module_as() const {
+    M* m = dynamic_cast<M*>(module.get());
+    if (m == nullptr) throw std::logic_error(std::string("gradcheck sample: the module is not a ") + typeid(M).name());
+    return *m;
+  }
+};
+
+using SampleInputs = std::vector<Tensor<double>>;
+// The op applied to the (perturbed) inputs, reading the sample's other arguments.
+using GradcheckOp = std::function<Tensor<double>(const SampleInputs& inputs, const SampleInput& sample)>;
+using SampleInputsFunction = std::function<SampleInput(const GradcheckSizes&)>;
+
+// One entry: PyTorch's OpInfo (name, op, sample_inputs_func, supports_gradgrad).
+struct GradcheckEntry {
+  std::string name;                    // "matmul", "nn.Linear": unique
+  std::string what;                    // what is computed, in words and shapes
+  GradcheckOp op;                      // the op, or a module's forward
+  SampleInputsFunction sample_inputs;  // the inputs at given sizes
+  bool supports_gradgrad = true;       // false: run_gradgradcheck refuses it, its gtest is skipped
+  std::string group = {};              // the registering file, "ops_matmul", "nn_linear"; "" for run-time entries
+};
+
 // What a check ran on and what it found.
 struct GradcheckOutcome {
   std::string shapes;  // e.g. "(2, 3, 4) (3, 1)", or "(2, 3, 4) + 2 params (25 values)"
@@ -72,58 +114,37 @@ struct GradcheckOutcome {
   bool passed() const { return result.passed && !result.inputs.empty(); }
 };
 
-struct GradcheckEntry {
-  std::string name;  // "matmul", "nn.Linear": unique
-  std::string what;  // what is computed, in words and shapes
-  std::function<GradcheckOutcome(const GradcheckSizes&, const GradcheckOptions&)> run;
-  std::string group = {};  // the registering file, "ops_matmul", "nn_linear" (set by
-                           // GradcheckGroup::add); "" for run-time entries
-};
+// The entry's op over a sample made at `sizes`: first derivatives (gradcheck), or second
+// (gradgradcheck; throws std::invalid_argument for an entry without supports_gradgrad).
+GradcheckOutcome run_gradcheck(const GradcheckEntry& entry, const GradcheckSizes& sizes,
+                               const GradcheckOptions& options);
+GradcheckOutcome run_gradgradcheck(const GradcheckEntry& entry, const GradcheckSizes& sizes,
+                                   const GradcheckOptions& options);
 
-// The entries of one registering file, in the order they are added; `add` stamps the group.
-class GradcheckGroup {
- public:
-  explicit GradcheckGroup(std::string group) : group_(std::move(group)) {}
-  void add(GradcheckEntry entry) {
-    entry.group = group_;
-    entries_.push_back(std::move(entry));
-  }
-  const std::string& group() const { return group_; }
-  std::vector<GradcheckEntry>& entries() { return entries_; }
-
- private:
-  std::string group_;
-  std::vector<GradcheckEntry> entries_;
-};
-
-// Every entry: the library's (ops first, in the order of ops.hpp, then the modules), then those
-// added by register_gradcheck(), in the order they were added. Built once, on the first call.
+// Every entry, in the order said at the top of this file. Built once, on the first call.
 std::vector<GradcheckEntry> gradcheck_entries();
 
 // Adds a check of code outside the library (its group is left empty). Throws
-// std::invalid_argument when the name is empty, already taken, or the entry has no function.
+// std::invalid_argument when the name is empty, already taken, or the entry has no op or no
+// sample inputs.
 void register_gradcheck(GradcheckEntry entry);
 
-// While one is alive (on this thread), every entry's run checks second derivatives instead:
-// gradgradcheck / gradgradcheck_parameters over the same function and inputs (test
-// GradgradcheckList.Passes/<name>).
-class SecondOrderChecks {
- public:
-  SecondOrderChecks();
-  ~SecondOrderChecks();
-  SecondOrderChecks(const SecondOrderChecks&) = delete;
-  SecondOrderChecks& operator=(const SecondOrderChecks&) = delete;
-  static bool active();
-
- private:
-  bool previous_;
+namespace detail {
+// The static object of an XGRAD_GRADCHECKS block: records the group's function (called when the
+// registry is first built, not during static initialisation).
+struct GradcheckRegistration {
+  GradcheckRegistration(const char* group, std::vector<GradcheckEntry> (*entries)());
 };
+}  // namespace detail
 
 // Builders shared by the registering files.
 namespace gradcheck_support {
 
+using ::xgrad::GradcheckEntry;
+using ::xgrad::SampleInput;
 using T64 = Tensor<double>;
-using Inputs = std::vector<T64>;
+using Inputs = SampleInputs;
+using Sizes = GradcheckSizes;
 
 enum class Values { normal, away_from_zero, positive };
 
@@ -146,25 +167,9 @@ class Maker {
 // "(2, 3, 4) (3, 1)"
 std::string shapes_of(const Inputs& inputs);
 
-// An op over its inputs; `note` adds what the shapes do not say (indices, masks).
-GradcheckOutcome op_check(const GradcheckFunction& f, const Inputs& inputs, const GradcheckOptions& options,
-                          const std::string& note = "");
-
-// A module over its input x (when defined) and every parameter; `evaluate` computes the output
-// from x and re-seeds whatever it draws; `input_note` names the input when x is undefined.
-GradcheckOutcome parameters_check(const NamedTensors& parameters, const T64& x, const std::function<T64()>& evaluate,
-                                  const GradcheckOptions& options, const std::string& input_note = "");
-template <class Module>
-GradcheckOutcome module_check(const Module& module, const T64& x, const std::function<T64()>& evaluate,
-                              const GradcheckOptions& options, const std::string& input_note = "") {
-  NamedTensors parameters;
-  for (const auto& p : module.named_parameters()) parameters.emplace_back(p.first, p.second);
-  return parameters_check(parameters, x, evaluate, options, input_note);
-}
-
-// A module's evaluation with the default generator re-seeded (seed + 7) first, so that every
-// evaluation draws the same dropout masks.
-std::function<T64()> reseeded(std::uint64_t seed, std::function<T64()> evaluate);
+// The op with the default generator re-seeded (sample seed + 7) first, so that every evaluation
+// of a module with dropout draws the same masks.
+GradcheckOp reseeded(GradcheckOp op);
 
 // One input x (B, L, D); `call` says what is computed from it.
 GradcheckEntry unary(const std::string& name, const std::string& call, T64 (*op)(const T64&),
@@ -176,11 +181,11 @@ GradcheckEntry binary(const std::string& name, T64 (*op)(const T64&, const T64&)
 }  // namespace gradcheck_support
 }  // namespace xgrad
 
-// Defines the registration function of one file (see the top of this header), at global scope
-// (outside any namespace): `name` is the file's folder and stem, `ops_matmul` for
-// xgrad/ops/matmul.cpp; the block that follows adds entries to `checks` (a GradcheckGroup&).
-#define XGRAD_GRADCHECKS(name)                                      \
-  namespace xgrad::detail {                                         \
-  void register_gradchecks_##name(::xgrad::GradcheckGroup& checks); \
-  }                                                                 \
-  void xgrad::detail::register_gradchecks_##name(::xgrad::GradcheckGroup& checks)
+// Registers the entries of one file (see the top of this header), at global scope (outside any
+// namespace): `group` is the file's folder and stem, `ops_matmul` for xgrad/ops/matmul.cpp; the
+// block that follows returns the entries (a std::vector<xgrad::GradcheckEntry>).
+#define XGRAD_GRADCHECKS(group)                                                                                        \
+  static std::vector<::xgrad::GradcheckEntry> xgrad_gradchecks_##group();                                              \
+  static const ::xgrad::detail::GradcheckRegistration xgrad_gradcheck_registration_##group(#group,                     \
+                                                                                           &xgrad_gradchecks_##group); \
+  static std::vector<::xgrad::GradcheckEntry> xgrad_gradchecks_##group()

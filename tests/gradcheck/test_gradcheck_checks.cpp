@@ -39,7 +39,8 @@ class GradcheckList : public ::testing::TestWithParam<std::size_t> {};
 
 TEST_P(GradcheckList, Passes) {
   const GradcheckEntry& check = checks()[GetParam()];
-  const xgrad::GradcheckOutcome outcome = check.run(xgrad::GradcheckSizes{}, xgrad::GradcheckOptions{});
+  const xgrad::GradcheckOutcome outcome =
+      xgrad::run_gradcheck(check, xgrad::GradcheckSizes{}, xgrad::GradcheckOptions{});
   EXPECT_FALSE(outcome.result.inputs.empty()) << check.name << ": nothing was checked";
   EXPECT_TRUE(outcome.result.passed) << check.name << " (" << check.what << ") on " << outcome.shapes << "\n"
                                      << outcome.result.summary();
@@ -50,21 +51,17 @@ INSTANTIATE_TEST_SUITE_P(, GradcheckList, ::testing::Range<std::size_t>(0, check
                            return test_name(checks()[info.param].name);
                          });
 
-// The same entries' second derivatives (gradgradcheck): every op and module can be
-// differentiated twice (create_graph). GradgradcheckList.Passes/matmul, ...
+// The same entries' second derivatives (gradgradcheck), as test_ops.py's test_fn_gradgrad: every op
+// and module that supports_gradgrad can be differentiated twice (create_graph); the others are
+// skipped. GradgradcheckList.Passes/matmul, ...
 class GradgradcheckList : public ::testing::TestWithParam<std::size_t> {};
 
 TEST_P(GradgradcheckList, Passes) {
   const GradcheckEntry& check = checks()[GetParam()];
-  const xgrad::SecondOrderChecks second_order;
-  const xgrad::GradcheckOutcome outcome = check.run(xgrad::GradcheckSizes{}, xgrad::GradcheckOptions{});
+  if (!check.supports_gradgrad) GTEST_SKIP() << check.name << " does not support second derivatives";
+  const xgrad::GradcheckOutcome outcome =
+      xgrad::run_gradgradcheck(check, xgrad::GradcheckSizes{}, xgrad::GradcheckOptions{});
   EXPECT_FALSE(outcome.result.inputs.empty()) << check.name << ": nothing was checked";
-  // gradgradcheck reports the upstream gradient it differentiates too: an entry that calls
-  // gradcheck directly, bypassing SecondOrderChecks, has no such report.
-  bool second = false;
-  for (const auto& r : outcome.result.inputs) second = second || r.name == "grad_output";
-  EXPECT_TRUE(second) << check.name << ": its run did not check second derivatives (it calls gradcheck itself; use "
-                      << "the support functions or test SecondOrderChecks::active())";
   EXPECT_TRUE(outcome.result.passed) << check.name << " (" << check.what << ") on " << outcome.shapes
                                      << ", second derivatives\n"
                                      << outcome.result.summary();
@@ -83,12 +80,14 @@ TEST(GradcheckListNames, UniqueAndDescribed) {
     EXPECT_TRUE(names.insert(check.name).second) << "two checks named " << check.name;
     EXPECT_TRUE(test_names.insert(test_name(check.name)).second) << "two checks named like " << check.name;
     EXPECT_FALSE(check.what.empty()) << check.name << " has no description";
-    EXPECT_TRUE(check.run) << check.name << " has no function";
+    EXPECT_TRUE(check.op) << check.name << " has no op";
+    EXPECT_TRUE(check.sample_inputs) << check.name << " has no sample inputs";
     EXPECT_FALSE(check.group.empty()) << check.name << " has no group (only run-time entries have none)";
   }
 }
 
-// The ops come first, then the modules ("nn.*"), each file's entries together.
+// The ops come first, then the modules ("nn.*"), each part by file name, each file's entries
+// together (the order registry.hpp declares).
 TEST(GradcheckListNames, OpsThenModulesFileByFile) {
   bool in_modules = false;
   std::set<std::string> finished_groups;
@@ -99,6 +98,9 @@ TEST(GradcheckListNames, OpsThenModulesFileByFile) {
     in_modules = in_modules || module;
     EXPECT_EQ(module, check.group.rfind("nn_", 0) == 0) << check.name << " is registered by " << check.group;
     if (check.group != group) {
+      if (!group.empty() && module == (group.rfind("nn_", 0) == 0)) {
+        EXPECT_LT(group, check.group) << "the groups are not in order of their names";
+      }
       EXPECT_TRUE(finished_groups.insert(group).second || group.empty()) << group << " appears twice";
       EXPECT_EQ(finished_groups.count(check.group), 0u) << check.group << "'s entries are not together";
       group = check.group;
@@ -108,8 +110,9 @@ TEST(GradcheckListNames, OpsThenModulesFileByFile) {
 
 // Every XGRAD_GRADCHECKS block of tests/gradcheck/ is named after its file, checks a file of the
 // library (ops_matmul.cpp checks xgrad/ops/matmul.cpp, ops_attention_tiled.cpp a file of a folder of
-// ops, xgrad/ops/attention/attention_tiled.cpp) and is listed in registry.cpp (an unlisted block
-// would never run: nothing calls it); every group of the registry comes from such a block.
+// ops, xgrad/ops/attention/attention_tiled.cpp) and is registered (its object linked: a static
+// library would drop it, the OBJECT library keeps it); every group of the registry comes from
+// such a block.
 // `file` in `folder` or in one of its subfolders (xgrad/ops/attention/).
 bool checks_a_library_file(const std::filesystem::path& folder, const std::string& file) {
   namespace fs = std::filesystem;
@@ -147,7 +150,7 @@ TEST(GradcheckListNames, EveryBlockInTheSourcesIsRegistered) {
           << "xgrad/<folder>/<stem>.cpp or xgrad/<folder>/<subfolder>/<stem>.cpp)";
       EXPECT_EQ(entries_per_group.count(m[1].str()), 1u)
           << file.path() << ": its XGRAD_GRADCHECKS(" << m[1].str()
-          << ") block is not run; add its name to XGRAD_GRADCHECK_FILES in tests/gradcheck/registry.cpp";
+          << ") block is not registered (is its object linked? xgrad_testing must be an OBJECT library)";
     }
   }
   for (const auto& [group, count] : entries_per_group)
@@ -171,30 +174,84 @@ TEST(GradcheckListNames, TheLibraryHoldsNoChecks) {
   }
 }
 
+// A run-time entry: tanh(tanh(x)), x (B, L, D).
+GradcheckEntry tanh_twice(const std::string& name) {
+  using namespace xgrad::gradcheck_support;
+  return {name, "tanh(tanh(x)), x (B, L, D)",
+          [](const Inputs& in, const xgrad::SampleInput&) { return xgrad::tanh(xgrad::tanh(in[0])); },
+          [](const Sizes& s) {
+            return xgrad::SampleInput{{Maker(s.seed)({s.B, s.L, s.D})}};
+          }};
+}
+
 TEST(GradcheckRegistry, RegisterAtRunTime) {
   const std::size_t before = xgrad::gradcheck_entries().size();
   EXPECT_EQ(before, checks().size());
-  xgrad::register_gradcheck(
-      {"test.tanh_twice", "tanh(tanh(x)), x (B, L, D)",
-       [](const xgrad::GradcheckSizes& s, const xgrad::GradcheckOptions& o) {
-         xgrad::gradcheck_support::Maker make(s.seed);
-         return xgrad::gradcheck_support::op_check(
-             [](const xgrad::gradcheck_support::Inputs& in) { return xgrad::tanh(xgrad::tanh(in[0])); },
-             {make({s.B, s.L, s.D})}, o);
-       },
-       "ignored: run-time entries have no group"});
+  GradcheckEntry entry = tanh_twice("test.tanh_twice");
+  entry.group = "ignored: run-time entries have no group";
+  xgrad::register_gradcheck(entry);
   const std::vector<GradcheckEntry> after = xgrad::gradcheck_entries();
   ASSERT_EQ(after.size(), before + 1);
   EXPECT_EQ(after.back().name, "test.tanh_twice");
   EXPECT_EQ(after.back().group, "");
-  EXPECT_TRUE(after.back().run({}, {}).passed());
+  EXPECT_TRUE(xgrad::run_gradcheck(after.back(), {}, {}).passed());
+  EXPECT_TRUE(xgrad::run_gradgradcheck(after.back(), {}, {}).passed());
 
-  // Taken names, no name and no function are refused, and nothing is added.
-  EXPECT_THROW(xgrad::register_gradcheck({"matmul", "again", after.back().run}), std::invalid_argument);
-  EXPECT_THROW(xgrad::register_gradcheck({"test.tanh_twice", "again", after.back().run}), std::invalid_argument);
-  EXPECT_THROW(xgrad::register_gradcheck({"", "nameless", after.back().run}), std::invalid_argument);
-  EXPECT_THROW(xgrad::register_gradcheck({"test.no_function", "no function", {}}), std::invalid_argument);
+  // Taken names, no name, no op and no sample inputs are refused, and nothing is added.
+  EXPECT_THROW(xgrad::register_gradcheck(tanh_twice("matmul")), std::invalid_argument);
+  EXPECT_THROW(xgrad::register_gradcheck(tanh_twice("test.tanh_twice")), std::invalid_argument);
+  EXPECT_THROW(xgrad::register_gradcheck(tanh_twice("")), std::invalid_argument);
+  GradcheckEntry no_op = tanh_twice("test.no_op");
+  no_op.op = nullptr;
+  EXPECT_THROW(xgrad::register_gradcheck(no_op), std::invalid_argument);
+  GradcheckEntry no_samples = tanh_twice("test.no_samples");
+  no_samples.sample_inputs = nullptr;
+  EXPECT_THROW(xgrad::register_gradcheck(no_samples), std::invalid_argument);
   EXPECT_EQ(xgrad::gradcheck_entries().size(), before + 1);
+}
+
+// First and second order are two runs over one entry (test_fn_grad and test_fn_gradgrad): the
+// second checks the upstream gradient too, and is refused for an entry without
+// supports_gradgrad, naming it.
+TEST(GradcheckRegistry, FirstAndSecondOrderRuns) {
+  GradcheckEntry entry = tanh_twice("test.first_order_only");
+  const xgrad::GradcheckOutcome first = xgrad::run_gradcheck(entry, {}, {});
+  const xgrad::GradcheckOutcome second = xgrad::run_gradgradcheck(entry, {}, {});
+  EXPECT_TRUE(first.passed());
+  EXPECT_TRUE(second.passed());
+  EXPECT_EQ(first.shapes, "(2, 3, 4)");
+  EXPECT_EQ(second.shapes, first.shapes);
+  EXPECT_EQ(first.result.inputs.size(), 1u);
+  EXPECT_EQ(second.result.inputs.size(), 2u);  // x and the upstream gradient
+
+  entry.supports_gradgrad = false;
+  EXPECT_TRUE(xgrad::run_gradcheck(entry, {}, {}).passed());
+  try {
+    xgrad::run_gradgradcheck(entry, {}, {});
+    ADD_FAILURE() << "run_gradgradcheck ran an entry without supports_gradgrad";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("test.first_order_only"), std::string::npos) << e.what();
+  }
+}
+
+// A module's sample: its inputs under their names, then its parameters, checked in place.
+TEST(GradcheckRegistry, ModuleSamplesCheckTheParameters) {
+  const std::vector<GradcheckEntry> all = xgrad::gradcheck_entries();
+  const auto find = [&](const std::string& name) {
+    for (const auto& e : all)
+      if (e.name == name) return e;
+    throw std::logic_error("no entry " + name);
+  };
+  const xgrad::GradcheckOutcome linear = xgrad::run_gradcheck(find("nn.Linear"), {}, {});
+  ASSERT_EQ(linear.result.inputs.size(), 3u);
+  EXPECT_EQ(linear.result.inputs[0].name, "input");
+  EXPECT_EQ(linear.result.inputs[1].name, "weight");
+  EXPECT_EQ(linear.result.inputs[2].name, "bias");
+  EXPECT_EQ(linear.shapes, "(2, 3, 4) + 2 params (25 values)");
+  const xgrad::GradcheckOutcome decoder = xgrad::run_gradcheck(find("nn.TransformerDecoderLayer"), {}, {});
+  ASSERT_GE(decoder.result.inputs.size(), 3u);
+  EXPECT_EQ(decoder.result.inputs[0].name, "tgt");
+  EXPECT_EQ(decoder.result.inputs[1].name, "memory");
 }
 
 }  // namespace
