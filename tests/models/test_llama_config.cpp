@@ -114,6 +114,11 @@ TEST(LlamaConfig, ConfigsBuiltInCodeReadBack) {
                                            : std::string(type) == "mistral" ? "MistralForCausalLM"
                                                                             : "LlamaForCausalLM");
   }
+  LlamaConfig retyped = models::load_llama_config(kFixture);  // another model_type: every key
+  retyped.model_type = "mistral";
+  EXPECT_EQ(parse(retyped.to_json()), retyped);
+  EXPECT_EQ(retyped.to_json().at("architectures"), json({"MistralForCausalLM"}));
+  EXPECT_EQ(retyped.to_json().at("transformers_version"), "4.46.3");  // the other keys stay
   LlamaConfig windowed;
   windowed.model_type = "mistral";
   windowed.sliding_window = 256;

@@ -398,8 +398,10 @@ LlamaConfig load_llama_config(const std::string& dir) {
 }
 
 json LlamaConfig::to_json() const {
-  const bool all = !source.is_object();  // built in code: every key
-  json j = all ? json{{"architectures", {architecture(model_type)}}} : source;
+  // Every key for a config built in code, or one whose model_type changed (the defaults differ).
+  const bool all = !source.is_object() || !source.contains("model_type") || source["model_type"] != model_type;
+  json j = source.is_object() ? source : json::object();
+  if (all) j["architectures"] = {architecture(model_type)};
   const LlamaConfig was = all ? LlamaConfig() : parse_llama_config(source, "LlamaConfig::source");
   const auto put = [&](const char* key, const json& value, bool changed) {
     if (all || changed) j[key] = value;

@@ -104,9 +104,10 @@ struct LlamaConfig {
 
   // config.json: `source` with the fields that differ from what it says updated (in its spelling:
   // rope_parameters or rope_theta/rope_scaling, dtype or torch_dtype), so that an unchanged config
-  // writes back exactly what transformers wrote. A config built in code writes every key read above
-  // (transformers 4.x spelling, which 5.x reads too). Throws std::invalid_argument for a config that
-  // would be refused when read back.
+  // writes back exactly what transformers wrote. A config built in code, or whose model_type changed,
+  // writes every key read above (transformers 4.x spelling, which 5.x reads too) and its
+  // architectures. Throws std::invalid_argument for a config that would be refused when read back,
+  // or read back differently (a sliding_window on a llama).
   nlohmann::json to_json() const;
 };
 
