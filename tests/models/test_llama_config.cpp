@@ -230,6 +230,11 @@ TEST(LlamaConfig, Qwen2HasQkvBiasesAndItsDefaults) {
   EXPECT_EQ(parse(windowed).sliding_window, std::optional<std::int64_t>(32768));
   windowed["layer_types"] = {"full_attention", "chunked_attention"};
   expect_error<FormatError>([&] { parse(windowed); }, {"layer_types[1]", "\"chunked_attention\""});
+  json no_kv = qwen;  // Qwen2Config's num_key_value_heads is 32, not num_attention_heads
+  no_kv.erase("num_key_value_heads");
+  no_kv["num_attention_heads"] = 64;
+  no_kv["head_dim"] = 16;
+  EXPECT_EQ(parse(no_kv).num_key_value_heads, 32);
   json biased = qwen;
   biased["attention_bias"] = true;
   expect_error<FormatError>([&] { parse(biased); }, {"attention_bias", "qwen2", "o_proj"});

@@ -7,7 +7,8 @@
 //
 // Keys read (absent: the default of the model_type's config class in transformers):
 //   vocab_size, hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
-//   num_key_value_heads (llama, qwen2: num_attention_heads; mistral: 8), head_dim (null or absent:
+//   num_key_value_heads (null: num_attention_heads; absent: llama's num_attention_heads, qwen2's 32,
+//   mistral's 8: the classes' defaults), head_dim (null or absent:
 //   hidden_size / num_attention_heads, which must then divide), max_position_embeddings,
 //   rms_norm_eps, hidden_act ("silu" only), tie_word_embeddings, attention_bias and mlp_bias
 //   (llama's; qwen2 always has q/k/v biases and none on o_proj or the MLP, mistral none: a true
