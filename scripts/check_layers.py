@@ -33,8 +33,8 @@ FLOORS = {
     "nn": ["ops"],  # modules
     "optim": ["core"],  # optimizers, schedules
     "data": ["ops"],  # datasets, samplers, the DataLoader
-    "serialize": ["nn", "optim"],  # archives, checkpoints, safetensors
-    "models": ["nn", "serialize"],  # GPT, Hugging Face GPT-2 folders
+    "serialize": ["nn", "optim"],  # archives, checkpoints, safetensors, Hugging Face folders
+    "models": ["nn", "serialize"],  # GPT, Hugging Face GPT-2 folders, the Llama-family config
     "text": ["data"],  # tokenizers
     "distributed": ["nn", "data"],  # process group, collectives, DDP (xgrad::distributed)
     "onnx": ["nn", "serialize"],  # ONNX export (xgrad::onnx)

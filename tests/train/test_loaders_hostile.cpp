@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include <xgrad/models/llama_config.hpp>
+#include <xgrad/serialize/hf_folder.hpp>
 #include <xgrad/text/tokenizer.hpp>
 #include <xgrad/train/trainer.hpp>
 #include <xgrad/xgrad.hpp>
@@ -52,6 +54,24 @@ xgrad::models::GPTConfig tiny_gpt() {
   xgrad::models::GPTConfig c;
   c.vocab_size = 8, c.block_size = 4, c.n_layer = 1, c.n_head = 1, c.n_embd = 4;
   return c;
+}
+
+// A small Llama's config.json, and a generation_config.json beside it.
+void write_llama_config(const std::string& dir) {
+  xgrad::models::LlamaConfig c;
+  c.vocab_size = 8, c.hidden_size = 8, c.intermediate_size = 16, c.num_hidden_layers = 1;
+  c.num_attention_heads = 2, c.num_key_value_heads = 1, c.head_dim = 4, c.max_position_embeddings = 16;
+  write(at(dir, "config.json"), c.to_json().dump(2));
+  write(at(dir, "generation_config.json"), "{\"bos_token_id\": 1, \"eos_token_id\": [2, 3]}");
+}
+
+// A folder whose weights are one shard listed by model.safetensors.index.json.
+void write_sharded(const std::string& dir, const xgrad::NamedArrays<float>& tensors) {
+  xgrad::save_safetensors(tensors, at(dir, "model-00001-of-00001.safetensors"));
+  std::string map;
+  for (const auto& [name, array] : tensors)
+    map += (map.empty() ? "\"" : ", \"") + name + "\": \"model-00001-of-00001.safetensors\"";
+  write(at(dir, "model.safetensors.index.json"), "{\"metadata\": {}, \"weight_map\": {" + map + "}}");
 }
 
 void resume_trainer(const std::string& path) {
@@ -104,6 +124,15 @@ std::vector<Loader> loaders() {
       {"load_hf_gpt2 model.safetensors", "model.safetensors",
        [](const std::string& d) { models::save_hf_gpt2(models::GPT<float>(tiny_gpt()), d); },
        [](const std::string& d) { models::load_hf_gpt2<float>(d); }},
+      {"load_llama_config config.json", "config.json", write_llama_config,
+       [](const std::string& d) { models::load_llama_config(d); }},
+      {"load_llama_config generation_config.json", "generation_config.json", write_llama_config,
+       [](const std::string& d) { models::load_llama_config(d); }},
+      {"read_hf_weights model.safetensors.index.json", "model.safetensors.index.json",
+       [&](const std::string& d) { write_sharded(d, small_state()); },
+       [](const std::string& d) {
+         load_hf_tensors<float>(read_hf_weights(d), [](const std::string&) { return true; });
+       }},
       {"BPETokenizer encoder.json", "encoder.json", save_tokenizer,
        [](const std::string& d) { text::BPETokenizer::load(d); }},
       {"BPETokenizer vocab.bpe", "vocab.bpe", save_tokenizer,

@@ -4,16 +4,9 @@
 // allocate more than the files hold). Saving stages the three files before renaming any into place.
 #include <xgrad/models/hf_gpt2.hpp>
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <atomic>
-#include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
-#include <functional>
 #include <limits>
 #include <map>
 #include <optional>
@@ -25,8 +18,8 @@
 #include <nlohmann/json.hpp>
 
 #include <xgrad/base/json_input.hpp>
-#include <xgrad/serialize/atomic_file.hpp>
 #include <xgrad/serialize/format_error.hpp>
+#include <xgrad/serialize/hf_folder.hpp>
 #include <xgrad/serialize/safetensors.hpp>
 
 namespace xgrad::models {
@@ -34,12 +27,9 @@ namespace xgrad::models {
 namespace {
 
 using json = nlohmann::json;
-namespace fs = std::filesystem;
 
 constexpr const char* kLoad = "load_hf_gpt2";
 constexpr const char* kSave = "save_hf_gpt2";
-// config.json and the index are a few kilobytes; a larger file is not one of them.
-constexpr std::uint64_t kMaxJsonBytes = std::uint64_t(64) << 20;
 // Every size of the config (the model's dims) must fit a 32-bit int, as in transformers' kernels.
 constexpr std::int64_t kMaxSize = std::numeric_limits<std::int32_t>::max();
 // GPT-2's <|endoftext|>, GPT2Config's bos_token_id and eos_token_id.
@@ -58,19 +48,6 @@ std::string quote(const std::string& s) { return json(s).dump(-1, ' ', false, js
 
 // A JSON value for an error message, in a few words (never dumped whole: it may be deep or long).
 std::string excerpt(const json& v) { return describe_json(v); }
-
-std::string join(const std::string& dir, const std::string& name) { return (fs::path(dir) / name).string(); }
-
-bool is_file(const std::string& path) {
-  std::error_code ec;
-  return fs::exists(fs::status(path, ec));
-}
-
-// A whole JSON file (config.json, the index): a regular file of at most kMaxJsonBytes, nesting at
-// most kMaxJsonDepth levels (the parser's work and memory stay bounded on hostile input).
-json read_json(const std::string& path) {
-  return read_json_file(kLoad, path, kMaxJsonBytes, "config or index file", kMaxJsonDepth);
-}
 
 // ---- config.json -----------------------------------------------------------------------------
 
@@ -239,18 +216,9 @@ void for_each_slot(const GPTConfig& c, const std::string& prefix, Fn&& fn) {
   fn(Slot{prefix + "ln_f.bias", {C}, "ln_f.bias"});
 }
 
-// Where a tensor is: its file and its header entry.
-struct Source {
-  std::string file;
-  SafetensorsEntry entry;
-};
-
-// The checkpoint's files and tensors, from their headers.
-struct Checkpoint {
-  std::vector<std::string> files;         // in reading order
-  std::map<std::string, Source> tensors;  // Hugging Face name -> where
-  std::string listing;                    // the file that lists the tensors: model.safetensors or the index
-  std::string prefix;                     // "transformer." or ""
+// The checkpoint's files and tensors, from their headers, with the prefix of its names.
+struct Checkpoint : HFWeights {
+  std::string prefix;  // "transformer." or ""
 };
 
 // h.{i}.attn.bias or h.{i}.attn.masked_bias with i < n_layer: the causal mask buffers.
@@ -267,85 +235,11 @@ bool is_mask_buffer(const std::string& name, const std::string& prefix, std::int
   return rest == ".attn.bias" || rest == ".attn.masked_bias";
 }
 
-bool loadable_dtype(const std::string& dtype) {
-  return dtype == "F32" || dtype == "F16" || dtype == "BF16" || dtype == "F64";
-}
-
-// A safetensors header; a file that cannot be opened is reported with the entry that names it.
-SafetensorsHeader read_header(const std::string& path, const std::string& listed_in, const std::string& first_key) {
-  try {
-    return read_safetensors_header(path);
-  } catch (const FormatError&) {
-    throw;
-  } catch (const std::runtime_error& e) {
-    throw std::runtime_error(detail::concat(kLoad, ": '", listed_in, "': tensor ", quote(first_key), " is in '", path,
-                                            "', which cannot be read: ", e.what()));
-  }
-}
-
-// Finds the files (model.safetensors, else the index's shards) and reads their headers.
-Checkpoint read_checkpoint_files(const std::string& dir) {
-  Checkpoint ck;
-  const std::string single = join(dir, "model.safetensors"), index_path = join(dir, "model.safetensors.index.json");
-  if (is_file(single) || !is_file(index_path)) {
-    if (!is_file(single))
-      throw std::runtime_error(detail::concat(kLoad, ": '", dir, "' has neither model.safetensors nor "
-                                              "model.safetensors.index.json (xgrad reads the safetensors format only)"));
-    ck.listing = single;
-    ck.files.push_back(single);
-    SafetensorsHeader header = read_safetensors_header(single);
-    for (auto& e : header.tensors) {
-      const std::string name = e.name;
-      ck.tensors[name] = Source{single, std::move(e)};
-    }
-    return ck;
-  }
-  ck.listing = index_path;
-  const json index = read_json(index_path);
-  if (!index.is_object()) malformed(index_path, "the index is not a JSON object (it is ", index.type_name(), ")");
-  const auto map = index.find("weight_map");
-  if (map == index.end() || !map->is_object())
-    malformed(index_path, "\"weight_map\" must be an object of tensor name -> shard file name",
-              map == index.end() ? " (it is missing)" : ", got " + excerpt(*map));
-  std::map<std::string, std::vector<std::string>> shards;  // file name -> the names the index puts there
-  std::vector<std::string> order;
-  for (const auto& [name, file] : map->items()) {
-    if (!file.is_string()) malformed(index_path, "\"weight_map\" entry ", quote(name), " is not a file name: ", excerpt(file));
-    const std::string f = file.get<std::string>();
-    if (f.empty() || f == "." || f == ".." || f.find('/') != std::string::npos || f.find('\0') != std::string::npos)
-      malformed(index_path, "\"weight_map\" entry ", quote(name), ": ", quote(f), " is not a file name in the folder");
-    if (shards.find(f) == shards.end()) order.push_back(f);
-    shards[f].push_back(name);
-  }
-  if (shards.empty()) malformed(index_path, "\"weight_map\" lists no tensor");
-  std::vector<SafetensorsHeader> headers;  // every shard's first, so that a missing one is named first
-  for (const std::string& f : order) {
-    headers.push_back(read_header(join(dir, f), index_path, shards[f].front()));
-    ck.files.push_back(join(dir, f));
-  }
-  for (std::size_t k = 0; k < order.size(); ++k) {
-    const std::string& path = ck.files[k];
-    const std::vector<std::string>& listed = shards[order[k]];
-    const std::set<std::string> here(listed.begin(), listed.end());
-    for (auto& e : headers[k].tensors) {
-      if (here.count(e.name) == 0)
-        malformed(path, "tensor ", quote(e.name), " is not listed for this shard in the \"weight_map\" of '", index_path,
-                  "'");
-      const std::string name = e.name;
-      ck.tensors[name] = Source{path, std::move(e)};
-    }
-    for (const std::string& name : listed)
-      if (ck.tensors.count(name) == 0)
-        malformed(path, "no tensor ", quote(name), ", which the \"weight_map\" of '", index_path, "' places in it");
-  }
-  return ck;
-}
-
 // The checkpoint's files and tensors, with the prefix of its names.
 Checkpoint read_checkpoint_headers(const std::string& dir) {
-  Checkpoint ck = read_checkpoint_files(dir);
-  ck.prefix = ck.tensors.count("wte.weight") != 0 && ck.tensors.count("transformer.wte.weight") == 0 ? ""
-                                                                                                    : "transformer.";
+  Checkpoint ck{read_hf_weights(dir, kLoad), ""};
+  ck.prefix =
+      ck.tensors.count("wte.weight") != 0 && ck.tensors.count("transformer.wte.weight") == 0 ? "" : "transformer.";
   return ck;
 }
 
@@ -380,15 +274,7 @@ Checkpoint read_checkpoint(const std::string& dir, const GPTConfig& c, const cha
   Checkpoint ck = read_checkpoint_headers(dir);
   std::set<std::string> used;
   const auto check = [&](const std::string& name, const Shape& shape) {
-    const auto it = ck.tensors.find(name);
-    if (it == ck.tensors.end())
-      malformed(ck.listing, "missing tensor ", quote(name), " (of shape ", shape_str(shape), " ", origin, ")");
-    const Source& s = it->second;
-    if (s.entry.shape != shape)
-      malformed(s.file, "tensor ", quote(name), " has shape ", shape_str(s.entry.shape), ", expected ",
-                shape_str(shape), " ", origin);
-    if (!loadable_dtype(s.entry.dtype))
-      malformed(s.file, "tensor ", quote(name), " has dtype ", s.entry.dtype, ": xgrad loads F32, F16, BF16 and F64");
+    expect_hf_tensor(ck, name, shape, origin, kLoad);
     used.insert(name);
   };
   for_each_slot(c, ck.prefix, [&](const Slot& slot) { check(slot.hf, slot.shape); });
@@ -416,24 +302,17 @@ Array<T> transposed(const Array<T>& a) {  // (rows, cols) -> (cols, rows)
 // Reads the tensors of a checked checkpoint into GPT's state_dict.
 template <class T>
 nn::StateDict<T> read_state(const Checkpoint& ck, const GPTConfig& c) {
-  std::map<std::string, Array<T>> values;  // the tensors GPT takes, and lm_head.weight
-  const auto weight = [&](const std::string& name) { return !is_mask_buffer(name, ck.prefix, c.n_layer); };
-  for (const std::string& file : ck.files)  // the mask buffers, of any dtype (BOOL, U8), are not read
-    for (auto& [name, array] : load_safetensors_if<T>(file, weight)) values[name] = std::move(array);
-  const auto value = [&](const std::string& name, const Shape& shape) -> Array<T>& {
-    const auto it = values.find(name);
-    if (it == values.end() || shape_of(it->second) != shape)  // the file changed since its header was read
-      malformed(ck.listing, "tensor ", quote(name), " changed while the checkpoint was read");
-    return it->second;
-  };
+  // The mask buffers, of any dtype (BOOL, U8), are not read.
+  std::map<std::string, Array<T>> values = load_hf_tensors<T>(
+      ck, [&](const std::string& name) { return !is_mask_buffer(name, ck.prefix, c.n_layer); }, kLoad);
   nn::StateDict<T> state;
   for_each_slot(c, ck.prefix, [&](const Slot& slot) {
-    Array<T>& v = value(slot.hf, slot.shape);
+    Array<T>& v = values.at(slot.hf);  // there, of its shape: read_checkpoint and load_hf_tensors checked
     state.insert(slot.xgrad, slot.conv1d ? transposed(v) : std::move(v));
   });
   if (ck.tensors.count("lm_head.weight") != 0) {
     const Array<T>& wte = state.at("wte.weight");
-    const Array<T>& head = value("lm_head.weight", shape_of(wte));
+    const Array<T>& head = values.at("lm_head.weight");
     // Tied means the same bits: a NaN in wte is tied to the same NaN (== would call them different).
     if (std::memcmp(head.data(), wte.data(), wte.size() * sizeof(T)) != 0)
       malformed(ck.tensors.at("lm_head.weight").file, "tensor \"lm_head.weight\" differs from \"", ck.prefix,
@@ -512,109 +391,15 @@ std::string hf_generation_config_text(const GPTConfig& c) {
   return j.dump(2) + "\n";
 }
 
-// T -> float, rounding to nearest; beyond float's range gives +-inf (a plain cast would be undefined).
-template <class T>
-Array<float> to_float(const Array<T>& a) {
-  if constexpr (std::is_same_v<T, float>) {
-    return a;
-  } else {
-    Array<float> f = empty_array<float>(shape_of(a), "save_hf_gpt2");
-    constexpr double kMax = static_cast<double>(std::numeric_limits<float>::max());
-    const double overflow = std::ldexp(2.0 - std::ldexp(1.0, -24), 127);  // FLT_MAX + half an ulp: rounds to inf
-    for (std::size_t i = 0; i < a.size(); ++i) {
-      const double v = a.data()[i];
-      const double clamped = std::abs(v) >= overflow ? std::copysign(HUGE_VAL, v)  // infinities too
-                             : std::abs(v) > kMax    ? std::copysign(kMax, v)
-                                                     : v;
-      f.data()[i] = static_cast<float>(clamped);
-    }
-    return f;
-  }
-}
-
-// A file to write into the folder with the others, all or none.
-struct Staged {
-  std::string name;                               // "config.json"
-  std::function<void(std::ostream&)> write;
-  std::string target, staging;                    // the final path (links resolved) and the new file's
-  bool staged = false;
-};
-
-// Writes every file to a temporary name beside its target, then renames them into place: a failure
-// before the renames leaves every old file as it was.
-void save_together(const std::string& dir, std::vector<Staged>& files) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw std::runtime_error(detail::concat(kSave, ": cannot create the folder '", dir, "': ", ec.message()));
-  if (!fs::is_directory(dir, ec)) throw std::runtime_error(detail::concat(kSave, ": '", dir, "' is not a folder"));
-  static std::atomic<unsigned> counter{0};
-  const std::string tag = ".xgrad-save-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
-  for (Staged& f : files) {
-    const fs::path path = fs::path(dir) / f.name;
-    fs::path target = path;
-    if (fs::is_symlink(fs::symlink_status(path, ec))) {
-      target = fs::canonical(path, ec);
-      if (ec)
-        throw std::runtime_error(detail::concat(kSave, ": cannot save '", path.string(),
-                                                "': it is a symbolic link that points nowhere (", ec.message(), ")"));
-    }
-    const fs::file_status status = fs::status(target, ec);
-    if (fs::exists(status) && !fs::is_regular_file(status))
-      throw std::runtime_error(detail::concat(kSave, ": cannot save '", path.string(),
-                                              "': it exists and is not a regular file"));
-    f.target = target.string();
-    f.staging = (target.parent_path() / ("." + target.filename().string() + tag)).string();
-  }
-  const auto unstage = [&] {
-    for (Staged& f : files)
-      if (f.staged) fs::remove(f.staging, ec);
-  };
-  for (Staged& f : files) {
-    try {
-      write_file_atomically(f.staging, f.write);
-      f.staged = true;
-    } catch (const std::exception& e) {
-      unstage();
-      throw std::runtime_error(detail::concat(kSave, ": cannot write '", join(dir, f.name), "': ", e.what(),
-                                              " (the folder's files are unchanged)"));
-    }
-  }
-  for (std::size_t i = 0; i < files.size(); ++i) {
-    if (::rename(files[i].staging.c_str(), files[i].target.c_str()) != 0) {
-      const int error = errno;
-      unstage();
-      std::string replaced;  // the files renamed before it
-      for (std::size_t k = 0; k < i; ++k) replaced += (k ? ", " : "") + files[k].name;
-      throw std::runtime_error(detail::concat(kSave, ": cannot rename the new '", join(dir, files[i].name),
-                                              "' into place: ", std::strerror(error),
-                                              i == 0 ? " (the folder's files are unchanged)"
-                                                     : " (" + replaced + " already replaced)"));
-    }
-    files[i].staged = false;
-  }
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd >= 0) {
-    ::fsync(fd);  // best effort, so the renames survive a power loss
-    ::close(fd);
-  }
-}
-
 }  // namespace
 
 GPTConfig load_hf_gpt2_config(const std::string& dir) {
-  const std::string path = join(dir, "config.json");
-  if (!is_file(path))
-    throw std::runtime_error(detail::concat(kLoad, ": '", path, "' does not exist: a Hugging Face model folder holds "
-                                            "config.json and model.safetensors"));
-  GPTConfig c = parse_config(path, read_json(path));
-  const std::string generation = join(dir, "generation_config.json");
-  if (is_file(generation)) {
-    const json g = read_json(generation);
-    if (!g.is_object()) malformed(generation, "not a JSON object (it is ", g.type_name(), ")");
-    c.generation_config = g.dump(2) + "\n";  // as save_pretrained writes it: keys sorted, 2-space indent
-  }
-  if (is_file(join(dir, "model.safetensors")) || is_file(join(dir, "model.safetensors.index.json")))
-    check_sizes(path, c, read_checkpoint_headers(dir));
+  const json root = read_hf_config(kLoad, dir);
+  const std::string path = hf_file(dir, "config.json");
+  GPTConfig c = parse_config(path, root);
+  if (const auto generation = read_hf_generation_config(kLoad, dir))
+    c.generation_config = generation->dump(2) + "\n";  // as save_pretrained writes it: keys sorted, 2-space indent
+  if (has_hf_weights(dir)) check_sizes(path, c, read_checkpoint_headers(dir));
   return c;
 }
 
@@ -644,21 +429,21 @@ void save_hf_gpt2(const GPT<T>& model, const std::string& dir) {
   NamedArrays<float> tensors;
   for_each_slot(c, "transformer.", [&](const Slot& slot) {
     const Array<T>& v = state.at(slot.xgrad);
-    tensors.emplace_back(slot.hf, to_float<T>(slot.conv1d ? transposed(v) : v));
+    tensors.emplace_back(slot.hf, to_float32<T>(slot.conv1d ? transposed(v) : v));
   });
   // safetensors' Python writer orders the tensors by name (within a dtype).
   std::sort(tensors.begin(), tensors.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   const auto text = [](const std::string& t) {
     return [&t](std::ostream& out) { out.write(t.data(), static_cast<std::streamsize>(t.size())); };
   };
-  std::vector<Staged> files(3);
-  files[0].name = "config.json";
-  files[0].write = text(config_text);
-  files[1].name = "model.safetensors";
-  files[1].write = [&](std::ostream& out) { write_safetensors(out, tensors, {{"format", "pt"}}); };
-  files[2].name = "generation_config.json";
-  files[2].write = text(generation_text);
-  save_together(dir, files);
+  write_files_together(dir,
+                       {{"config.json", text(config_text)},
+                        {"model.safetensors",
+                         [&](std::ostream& out) {
+                           write_safetensors(out, tensors, {{"format", "pt"}});
+                         }},
+                        {"generation_config.json", text(generation_text)}},
+                       kSave);
 }
 
 template std::shared_ptr<GPT<float>> load_hf_gpt2<float>(const std::string&, Generator*);
