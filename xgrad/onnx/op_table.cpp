@@ -267,6 +267,8 @@ constexpr OpExport kTable[] = {
             "puts the modules in eval mode, so this one is called with training=true"),
     refused(OpKind::mse_loss, "a loss, computed in training; export the model's forward without it"),
     refused(OpKind::cross_entropy, "a loss, computed in training; export the model's forward without it"),
+    refused(OpKind::rms_norm, "rms_norm is not exported to ONNX yet"),
+    refused(OpKind::rotary_embedding, "rotary_embedding is not exported to ONNX yet"),
     written(OpKind::tril, trilu<false>),
     written(OpKind::triu, trilu<true>),
     refused(OpKind::topk, "its indices are an index array, which the recording cannot follow"),
