@@ -1,9 +1,11 @@
 // rms_norm: values against the formula, the default eps per dtype, PyTorch's golden values
 // (tests/fixtures/rms_norm_*.json, F.rms_norm's formula in torch), HF's float32 LlamaRMSNorm
-// recipe, gradchecks and gradgradchecks, and the argument errors.
+// recipe, gradchecks and gradgradchecks, and the argument errors; add_rms_norm_with_sum against
+// the unfused ops, bit for bit.
 #include <cmath>
 #include <limits>
 #include <string>
+#include <tuple>
 
 #include <xgrad/ops/rms_norm.hpp>
 
@@ -164,4 +166,56 @@ TEST(RmsNorm, ArgumentErrors) {
                          "rms_norm: expected eps >= 0, got nan");
   XGRAD_EXPECT_THROW_MSG(rms_norm(zeros<double>({2, 4}), {std::int64_t(-4)}),
                          "rms_norm: expected non-negative sizes, got a negative size -4");
+}
+
+// add_rms_norm_with_sum == {x + r, rms_norm(x + r)} bit for bit: both values, and the gradients of
+// x, r and the weight with both results used (pre-norm: s is the next residual), y only and s only;
+// at 1 and 4 threads (512 rows of 64 split in pieces: the weight's gradient sums them in order).
+TEST(AddRmsNorm, WithSumMatchesTheUnfusedOpsBitForBit) {
+  ThreadCountGuard guard;
+  const Shape shape{512, 64};
+  const Tensor<float> u = random_leaf<float>(shape, 5).detach(), v = random_leaf<float>(shape, 6).detach();
+  for (int threads : {1, 4}) {
+    set_num_threads(threads);
+    for (const char* use : {"both", "y", "s"}) {
+      SCOPED_TRACE(std::string(use) + " at " + std::to_string(threads) + " threads");
+      Tensor<float> x[2], r[2], w[2], s[2], y[2];
+      for (int k = 0; k < 2; ++k) {
+        x[k] = random_leaf<float>(shape, 1), r[k] = random_leaf<float>(shape, 2), w[k] = random_leaf<float>({64}, 3);
+      }
+      std::tie(s[0], y[0]) = add_rms_norm_with_sum(x[0], r[0], {64}, w[0], 1e-6);
+      s[1] = x[1] + r[1];
+      y[1] = rms_norm(s[1], {64}, w[1], 1e-6);
+      EXPECT_STREQ(y[0].op(), "add_rms_norm");  // the fused node
+      for (int k = 0; k < 2; ++k) {
+        const Tensor<float> loss = std::string(use) == "both" ? sum(y[k] * u + s[k] * v)
+                                   : std::string(use) == "y"  ? sum(y[k] * u)
+                                                              : sum(s[k] * v);
+        loss.backward();
+      }
+      EXPECT_EQ(s[0].value(), s[1].value());
+      EXPECT_EQ(y[0].value(), y[1].value());
+      EXPECT_EQ(x[0].grad(), x[1].grad());
+      EXPECT_EQ(r[0].grad(), r[1].grad());
+      if (std::string(use) != "s") {
+        EXPECT_EQ(w[0].grad(), w[1].grad());
+      }
+    }
+  }
+}
+
+TEST(AddRmsNorm, GradgradcheckAndUnfusedFallback) {
+  const GradcheckResult r = gradgradcheck(
+      [](const Inputs& in) {
+        const auto [s, y] = add_rms_norm_with_sum(in[0], in[1], {4}, in[2], 1e-3);
+        return s * y;
+      },
+      {input({2, 3, 4}, 1), input({2, 3, 4}, 2), input({4}, 3)});
+  EXPECT_TRUE(r.passed) << r.summary();
+  // r broadcast over x: the unfused ops, the same values.
+  const T64 x = input({2, 3, 4}, 1), b = input({4}, 2);
+  const auto [s, y] = add_rms_norm_with_sum(x, b, {4});
+  EXPECT_STREQ(y.op(), "rms_norm");
+  EXPECT_EQ(y.value(), rms_norm(x + b, {4}).value());
+  XGRAD_EXPECT_THROW_MSG(add_rms_norm_with_sum(x, x, {3}), "add_rms_norm: expected input with trailing shape (3)");
 }

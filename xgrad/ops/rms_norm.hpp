@@ -3,6 +3,7 @@
 #pragma once
 
 #include <optional>
+#include <utility>
 
 #include <xgrad/core/factories.hpp>
 #include <xgrad/core/tensor.hpp>
@@ -18,5 +19,19 @@ namespace xgrad {
 template <class T>
 Tensor<T> rms_norm(const Tensor<T>& x, const ShapeArg& normalized_shape, const Tensor<T>& weight = {},
                    std::optional<double> eps = std::nullopt);
+
+// The residual add fused into the RMSNorm after it, for the pre-norm residual line of a Llama
+// block (add_layer_norm_with_sum's layout, ops.hpp):
+//   add_rms_norm_with_sum(x, r, ...) == {x + r, rms_norm(x + r, ...)}
+// bit for bit (values and gradients), at any thread count. One pass per row each way: the forward
+// writes s = x + r and normalizes the row while it is in cache; the backward writes ds = rms_norm's
+// dx + the gradient of s for x and for r in the same pass. x and r of different shapes
+// (broadcasting) and a running trace::Recorder take the unfused ops (add, then rms_norm). The
+// backward recomputes s from x and r: changing either in place before it is refused, as for any op
+// that saves its inputs.
+template <class T>
+std::pair<Tensor<T>, Tensor<T>> add_rms_norm_with_sum(const Tensor<T>& x, const Tensor<T>& r,
+                                                      const ShapeArg& normalized_shape, const Tensor<T>& weight = {},
+                                                      std::optional<double> eps = std::nullopt);
 
 }  // namespace xgrad
