@@ -20,6 +20,7 @@
   X(ops_linear_gelu)             \
   X(ops_softmax)                 \
   X(ops_layer_norm)              \
+  X(ops_rms_norm)                \
   X(ops_dropout)                 \
   X(ops_attention)               \
   X(ops_attention_tiled)         \
@@ -28,6 +29,7 @@
   X(ops_sorting)                 \
   X(nn_linear)                   \
   X(nn_layer_norm)               \
+  X(nn_rms_norm)                 \
   X(nn_activation)               \
   X(nn_dropout)                  \
   X(nn_embedding)                \
