@@ -6,6 +6,7 @@ The C++ suite only reads the files; it never needs PyTorch. The output is determ
 case seeds torch itself and runs on one thread. Format: tests/fixtures/README.md.
 
 Cases:
+  rms_norm_{float64,float32}  F.rms_norm by its formula: outputs, input and weight gradients
   nn_*_{float64,float32}  the nn modules: parameters, input, output, MSE loss to a
                           target, gradients of the input and of every parameter (by state_dict key)
   optim_{mlp,encoder}_*   parameters after each of 5 optimizer steps (float64)
@@ -81,6 +82,42 @@ def write_case(name, dtype, config, tensors):
     with open(path, "w") as f:
         f.write(text)
     WRITTEN.append((name, len(text), list(tensors.keys())))
+
+
+# ---- op cases --------------------------------------------------------------------------------
+
+def rms_norm_formula(x, dims, weight, eps):
+    """F.rms_norm (torch >= 2.4) by its formula: torch 1.13 has no rms_norm."""
+    y = x * torch.rsqrt(x.pow(2).mean(dims, keepdim=True) + eps)
+    return y if weight is None else y * weight
+
+
+def rms_norm_cases():
+    """rms_norm_{float64,float32}: F.rms_norm's output and the gradients of its input and weight
+    for a random upstream gradient, per case of config["cases"]; eps null is finfo(dtype).eps."""
+    torch.manual_seed(130)
+    inputs32 = {"input": 2.0 * torch.randn(2, 3, 8) + 0.5, "weight": 1.0 + 0.5 * torch.randn(8),
+                "weight_2d": 1.0 + 0.5 * torch.randn(3, 8), "grad_output": torch.randn(2, 3, 8)}
+    cases = {"weight": {"normalized_shape": [8], "weight": "weight", "eps": 1e-5},
+             "no_weight_default_eps": {"normalized_shape": [8], "weight": None, "eps": None},
+             "2d": {"normalized_shape": [3, 8], "weight": "weight_2d", "eps": 1e-6}}
+    for dtype_name, dtype in DTYPES.items():
+        tensors = {k: t.to(dtype) for k, t in inputs32.items()}
+        out = dict(tensors)
+        for name, c in cases.items():
+            x = tensors["input"].clone().requires_grad_(True)
+            w = None if c["weight"] is None else tensors[c["weight"]].clone().requires_grad_(True)
+            dims = tuple(range(-len(c["normalized_shape"]), 0))
+            eps = torch.finfo(dtype).eps if c["eps"] is None else c["eps"]
+            y = rms_norm_formula(x, dims, w, eps)
+            y.backward(tensors["grad_output"])
+            out[name + ".output"] = y
+            out[name + ".grad.input"] = x.grad
+            if w is not None:
+                out[name + ".grad.weight"] = w.grad
+        config = {"op": "rms_norm", "formula": "x * rsqrt(mean(x^2 over normalized_shape) + eps) * weight",
+                  "cases": cases, "backward": "of the output against grad_output"}
+        write_case(f"rms_norm_{dtype_name}", dtype_name, config, out)
 
 
 # ---- nn cases --------------------------------------------------------------------------------
@@ -758,6 +795,7 @@ def main():
 
     loader_case()
     nn_cases()
+    rms_norm_cases()
     optim_cases()
     schedule_cases()
     clip_cases()

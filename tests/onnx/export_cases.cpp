@@ -26,6 +26,8 @@
 
 #include <xgrad/models/gpt.hpp>
 #include <xgrad/nn/nn.hpp>
+#include <xgrad/nn/rms_norm.hpp>
+#include <xgrad/ops/ops.hpp>
 #include <xgrad/onnx/export.hpp>
 #include <xgrad/onnx/op_table.hpp>
 
@@ -420,6 +422,20 @@ std::vector<Case> cases(int random_cases) {
     out.push_back({"mlp", m,
                    [m](const onnx::Inputs& in) { return std::vector<Tensor<float>>{m->forward(in.tensor(0))}; },
                    {tensor("x", {"batch", "6"})}, {"y"}, {{{"batch", 2}}, {{"batch", 5}}, {{"batch", 1}}}});
+  }
+  {
+    // nn.RMSNorm with a random weight; F.rms_norm over (seq, 8) at float's default eps.
+    auto m = std::make_shared<nn::RMSNorm<float>>(nn::RMSNormOptions(8).eps(1e-6));
+    nn::init::normal_(m->weight, 1.0, 0.5);
+    out.push_back({"rms_norm",
+                   m,
+                   [m](const onnx::Inputs& in) {
+                     const Tensor<float>& x = in.tensor(0);
+                     return std::vector<Tensor<float>>{m->forward(x), rms_norm(x, {x.size(1), x.size(2)})};
+                   },
+                   {tensor("x", {"batch", "seq", "8"})},
+                   {"y", "y_2d"},
+                   kBatchSeq});
   }
   {
     auto m = std::make_shared<OpsNet>();

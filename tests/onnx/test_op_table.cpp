@@ -21,6 +21,8 @@
 #include <xgrad/nn/nn.hpp>
 #include <xgrad/onnx/export.hpp>
 #include <xgrad/onnx/op_table.hpp>
+#include <xgrad/nn/rms_norm.hpp>
+#include <xgrad/ops/ops.hpp>
 #include <xgrad/core/op_kinds.hpp>
 
 namespace {
@@ -94,6 +96,11 @@ const std::map<OpKind, Sample>& samples() {
       {OpKind::mse_loss, [](const Tensor<float>& x) { return Tensors{mse_loss(x, neg(x))}; }},
       {OpKind::cross_entropy,
        [](const Tensor<float>& x) { return Tensors{cross_entropy(reshape(x, {6, 4}), IndexArray{0, 1, 2, 3, 0, 1})}; }},
+      {OpKind::rms_norm,
+       [](const Tensor<float>& x) {
+         static const auto norm = std::make_shared<nn::RMSNorm<float>>(4);
+         return Tensors{norm->forward(x), rms_norm<float>(x, {3, 4})};
+       }},
       {OpKind::tril, [](const Tensor<float>& x) { return Tensors{tril(x)}; }},
       {OpKind::triu, [](const Tensor<float>& x) { return Tensors{triu(x, 1)}; }},
       {OpKind::topk, [](const Tensor<float>& x) { return Tensors{topk(x, 2).first}; }},

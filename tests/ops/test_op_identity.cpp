@@ -86,6 +86,7 @@ std::vector<std::string> profiled_literals(const std::string& text) {
 // tests/onnx/test_op_table.cpp; its entry here then goes.
 const std::set<std::string> kProfiledWithoutKind = {
     "add_layer_norm",   // ops/layer_norm.cpp
+    "add_rms_norm",     // ops/rms_norm.cpp
     "linear_gelu",      // ops/linear_gelu.cpp
     "argmax",           // ops/sorting.cpp
     "multinomial",      // ops/multinomial.cpp

@@ -32,6 +32,8 @@
   X(index_select) X(embedding) X(masked_fill) X(where)                                                      \
   /* matmul.cpp, softmax.cpp, layer_norm.cpp, dropout.cpp, loss.cpp */                                     \
   X(matmul) X(linear) X(softmax) X(log_softmax) X(layer_norm) X(dropout) X(mse_loss) X(cross_entropy)       \
+  /* rms_norm.cpp, rotary_embedding.cpp */                                                                  \
+  X(rms_norm) X(rotary_embedding)                                                                           \
   /* triangular.cpp, sorting.cpp */                                                                        \
   X(tril) X(triu) X(topk) X(sort)                                                                           \
   /* composites: attention/attention.cpp, nn/multihead_attention.cpp */                                     \

@@ -10,5 +10,6 @@
 #include <xgrad/nn/linear.hpp>
 #include <xgrad/nn/module.hpp>
 #include <xgrad/nn/multihead_attention.hpp>
+#include <xgrad/nn/rms_norm.hpp>
 #include <xgrad/nn/sequential.hpp>
 #include <xgrad/nn/transformer.hpp>

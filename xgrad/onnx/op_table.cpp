@@ -204,6 +204,20 @@ void layer_norm(Exporter& ex, const trace::Op& op) {
                          {gb.attr("axis", -nd), gb.attr("epsilon", static_cast<float>(op.real("eps")))}));
 }
 
+// Opset 17 has no RMSNormalization (opset 23 does): x / sqrt(mean(x^2) + eps) [* weight], spelled
+// out over the trailing normalized dims; eps is the one the op resolved (finfo(dtype).eps by default).
+void rms_norm(Exporter& ex, const trace::Op& op) {
+  GraphBuilder& gb = ex.builder();
+  const std::string x = ex.input(0);
+  std::vector<i64> axes;
+  for (i64 d = -op.integer("normalized_dims"); d < 0; ++d) axes.push_back(d);
+  const std::string mean_sq =
+      gb.op("ReduceMean", {gb.op("Mul", {x, x})}, {gb.attr("axes", axes), gb.attr("keepdims", i64(1))});
+  const std::string rms = gb.op("Sqrt", {gb.op("Add", {mean_sq, gb.scalar(static_cast<float>(op.real("eps")))})});
+  const std::string y = gb.op("Div", {x, rms});
+  ex.set_output(0, op.integer("has_weight") != 0 ? gb.op("Mul", {y, ex.input(1)}) : y);
+}
+
 // Trilu keeps j - i <= k (upper = 0) or j - i >= k (upper = 1)
 template <bool Upper>
 void trilu(Exporter& ex, const trace::Op& op) {
@@ -267,6 +281,8 @@ constexpr OpExport kTable[] = {
             "puts the modules in eval mode, so this one is called with training=true"),
     refused(OpKind::mse_loss, "a loss, computed in training; export the model's forward without it"),
     refused(OpKind::cross_entropy, "a loss, computed in training; export the model's forward without it"),
+    written(OpKind::rms_norm, rms_norm),
+    refused(OpKind::rotary_embedding, "rotary_embedding is not exported to ONNX yet"),
     written(OpKind::tril, trilu<false>),
     written(OpKind::triu, trilu<true>),
     refused(OpKind::topk, "its indices are an index array, which the recording cannot follow"),

@@ -9,7 +9,7 @@
 // lanes, so they may differ from a sequential loop in the last bits.
 
 // First, so that its pragma covers xsimd wherever xtensor includes it (see simd.hpp).
-#include <xgrad/backend/simd.hpp>
+#include <xgrad/ops/norm_rows.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -26,77 +26,7 @@ namespace xgrad {
 
 namespace {
 
-using DB = xsimd::batch<double>;
-constexpr std::size_t kW = DB::size;
-
-// A batch of doubles from / to kW values of T. xsimd 8 converts float <-> double one lane at a
-// time through memory; with AVX the conversion is one instruction.
-inline DB load_d(const double* p) { return DB::load_unaligned(p); }
-inline void store_d(const DB& b, double* p) { b.store_unaligned(p); }
-inline DB load_d(const float* p) {
-#if defined(__AVX512F__)
-  if constexpr (kW == 8) return DB(_mm512_cvtps_pd(_mm256_loadu_ps(p)));
-#elif defined(__AVX__)
-  if constexpr (kW == 4) return DB(_mm256_cvtps_pd(_mm_loadu_ps(p)));
-#endif
-  return DB::load_unaligned(p);
-}
-inline void store_d(const DB& b, float* p) {
-#if defined(__AVX512F__)
-  if constexpr (kW == 8) return _mm256_storeu_ps(p, _mm512_cvtpd_ps(b));
-#elif defined(__AVX__)
-  if constexpr (kW == 4) return _mm_storeu_ps(p, _mm256_cvtpd_ps(b));
-#endif
-  b.store_unaligned(p);
-}
-
-// The sum of a batch's lanes in xsimd::hadd's order (8 lanes: the upper half added to the lower,
-// then (l0 + l1) + (l2 + l3)), through memory: GCC 12 inlines hadd's AVX-512 intrinsics into a
-// false -Wuninitialized here (its bug 105593).
-inline double sum_lanes(const DB& b) {
-  alignas(64) double l[kW];
-  b.store_aligned(l);
-  if constexpr (kW == 8) {
-    for (std::size_t i = 0; i < 4; ++i) l[i] = l[i + 4] + l[i];
-    return (l[0] + l[1]) + (l[2] + l[3]);
-  } else if constexpr (kW == 4) {
-    return (l[0] + l[1]) + (l[2] + l[3]);
-  } else {
-    double total = 0;
-    for (std::size_t i = 0; i < kW; ++i) total += l[i];
-    return total;
-  }
-}
-
-// sum_j f(j) over a row of n: f maps a lane start j to a batch (full batches) or a double (tail).
-template <class FB, class FS>
-double row_sum(std::size_t n, FB fb, FS fs) {
-  DB acc(0.0);
-  std::size_t j = 0;
-  for (; j + kW <= n; j += kW) acc += fb(j);
-  double total = sum_lanes(acc);
-  for (; j < n; ++j) total += fs(j);
-  return total;
-}
-
-// One row of the forward: y = (x - m) * rs [* w] [+ b].
-template <class T>
-void normalize_row(const T* x, const T* w, const T* b, T* y, double m, double rs, std::size_t n) {
-  const DB mb(m), rb(rs);
-  std::size_t j = 0;
-  for (; j + kW <= n; j += kW) {
-    DB o = (load_d(x + j) - mb) * rb;
-    if (w) o *= load_d(w + j);
-    if (b) o += load_d(b + j);
-    store_d(o, y + j);
-  }
-  for (; j < n; ++j) {
-    double o = (x[j] - m) * rs;
-    if (w) o *= w[j];
-    if (b) o += b[j];
-    y[j] = static_cast<T>(o);
-  }
-}
+using namespace detail::norm_rows;
 
 struct LayerNormSaved {
   std::size_t rows = 0, d = 0;
@@ -170,14 +100,6 @@ void backward_row(const T* xr, const T* dyr, const T* pw, double m, double rs, s
   }
 }
 
-// Rows are split across threads in pieces of at least ~16K elements, so that small inputs stay on
-// one thread. The count depends only on the shape and the thread count (the backward sums dw and
-// db per piece, then across pieces in order).
-std::size_t row_pieces(std::size_t rows, std::size_t D) {
-  const std::size_t min_rows = std::max<std::size_t>(1, (std::size_t(1) << 14) / std::max<std::size_t>(D, 1));
-  return std::max<std::size_t>(1, std::min<std::size_t>(get_num_threads(), rows / min_rows));
-}
-
 // Under create_graph (layer_norm's GradFormula), the backward in differentiable ops, with mean and
 // rstd recomputed from x so that their own derivatives flow. Over the normalized dims N:
 //   xhat = (x - mean_N(x)) * rstd,  rstd = (mean_N((x - mean_N(x))^2) + eps)^(-1/2)
@@ -249,21 +171,6 @@ void add_layer_norm_forward(LayerNormSaved& s, const T* px, const T* pr, const T
 // buffers go to x and r. Only without dsum (post-norm) or without dy (y unused) does the second
 // input need a new array (a copy, as the unfused add's backward makes). The addition dsum + dx is
 // the one accumulate_grad makes in the unfused graph, in T: the same bits.
-// A weight's or bias's gradient from its per-piece partial sums v (pieces, D), in double, added in
-// piece order (the same bits at any thread count), as an Array of input `input`'s shape.
-template <class T>
-Array<T> sum_pieces(const Node<T>& node, const std::vector<double>& v, std::size_t pieces, std::size_t D, int input,
-                    const char* who) {
-  Array<T> a = empty_array<T>(node.input_shape(static_cast<std::size_t>(input)), who);
-  T* pa = a.data();
-  for (std::size_t j = 0; j < D; ++j) {
-    double sum = v[j];
-    for (std::size_t p = 1; p < pieces; ++p) sum += v[p * D + j];
-    pa[j] = static_cast<T>(sum);
-  }
-  return a;
-}
-
 template <class T>
 void add_layer_norm_backward(Node<T>& node, const LayerNormSaved& s, Array<T>* dy, Array<T>* dsum) {
   const std::size_t D = s.d, pieces = row_pieces(s.rows, D);
