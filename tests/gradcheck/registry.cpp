@@ -20,6 +20,7 @@
   X(ops_linear_gelu)             \
   X(ops_softmax)                 \
   X(ops_layer_norm)              \
+  X(ops_rotary_embedding)        \
   X(ops_dropout)                 \
   X(ops_attention)               \
   X(ops_attention_tiled)         \
