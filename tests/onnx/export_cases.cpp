@@ -28,6 +28,7 @@
 #include <xgrad/nn/nn.hpp>
 #include <xgrad/onnx/export.hpp>
 #include <xgrad/onnx/op_table.hpp>
+#include <xgrad/ops/rotary_embedding.hpp>
 
 using namespace xgrad;
 using onnx::Input;
@@ -436,6 +437,19 @@ std::vector<Case> cases(int random_cases) {
                    },
                    {{InputSpec::Index, "tokens", {"batch", "seq"}, 12}},
                    {"logits"}, kBatchSeq});
+  }
+  {
+    // x (batch, 2, 5, 8) as (B, H, T, D); the tables of positions 0..4 are made in the forward (constants).
+    auto m = std::make_shared<nn::Sequential<float>>();
+    out.push_back({"rotary_embedding",
+                   m,
+                   [](const onnx::Inputs& in) {
+                     const auto [cos, sin] = rope_cos_sin(rope_inv_freq<float>(8, 10000.0), IndexArray{0, 1, 2, 3, 4});
+                     return std::vector<Tensor<float>>{rotary_embedding(in.tensor(0), cos, sin)};
+                   },
+                   {tensor("x", {"batch", "2", "5", "8"})},
+                   {"y"},
+                   {{{"batch", 2}}, {{"batch", 3}}, {{"batch", 1}}}});
   }
   {
     auto m = mha(false);  // (L, N, E), self-attention, weights averaged over heads
