@@ -11,6 +11,8 @@
 #include "fixture.hpp"
 #include "test_util.hpp"
 
+#include <xgrad/core/trace.hpp>
+
 #include <xgrad/ops/rotary_embedding.hpp>
 
 using namespace xgrad;
@@ -153,6 +155,38 @@ TEST(RotaryEmbedding, MatchesPyTorch) {
       }
     }
   }
+}
+
+// The in-place form gives the op's values bit for bit (float32: torch's), in x's own array.
+TEST(RotaryEmbedding, InPlaceEqualsTheOpBitForBit) {
+  const Fixture f = load_fixture("rotary_embedding_float32");
+  for (const std::string suffix : {"", "_b"}) {
+    const Tensor<float> cos = f.tensor<float>("cos" + suffix), sin = f.tensor<float>("sin" + suffix);
+    const Tensor<float> x = f.tensor<float>("input");
+    const float* storage = x.value().data();
+    const std::uint64_t version = x.version();
+    const Tensor<float> y = rotary_embedding(x, cos, sin);
+    EXPECT_TRUE(rotary_embedding_(x, cos, sin).same(x));
+    EXPECT_EQ(x.value().data(), storage);
+    EXPECT_EQ(x.version(), version + 1);
+    EXPECT_TRUE(bitwise_equal(x.value(), y.value())) << suffix;
+    EXPECT_TRUE(bitwise_equal(x.value(), f.array<float>("output" + suffix))) << suffix;
+  }
+}
+
+TEST(RotaryEmbedding, InPlaceIsForInferenceOnly) {
+  const T64 cos = constant({3, 4}, 1), sin = constant({3, 4}, 2);
+  const T64 x = input({2, 3, 4}, 3);
+  XGRAD_EXPECT_THROW_MSG(rotary_embedding_(x, cos, sin), "rotary_embedding_: x requires grad and grad mode is on",
+                         "use rotary_embedding");
+  const T64 saved = x * x;  // saves x for its backward
+  {
+    NoGradGuard no_grad;
+    rotary_embedding_(x, cos, sin);  // allowed, as torch's `with no_grad(): x.mul_(...)`
+    trace::Recorder recorder;
+    XGRAD_EXPECT_THROW_MSG(rotary_embedding_(x, cos, sin), "a trace is recording");
+  }
+  EXPECT_THROW(sum(saved).backward(), std::exception);  // x changed since mul saved it
 }
 
 // LlamaRotaryEmbedding's tables for positions 0..4, head_dim 8: torch's float32 cos / sin (SLEEF's

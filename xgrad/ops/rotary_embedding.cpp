@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include <xgrad/core/grad_mode.hpp>
 #include <xgrad/ops/op_scope.hpp>
 #include <xgrad/ops/ops.hpp>
 #include <xgrad/backend/strided.hpp>
@@ -83,7 +84,8 @@ RopeLayout rope_layout(const char* op, const Tensor<T>& x, const Tensor<T>& cos,
 
 // y = x * cos + rotate_half(x) * sin, row by row, h = D/2:
 //   y[:h] = x[:h] * c[:h] - x[h:] * s[:h],   y[h:] = x[h:] * c[h:] + x[:h] * s[h:]
-// x, y: (rows, D); c, s: the rows L.table_row names.
+// x, y: (rows, D); c, s: the rows L.table_row names. Pair by pair (j, j + h), both read before
+// either is written, so y may be x itself (rotary_embedding_): the same expressions, the same bits.
 template <class T>
 XGRAD_NO_FP_CONTRACT void rotary_forward(const T* x, const T* cos, const T* sin, T* y, const RopeLayout& L) {
   XGRAD_NO_FP_CONTRACT_BODY
@@ -91,8 +93,11 @@ XGRAD_NO_FP_CONTRACT void rotary_forward(const T* x, const T* cos, const T* sin,
   for (std::size_t r = 0; r < L.table_row.size(); ++r) {
     const T *xr = x + r * D, *c = cos + L.table_row[r], *s = sin + L.table_row[r];
     T* yr = y + r * D;
-    for (std::size_t j = 0; j < h; ++j) yr[j] = xr[j] * c[j] - xr[j + h] * s[j];
-    for (std::size_t j = h; j < D; ++j) yr[j] = xr[j] * c[j] + xr[j - h] * s[j];
+    for (std::size_t j = 0; j < h; ++j) {
+      const T a = xr[j], b = xr[j + h];
+      yr[j] = a * c[j] - b * s[j];
+      yr[j + h] = b * c[j + h] + a * s[j + h];
+    }
   }
 }
 
@@ -139,6 +144,21 @@ Tensor<T> rotary_embedding(const Tensor<T>& x, const Tensor<T>& cos, const Tenso
         node.input(0).accumulate_grad(std::move(dx));
       },
       rotary_formula<T>);
+}
+
+// The inference path: x's value rotated in place, no node, no new array.
+template <class T>
+const Tensor<T>& rotary_embedding_(const Tensor<T>& x, const Tensor<T>& cos, const Tensor<T>& sin) {
+  const OpScope op(OpKind::rotary_embedding);
+  XGRAD_CHECK(!(is_grad_enabled() && x.requires_grad()), op.name(),
+              "_: x requires grad and grad mode is on: the in-place form records no gradient; use "
+              "rotary_embedding, or run under NoGradGuard");
+  XGRAD_CHECK(!trace::active(), op.name(),
+              "_: a trace is recording (an ONNX export): the in-place form records no op; use rotary_embedding");
+  const RopeLayout layout = rope_layout(op.name(), x, cos, sin);
+  Array<T>& v = Tensor<T>(x).mutable_value();
+  rotary_forward(v.data(), cos.value().data(), sin.value().data(), v.data(), layout);
+  return x;
 }
 
 // ---- the tables ---------------------------------------------------------------------------------
@@ -222,9 +242,10 @@ std::pair<Tensor<T>, Tensor<T>> rope_cos_sin(const Tensor<T>& inv_freq, const In
   return {Tensor<T>(std::move(cos)), Tensor<T>(std::move(sin))};
 }
 
-#define XGRAD_INSTANTIATE(T)                                                                    \
-  template Tensor<T> rotary_embedding<T>(const Tensor<T>&, const Tensor<T>&, const Tensor<T>&); \
-  template Tensor<T> rope_inv_freq<T>(std::int64_t, double, const RopeScaling&, double);        \
+#define XGRAD_INSTANTIATE(T)                                                                            \
+  template Tensor<T> rotary_embedding<T>(const Tensor<T>&, const Tensor<T>&, const Tensor<T>&);         \
+  template const Tensor<T>& rotary_embedding_<T>(const Tensor<T>&, const Tensor<T>&, const Tensor<T>&); \
+  template Tensor<T> rope_inv_freq<T>(std::int64_t, double, const RopeScaling&, double);                \
   template std::pair<Tensor<T>, Tensor<T>> rope_cos_sin<T>(const Tensor<T>&, const IndexArray&);
 XGRAD_INSTANTIATE(float)
 XGRAD_INSTANTIATE(double)

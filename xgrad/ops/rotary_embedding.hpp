@@ -29,6 +29,14 @@ namespace xgrad {
 template <class T>
 Tensor<T> rotary_embedding(const Tensor<T>& x, const Tensor<T>& cos, const Tensor<T>& sin);
 
+// The same in place, for inference (a KV-cache decode step): x's value becomes
+// rotary_embedding(x, cos, sin)'s, bit for bit, without a node or a new array; returns x. Its
+// version() is bumped, so a node that saved x refuses its backward. Refused while grad mode is on
+// and x requires grad (no gradient would be recorded: use rotary_embedding) and while a trace
+// records (an ONNX export would miss it).
+template <class T>
+const Tensor<T>& rotary_embedding_(const Tensor<T>& x, const Tensor<T>& cos, const Tensor<T>& sin);
+
 // config.json's rope_scaling, as transformers' modeling_rope_utils reads it (its key `type` is an
 // old spelling of rope_type). rope_type:
 //   "default"  no scaling (the other fields are unused)
