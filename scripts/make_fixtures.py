@@ -12,6 +12,9 @@ Cases:
   optim_{mlp,encoder}_*   parameters after each of 5 optimizer steps (float64)
   lr_*                    learning rate before each of 30 scheduler steps
   clip_*                  gradient clipping: total norm and clipped gradients
+  rope_scaling_*, rotary_embedding_{float64,float32}
+                          RoPE as transformers' Llama: scaled inverse frequencies; the op's values
+                          and input gradient
   loader_roundtrip        a tiny known file for the C++ loader's own test
 """
 
@@ -764,6 +767,78 @@ def clip_cases():
     clip_case("value", 303, torch.nn.utils.clip_grad_value_, {"clip_value": 0.1})
 
 
+# ---- rotary position embeddings (transformers' Llama) -------------------------------------------
+# Literal ports of modeling_rope_utils (_compute_default_rope_parameters, the linear scaling,
+# _compute_llama3_parameters), LlamaRotaryEmbedding.forward, rotate_half and apply_rotary_pos_emb.
+
+def rope_inv_freq(head_dim, theta, dtype, scaling=None):
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).to(dtype) / head_dim))
+    rope_type = (scaling or {}).get("rope_type", "default")
+    if rope_type == "linear":
+        return inv_freq / scaling["factor"]
+    if rope_type == "llama3":
+        factor = scaling["factor"]
+        low_freq_factor = scaling["low_freq_factor"]
+        high_freq_factor = scaling["high_freq_factor"]
+        old_context_len = scaling["original_max_position_embeddings"]
+        low_freq_wavelen = old_context_len / low_freq_factor
+        high_freq_wavelen = old_context_len / high_freq_factor
+        wavelen = 2 * math.pi / inv_freq
+        inv_freq_llama = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+        smooth_factor = (old_context_len / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+        smoothed_inv_freq = (1 - smooth_factor) * inv_freq_llama / factor + smooth_factor * inv_freq_llama
+        is_medium_freq = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
+        return torch.where(is_medium_freq, smoothed_inv_freq, inv_freq_llama)
+    assert rope_type == "default", rope_type
+    return inv_freq
+
+
+def rope_cos_sin(inv_freq, positions):
+    # LlamaRotaryEmbedding.forward for one sequence: (T, D) tables
+    freqs = (inv_freq[:, None] @ positions[None, :].to(inv_freq.dtype)).transpose(0, 1)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos(), emb.sin()
+
+
+def rotate_half(x):
+    x1 = x[..., : x.shape[-1] // 2]
+    x2 = x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def rope_cases():
+    scalings = {
+        "linear": {"head_dim": 64, "rope_theta": 10000.0,
+                   "rope_scaling": {"rope_type": "linear", "factor": 4.0}},
+        "llama3": {"head_dim": 128, "rope_theta": 500000.0,  # Llama 3.1's
+                   "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                    "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}},
+    }
+    for dtype_name, dtype in DTYPES.items():
+        tensors = {name: rope_inv_freq(c["head_dim"], c["rope_theta"], dtype, c["rope_scaling"])
+                   for name, c in scalings.items()}
+        write_case("rope_scaling_" + dtype_name, dtype_name, scalings, tensors)
+
+    # The op: x (B, H, T, D) with the tables of positions 0..T-1 (head_dim 8, theta 10000), and with
+    # random (B, 1, T, D) tables whose halves differ (the backward must not assume cat(f, f)).
+    for dtype_name, dtype in DTYPES.items():
+        torch.manual_seed(400)
+        B, H, T, D = 2, 3, 5, 8
+        x = torch.randn(B, H, T, D, dtype=dtype, requires_grad=True)
+        cos, sin = rope_cos_sin(rope_inv_freq(D, 10000.0, dtype), torch.arange(T, dtype=torch.int64))
+        cos_b, sin_b = torch.randn(B, 1, T, D, dtype=dtype), torch.randn(B, 1, T, D, dtype=dtype)
+        grad_output = torch.randn(B, H, T, D, dtype=dtype)
+        tensors = {"input": x, "cos": cos, "sin": sin, "cos_b": cos_b, "sin_b": sin_b,
+                   "grad_output": grad_output}
+        for suffix, c, s in (("", cos, sin), ("_b", cos_b, sin_b)):
+            y = x * c + rotate_half(x) * s
+            (g,) = torch.autograd.grad(y, x, grad_output)
+            tensors["output" + suffix], tensors["grad.input" + suffix] = y, g
+        config = {"head_dim": D, "rope_theta": 10000.0, "positions": list(range(T)), "seed": 400,
+                  "formula": "x * cos + rotate_half(x) * sin; _b: the random (B, 1, T, D) tables"}
+        write_case("rotary_embedding_" + dtype_name, dtype_name, config, tensors)
+
+
 # ---- the loader's own test -------------------------------------------------------------------
 
 def loader_case():
@@ -799,6 +874,7 @@ def main():
     optim_cases()
     schedule_cases()
     clip_cases()
+    rope_cases()
     notebook_check()
 
     total = sum(size for _, size, _ in WRITTEN)

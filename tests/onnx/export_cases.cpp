@@ -454,6 +454,19 @@ std::vector<Case> cases(int random_cases) {
                    {"logits"}, kBatchSeq});
   }
   {
+    // x (batch, 2, 5, 8) as (B, H, T, D); the tables of positions 0..4 are made in the forward (constants).
+    auto m = std::make_shared<nn::Sequential<float>>();
+    out.push_back({"rotary_embedding",
+                   m,
+                   [](const onnx::Inputs& in) {
+                     const auto [cos, sin] = rope_cos_sin(rope_inv_freq<float>(8, 10000.0), IndexArray{0, 1, 2, 3, 4});
+                     return std::vector<Tensor<float>>{rotary_embedding(in.tensor(0), cos, sin)};
+                   },
+                   {tensor("x", {"batch", "2", "5", "8"})},
+                   {"y"},
+                   {{{"batch", 2}}, {{"batch", 3}}, {{"batch", 1}}}});
+  }
+  {
     auto m = mha(false);  // (L, N, E), self-attention, weights averaged over heads
     out.push_back({"mha_self_seq_first", m,
                    [m](const onnx::Inputs& in) {

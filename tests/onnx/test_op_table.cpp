@@ -92,6 +92,11 @@ const std::map<OpKind, Sample>& samples() {
       {OpKind::softmax, [](const Tensor<float>& x) { return Tensors{softmax(x, -1)}; }},
       {OpKind::log_softmax, [](const Tensor<float>& x) { return Tensors{log_softmax(x, 1)}; }},
       {OpKind::layer_norm, [](const Tensor<float>& x) { return Tensors{layer_norm<float>(x, {4})}; }},
+      {OpKind::rotary_embedding,
+       [](const Tensor<float>& x) {  // x (2, 3, 4) as (H, T, D), tables of positions 0..2
+         const auto [cos, sin] = rope_cos_sin(rope_inv_freq<float>(4, 10000.0), IndexArray{0, 1, 2});
+         return Tensors{rotary_embedding(x, cos, sin)};
+       }},
       {OpKind::dropout, [](const Tensor<float>& x) { return Tensors{dropout(x, 0.5, /*training=*/true)}; }},
       {OpKind::mse_loss, [](const Tensor<float>& x) { return Tensors{mse_loss(x, neg(x))}; }},
       {OpKind::cross_entropy,

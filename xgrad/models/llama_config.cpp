@@ -322,14 +322,6 @@ void write_window(json& j, const LlamaConfig& c, const LlamaConfig& was, bool al
 
 }  // namespace
 
-bool operator==(const RopeScaling& a, const RopeScaling& b) {
-  if (a.rope_type != b.rope_type) return false;
-  if (a.rope_type == "default") return true;
-  return a.factor == b.factor && (a.rope_type != "llama3" ||
-                                  (a.low_freq_factor == b.low_freq_factor && a.high_freq_factor == b.high_freq_factor &&
-                                   a.original_max_position_embeddings == b.original_max_position_embeddings));
-}
-
 bool operator==(const LlamaConfig& a, const LlamaConfig& b) {
   return a.model_type == b.model_type && a.vocab_size == b.vocab_size && a.hidden_size == b.hidden_size &&
          a.intermediate_size == b.intermediate_size && a.num_hidden_layers == b.num_hidden_layers &&

@@ -42,19 +42,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <xgrad/ops/ops.hpp>
+
 namespace xgrad::models {
 
-// How RoPE's inverse frequencies are scaled (transformers' modeling_rope_utils).
-struct RopeScaling {
-  std::string rope_type = "default";                     // "default" (none), "linear" (inv_freq / factor) or "llama3"
-  double factor = 1.0;                                   // linear and llama3
-  double low_freq_factor = 1.0;                          // llama3
-  double high_freq_factor = 4.0;                         // llama3
-  std::int64_t original_max_position_embeddings = 8192;  // llama3
-};
-
-bool operator==(const RopeScaling& a, const RopeScaling& b);
-inline bool operator!=(const RopeScaling& a, const RopeScaling& b) { return !(a == b); }
+// How RoPE's inverse frequencies are scaled: the op's (ops.hpp, transformers' modeling_rope_utils).
+using RopeScaling = xgrad::RopeScaling;
 
 // generation_config.json: the token ids a generation loop stops at, and the file itself.
 struct GenerationConfig {

@@ -218,6 +218,19 @@ void rms_norm(Exporter& ex, const trace::Op& op) {
   ex.set_output(0, op.integer("has_weight") != 0 ? gb.op("Mul", {y, ex.input(1)}) : y);
 }
 
+// x * cos + rotate_half(x) * sin, rotate_half(x) = Concat(-x[..., h:], x[..., :h]) with h = D/2
+// of the recorded x (D, the head dim, is fixed by the model); cos and sin as recorded.
+void rotary_embedding(Exporter& ex, const trace::Op& op) {
+  GraphBuilder& gb = ex.builder();
+  const std::string x = ex.input(0);
+  const i64 h = static_cast<i64>(op.inputs[0].shape().back() / 2);
+  const auto half = [&](i64 start, i64 end) {
+    return gb.op("Slice", {x, gb.ints({start}), gb.ints({end}), gb.ints({-1})});
+  };
+  const std::string rotated = gb.op("Concat", {gb.op("Neg", {half(h, 2 * h)}), half(0, h)}, {gb.attr("axis", i64(-1))});
+  ex.set_output(0, gb.op("Add", {gb.op("Mul", {x, ex.input(1)}), gb.op("Mul", {rotated, ex.input(2)})}));
+}
+
 // Trilu keeps j - i <= k (upper = 0) or j - i >= k (upper = 1)
 template <bool Upper>
 void trilu(Exporter& ex, const trace::Op& op) {
@@ -282,7 +295,7 @@ constexpr OpExport kTable[] = {
     refused(OpKind::mse_loss, "a loss, computed in training; export the model's forward without it"),
     refused(OpKind::cross_entropy, "a loss, computed in training; export the model's forward without it"),
     written(OpKind::rms_norm, rms_norm),
-    refused(OpKind::rotary_embedding, "rotary_embedding is not exported to ONNX yet"),
+    written(OpKind::rotary_embedding, rotary_embedding),
     written(OpKind::tril, trilu<false>),
     written(OpKind::triu, trilu<true>),
     refused(OpKind::topk, "its indices are an index array, which the recording cannot follow"),
