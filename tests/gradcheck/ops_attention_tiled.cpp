@@ -64,8 +64,37 @@ XGRAD_GRADCHECKS(ops_attention_tiled) {
                       TiledPath tiled;
                       Generator gen(s.seed + 7);
                       return xgrad::scaled_dot_product_attention<double>(in[0], in[1], in[2], {}, 0.2, true,
-                                                                         std::nullopt, &gen);
+                                                                         std::nullopt, false, &gen);
                     },
                     {make({s.B, s.L + 3, s.D}), make({s.B, s.L + 1, s.D}), make({s.B, s.L + 1, s.D})}, o);
+              }});
+  checks.add(
+      {"sdpa_tiled_gqa",
+       "tiled path: grouped-query, q (B, 2 H, L + 2, D), k and v (B, H, L + 3, D), enable_gqa, float mask "
+       "(2 H, L + 2, L + 3)",
+       [](const Sizes& s, const O& o) {
+         Maker make(s.seed);
+         const xgrad::Array<double> mask = make({2 * s.H, s.L + 2, s.L + 3}).value();
+         return op_check(
+             [=](const Inputs& in) {
+               TiledPath tiled;
+               return xgrad::scaled_dot_product_attention<double>(in[0], in[1], in[2], mask, 0.0, false, std::nullopt,
+                                                                  /*enable_gqa=*/true);
+             },
+             {make({s.B, 2 * s.H, s.L + 2, s.D}), make({s.B, s.H, s.L + 3, s.D}), make({s.B, s.H, s.L + 3, s.D})}, o,
+             "mask");
+       }});
+  checks.add({"sdpa_tiled_gqa_causal_dropout",
+              "tiled path: multi-query, causal, dropout 0.2 (re-seeded), q (B, 3, L + 3, D), k and v (B, 1, L + 1, D)",
+              [](const Sizes& s, const O& o) {
+                Maker make(s.seed);
+                return op_check(
+                    [=](const Inputs& in) {
+                      TiledPath tiled;
+                      Generator gen(s.seed + 7);
+                      return xgrad::scaled_dot_product_attention<double>(in[0], in[1], in[2], {}, 0.2, true,
+                                                                         std::nullopt, /*enable_gqa=*/true, &gen);
+                    },
+                    {make({s.B, 3, s.L + 3, s.D}), make({s.B, 1, s.L + 1, s.D}), make({s.B, 1, s.L + 1, s.D})}, o);
               }});
 }
