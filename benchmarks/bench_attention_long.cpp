@@ -6,6 +6,11 @@
 //
 //   bench_attention_long --path tiled --L 4096 [--heads 12] [--dim 64] [--causal 1] [--dropout 0]
 //                        [--threads 2] [--reps 3] [--no-gemm] [--tiles Q,K]
+//                        [--kv-heads H] [--expand-kv 0]
+//
+// --kv-heads H (a divisor of --heads): grouped-query attention, k and v with H heads, through
+// enable_gqa; with --expand-kv 1 the step instead repeats k and v to every query head first
+// (unsqueeze, expand, reshape: what a caller without enable_gqa writes) and runs plain attention.
 //
 // FLOPs: 12 L^2 E per head for forward + backward (2 L^2 E multiply-adds forward, 4 backward,
 // 2 flops each), half of it when causal, the count the materialized path needs (the tiled
@@ -16,6 +21,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -33,8 +39,8 @@ namespace {
 
 struct Options {
   std::string path = "tiled";
-  std::size_t L = 1024, heads = 12, dim = 64, reps = 3, query_rows = 0, key_rows = 0;
-  bool causal = true, gemm = true;
+  std::size_t L = 1024, heads = 12, dim = 64, reps = 3, query_rows = 0, key_rows = 0, kv_heads = 0;
+  bool causal = true, gemm = true, expand_kv = false;
   double dropout = 0.0;
   int threads = 2;
 };
@@ -51,6 +57,10 @@ Options parse(int argc, char** argv) {
   app.add_option("--causal", o.causal)->capture_default_str();
   app.add_option("--dropout", o.dropout)->check(CLI::Range(0.0, 1.0))->capture_default_str();
   app.add_option("--threads", o.threads)->check(CLI::Range(1, 100000000))->capture_default_str();
+  app.add_option("--kv-heads", o.kv_heads, "key/value heads (grouped-query attention); default --heads")
+      ->check(CLI::Range(1, 100000000));
+  app.add_option("--expand-kv", o.expand_kv, "repeat k and v to every query head instead of enable_gqa")
+      ->capture_default_str();
   app.add_flag("--no-gemm", "skip the sgemm rate measurement")->each([&](const std::string&) { o.gemm = false; });
   app.add_option("--tiles", tiles, "Q,K: the tiled path's query and key block rows")
       ->delimiter(',')
@@ -60,6 +70,11 @@ Options parse(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     std::exit(app.exit(e));
+  }
+  if (o.kv_heads == 0) o.kv_heads = o.heads;
+  if (o.heads % o.kv_heads != 0) {
+    std::fprintf(stderr, "--kv-heads %zu must divide --heads %zu\n", o.kv_heads, o.heads);
+    std::exit(2);
   }
   if (tiles.size() == 2) {
     o.query_rows = tiles[0];
@@ -92,9 +107,17 @@ int main(int argc, char** argv) {
   xgrad::detail::set_attention_tiles(o.query_rows, o.key_rows);
 
   xgrad::Generator g(1);
-  const xgrad::Shape shape{1, o.heads, o.L, o.dim};
-  xgrad::Tensor<float> q = xgrad::randn<float>(shape, g, true), k = xgrad::randn<float>(shape, g, true),
-                       v = xgrad::randn<float>(shape, g, true);
+  const xgrad::Shape shape{1, o.heads, o.L, o.dim}, kv_shape{1, o.kv_heads, o.L, o.dim};
+  xgrad::Tensor<float> q = xgrad::randn<float>(shape, g, true), k = xgrad::randn<float>(kv_shape, g, true),
+                       v = xgrad::randn<float>(kv_shape, g, true);
+  const bool gqa = o.kv_heads != o.heads;
+  // (1, Hkv, L, d) -> (1, Hq, L, d), each key/value head repeated for its query heads
+  const auto i64 = [](std::size_t x) { return static_cast<std::int64_t>(x); };
+  auto repeat_kv = [&](const xgrad::Tensor<float>& x) {
+    return xgrad::reshape(
+        xgrad::expand(xgrad::unsqueeze(x, 2), {1, i64(o.kv_heads), i64(o.heads / o.kv_heads), i64(o.L), i64(o.dim)}),
+        {1, i64(o.heads), i64(o.L), i64(o.dim)});
+  };
   const xgrad::Tensor<float> upstream = xgrad::randn<float>(shape, g);
   const double rss_before = peak_rss_mib();
 
@@ -104,7 +127,9 @@ int main(int argc, char** argv) {
     k.zero_grad();
     v.zero_grad();
     const auto t0 = std::chrono::steady_clock::now();
-    xgrad::Tensor<float> y = xgrad::scaled_dot_product_attention(q, k, v, {}, o.dropout, o.causal);
+    xgrad::Tensor<float> y =
+        gqa && o.expand_kv ? xgrad::scaled_dot_product_attention(q, repeat_kv(k), repeat_kv(v), {}, o.dropout, o.causal)
+                           : xgrad::scaled_dot_product_attention(q, k, v, {}, o.dropout, o.causal, std::nullopt, gqa);
     xgrad::sum(y * upstream).backward();
     times.push_back(seconds_since(t0));
   }
@@ -118,10 +143,12 @@ int main(int argc, char** argv) {
   // materialized path, one float log-sum-exp per query on the tiled one.
   const double saved_mib = o.path == "tiled" ? 4.0 * o.heads * o.L / 1048576.0
                                              : 4.0 * o.heads * o.L * o.L * (o.dropout > 0 ? 2 : 1) / 1048576.0;
-  std::printf("{\"path\":\"%s\",\"L\":%zu,\"heads\":%zu,\"dim\":%zu,\"causal\":%d,\"dropout\":%g,\"threads\":%d,"
-              "\"median_s\":%.4f,\"min_s\":%.4f,\"gflops\":%.2f,\"sgemm_gflops\":%.1f,\"of_sgemm\":%.4f,"
-              "\"rss_growth_mib\":%.1f,\"saved_mib\":%.3f}\n",
-              o.path.c_str(), o.L, o.heads, o.dim, o.causal ? 1 : 0, o.dropout, o.threads, median, times.front(),
-              gflops, gemm, gemm > 0 ? gflops / gemm : 0.0, rss_growth, saved_mib);
+  std::printf(
+      "{\"path\":\"%s\",\"L\":%zu,\"heads\":%zu,\"kv_heads\":%zu,\"expand_kv\":%d,\"dim\":%zu,"
+      "\"causal\":%d,\"dropout\":%g,\"threads\":%d,"
+      "\"median_s\":%.4f,\"min_s\":%.4f,\"gflops\":%.2f,\"sgemm_gflops\":%.1f,\"of_sgemm\":%.4f,"
+      "\"rss_growth_mib\":%.1f,\"saved_mib\":%.3f}\n",
+      o.path.c_str(), o.L, o.heads, o.kv_heads, o.expand_kv && gqa ? 1 : 0, o.dim, o.causal ? 1 : 0, o.dropout,
+      o.threads, median, times.front(), gflops, gemm, gemm > 0 ? gflops / gemm : 0.0, rss_growth, saved_mib);
   return 0;
 }

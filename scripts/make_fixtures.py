@@ -15,6 +15,7 @@ Cases:
   rope_scaling_*, rotary_embedding_{float64,float32}
                           RoPE as transformers' Llama: scaled inverse frequencies; the op's values
                           and input gradient
+  sdpa_gqa_*              grouped-query attention: forward and gradients
   loader_roundtrip        a tiny known file for the C++ loader's own test
 """
 
@@ -839,6 +840,62 @@ def rope_cases():
         write_case("rotary_embedding_" + dtype_name, dtype_name, config, tensors)
 
 
+# ---- grouped-query attention -----------------------------------------------------------------
+
+def sdpa_reference(q, k, v, mask, is_causal, scale):
+    """F.scaled_dot_product_attention(q, k, v, mask, 0.0, is_causal, scale, enable_gqa=True) as
+    PyTorch's math path computes it: torch 1.13 has neither, so k and v are repeat_interleave'd
+    along dim -3 (transformers' repeat_kv) and the attention is spelled out. mask: None, bool
+    (True = may NOT attend, xgrad's convention) or float (added to the logits)."""
+    group = q.shape[-3] // k.shape[-3]
+    k = k.repeat_interleave(group, dim=-3)
+    v = v.repeat_interleave(group, dim=-3)
+    L, S = q.shape[-2], k.shape[-2]
+    logits = q @ k.transpose(-2, -1) * (scale if scale is not None else 1.0 / math.sqrt(q.shape[-1]))
+    if is_causal:
+        logits = logits.masked_fill(torch.ones(L, S, dtype=torch.bool).triu(1), float("-inf"))
+    if mask is not None:
+        logits = logits.masked_fill(mask, float("-inf")) if mask.dtype == torch.bool else logits + mask
+    return torch.softmax(logits, dim=-1) @ v
+
+
+def sdpa_gqa_cases():
+    """sdpa_gqa_{float64,float32}: three calls, their tensors prefixed by the call's name."""
+    torch.manual_seed(400)
+    float_mask = torch.randn(2, 3)
+    float_mask[1, 2] = float("-inf")
+    calls = [  # name, q shape, k shape, v shape, mask, is_causal, scale; small: the files' total is capped
+        ("causal", (1, 4, 3, 2), (1, 2, 3, 2), (1, 2, 3, 2), None, True, None),
+        ("float_mask_mqa", (2, 3, 2, 2), (2, 1, 3, 2), (2, 1, 3, 1), float_mask, False, 0.3),
+    ]
+    values32 = {}
+    for name, qs, ks, vs, mask, causal, scale in calls:
+        values32[name] = {"q": torch.randn(*qs), "k": torch.randn(*ks), "v": torch.randn(*vs),
+                          "grad_output": torch.randn(*qs[:-1], vs[-1])}
+    for dtype_name, dtype in DTYPES.items():
+        tensors, config = {}, {"seed": 400, "calls": {}}
+        for name, qs, ks, vs, mask, causal, scale in calls:
+            x = {key: t.to(dtype) for key, t in values32[name].items()}
+            q, k, v = (x[key].clone().requires_grad_(True) for key in ("q", "k", "v"))
+            m = None if mask is None else (mask if mask.dtype == torch.bool else mask.to(dtype))
+            out = sdpa_reference(q, k, v, m, causal, scale)
+            out.backward(x["grad_output"])
+            for key in ("q", "k", "v", "grad_output"):
+                tensors[f"{name}.{key}"] = x[key]
+            if m is not None:
+                tensors[f"{name}.attn_mask"] = m
+            tensors[f"{name}.output"] = out.detach()
+            for key, t in (("q", q), ("k", k), ("v", v)):
+                tensors[f"{name}.grad.{key}"] = t.grad
+            config["calls"][name] = {"dropout_p": 0.0, "is_causal": causal, "scale": scale, "enable_gqa": True,
+                                     "attn_mask": None if m is None else ("bool, True = may not attend"
+                                                                          if m.dtype == torch.bool else "float")}
+        config["note"] = ("F.scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal, scale, "
+                          "enable_gqa=True) computed as softmax(q repeat_kv(k)^T scale + mask) repeat_kv(v), "
+                          "repeat_kv = repeat_interleave along dim -3; grad.* = d(output . grad_output)/d*")
+        write_case("sdpa_gqa_" + dtype_name, dtype_name, config, tensors)
+
+
 # ---- the loader's own test -------------------------------------------------------------------
 
 def loader_case():
@@ -875,13 +932,14 @@ def main():
     schedule_cases()
     clip_cases()
     rope_cases()
+    sdpa_gqa_cases()
     notebook_check()
 
     total = sum(size for _, size, _ in WRITTEN)
     largest = max(WRITTEN, key=lambda w: w[1])
     print(f"wrote {len(WRITTEN)} files to {OUT_DIR}: {total / 1024:.0f} KiB in all, "
           f"largest {largest[0]} {largest[1] / 1024:.0f} KiB (torch {torch.__version__})")
-    assert largest[1] < 200 * 1024 and total < 3 * 1024 * 1024
+    assert largest[1] < 200 * 1024 and total < 3.5 * 1024 * 1024
 
 
 if __name__ == "__main__":

@@ -421,10 +421,10 @@ TEST(Parallel, AttentionBitwiseAcrossThreadCounts) {
       auto q = leaf<float>(s, 1), k = leaf<float>(s, 2), v = leaf<float>(s, 3);
       Generator dropout(77);  // the same seed for every thread count
       const std::string c = variant;
-      Tensor<float> y = c == "float mask" ? scaled_dot_product_attention(q, k, v, float_mask)
+      Tensor<float> y = c == "float mask"  ? scaled_dot_product_attention(q, k, v, float_mask)
                         : c == "bool mask" ? scaled_dot_product_attention(q, k, v, AttnMask<float>(bool_mask))
                         : c == "causal"    ? scaled_dot_product_attention(q, k, v, {}, 0.0, true)
-                                           : scaled_dot_product_attention(q, k, v, {}, 0.3, false, 0.25, &dropout);
+                                        : scaled_dot_product_attention(q, k, v, {}, 0.3, false, 0.25, false, &dropout);
       return value_and_grads(y, {q, k, v});
     });
   }

@@ -60,11 +60,41 @@ XGRAD_GRADCHECKS(ops_attention_tiled) {
        [](const Inputs& in, const SampleInput& sample) {
          TiledPath tiled;
          xgrad::Generator gen(sample.sizes.seed + 7);
-         return xgrad::scaled_dot_product_attention<double>(in[0], in[1], in[2], {}, 0.2, true, std::nullopt, &gen);
+         return xgrad::scaled_dot_product_attention<double>(in[0], in[1], in[2], {}, 0.2, true, std::nullopt, false,
+                                                            &gen);
        },
        [](const Sizes& s) {
          Maker make(s.seed);
          return SampleInput{{make({s.B, s.L + 3, s.D}), make({s.B, s.L + 1, s.D}), make({s.B, s.L + 1, s.D})}};
+       }},
+      {"sdpa_tiled_gqa",
+       "tiled path: grouped-query, q (B, 2 H, L + 2, D), k and v (B, H, L + 3, D), enable_gqa, float mask "
+       "(2 H, L + 2, L + 3)",
+       [](const Inputs& in, const SampleInput& sample) {
+         TiledPath tiled;
+         return xgrad::scaled_dot_product_attention<double>(in[0], in[1], in[2], sample.float_mask, 0.0, false,
+                                                            std::nullopt, /*enable_gqa=*/true);
+       },
+       [](const Sizes& s) {
+         Maker make(s.seed);
+         SampleInput sample;
+         sample.float_mask = make({2 * s.H, s.L + 2, s.L + 3}).value();
+         sample.inputs = {make({s.B, 2 * s.H, s.L + 2, s.D}), make({s.B, s.H, s.L + 3, s.D}),
+                          make({s.B, s.H, s.L + 3, s.D})};
+         sample.note = "mask";
+         return sample;
+       }},
+      {"sdpa_tiled_gqa_causal_dropout",
+       "tiled path: multi-query, causal, dropout 0.2 (re-seeded), q (B, 3, L + 3, D), k and v (B, 1, L + 1, D)",
+       [](const Inputs& in, const SampleInput& sample) {
+         TiledPath tiled;
+         xgrad::Generator gen(sample.sizes.seed + 7);
+         return xgrad::scaled_dot_product_attention<double>(in[0], in[1], in[2], {}, 0.2, true, std::nullopt,
+                                                            /*enable_gqa=*/true, &gen);
+       },
+       [](const Sizes& s) {
+         Maker make(s.seed);
+         return SampleInput{{make({s.B, 3, s.L + 3, s.D}), make({s.B, 1, s.L + 1, s.D}), make({s.B, 1, s.L + 1, s.D})}};
        }},
   };
 }

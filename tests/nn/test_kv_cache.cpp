@@ -399,3 +399,68 @@ TYPED_TEST(KVCacheTest, NonFinitePositionFollowsCausality) {
 }
 
 }  // namespace
+
+// Grouped-query attention over a cache (scaled_dot_product_attention_cached): the cache holds the
+// Hkv key/value heads only; a prompt prefilled and then one position at a time gives, at every
+// step, the rows of the full causal scaled_dot_product_attention(..., enable_gqa=true) over all
+// positions (G = 2 and multi-query G = 4).
+TYPED_TEST(KVCacheTest, GroupedQueryAttentionEqualsTheFullCausalForward) {
+  using T = TypeParam;
+  const std::int64_t N = 2, Hq = 4, L = 7, d = 3, prompt = 3;
+  for (std::int64_t Hkv : {2, 1}) {
+    SCOPED_TRACE("Hkv = " + std::to_string(Hkv));
+    Generator g(31);
+    const auto sz = [](std::int64_t x) { return static_cast<std::size_t>(x); };
+    const Tensor<T> q = randn<T>({sz(N), sz(Hq), sz(L), sz(d)}, g), k = randn<T>({sz(N), sz(Hkv), sz(L), sz(d)}, g),
+                    v = randn<T>({sz(N), sz(Hkv), sz(L), sz(d)}, g);
+    NoGradGuard no_grad;
+    // (N, Hq, L, d) -> (N, L, Hq d): the heads side by side
+    const Tensor<T> full = reshape(
+        transpose(scaled_dot_product_attention<T>(q, k, v, {}, 0.0, true, std::nullopt, true), 1, 2), {N, L, Hq * d});
+    nn::KVCache<T> cache;
+    const int layer = 0;  // any address names the layer
+    for (std::int64_t start = 0; start < L;) {
+      const std::int64_t t = start == 0 ? prompt : 1;
+      SCOPED_TRACE("positions " + std::to_string(start) + " .. " + std::to_string(start + t));
+      const Tensor<T> y = nn::scaled_dot_product_attention_cached(
+          slice(q, 2, start, start + t), slice(k, 2, start, start + t), slice(v, 2, start, start + t), cache, &layer);
+      EXPECT_LE(error(y, slice(full, 1, start, start + t)), tolerance<T>());
+      start += t;
+      EXPECT_EQ(cache.length(), start);
+    }
+    // only the key/value heads are kept, as given
+    EXPECT_EQ(cache.keys(), k.value());
+    EXPECT_EQ(cache.values(), v.value());
+  }
+}
+
+TYPED_TEST(KVCacheTest, GroupedQueryAttentionErrors) {
+  using T = TypeParam;
+  const char* who = "scaled_dot_product_attention_cached";
+  nn::KVCache<T> cache;
+  const int layer = 0, other = 0;
+  const Tensor<T> q = zeros<T>({2, 4, 1, 3}), kv = zeros<T>({2, 2, 1, 3});
+  XGRAD_EXPECT_THROW_MSG(nn::scaled_dot_product_attention_cached(q, kv, kv, cache, &layer), who, "inference only");
+  NoGradGuard no_grad;
+  XGRAD_EXPECT_THROW_MSG(nn::scaled_dot_product_attention_cached(zeros<T>({2, 3, 1, 3}), kv, kv, cache, &layer), who,
+                         "q_new's heads (3)", "multiple of k_new's and v_new's (2)");
+  XGRAD_EXPECT_THROW_MSG(nn::scaled_dot_product_attention_cached(q, kv, zeros<T>({2, 2, 2, 3}), cache, &layer), who,
+                         "agree in N, t and d", "v_new (2, 2, 2, 3)");
+  XGRAD_EXPECT_THROW_MSG(nn::scaled_dot_product_attention_cached(zeros<T>({4, 1, 3}), kv, kv, cache, &layer), who,
+                         "q_new (N, Hq, t, d)", "(4, 1, 3)");
+  XGRAD_EXPECT_THROW_MSG(nn::scaled_dot_product_attention_cached(zeros<T>({2, 4, 0, 3}), zeros<T>({2, 2, 0, 3}),
+                                                                 zeros<T>({2, 2, 0, 3}), cache, &layer),
+                         who, "no position");
+  EXPECT_EQ(cache.length(), 0);  // nothing was appended
+  nn::scaled_dot_product_attention_cached(q, kv, kv, cache, &layer);
+  XGRAD_EXPECT_THROW_MSG(nn::scaled_dot_product_attention_cached(zeros<T>({3, 4, 1, 3}), zeros<T>({3, 2, 1, 3}),
+                                                                 zeros<T>({3, 2, 1, 3}), cache, &layer),
+                         who, "holds 3 sequences", "the cache holds 2");
+  XGRAD_EXPECT_THROW_MSG(
+      nn::scaled_dot_product_attention_cached(q, zeros<T>({2, 1, 1, 3}), zeros<T>({2, 1, 1, 3}), cache, &layer), who,
+      "the cache holds 2 heads of size 3", "1 of size 3");
+  XGRAD_EXPECT_THROW_MSG(nn::scaled_dot_product_attention_cached(q, kv, kv, cache, &other), who,
+                         "this cache holds the keys and values of the attention layer at",
+                         "not of the attention layer at");
+  EXPECT_EQ(cache.length(), 1);
+}

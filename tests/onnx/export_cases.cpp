@@ -566,6 +566,21 @@ std::vector<Case> cases(int random_cases) {
                    {"causal", "masked"}, kBatchSeq});
   }
   {
+    auto m = std::make_shared<nn::Module<float>>("sdpa_gqa");  // grouped-query: 4 query heads, 2 KV heads
+    out.push_back({"sdpa_gqa",
+                   m,
+                   [](const onnx::Inputs& in) {
+                     const Tensor<float>&q = in.tensor(0), &kv = in.tensor(1);
+                     return std::vector<Tensor<float>>{
+                         scaled_dot_product_attention(q, kv, kv, {}, 0.0, true, std::nullopt, true),
+                         scaled_dot_product_attention(q, kv, kv, AttnMask<float>(in.mask(2)), 0.0, false, 0.3, true)};
+                   },
+                   {tensor("q", {"batch", "4", "seq", "4"}), tensor("kv", {"batch", "2", "seq", "4"}),
+                    mask("attn_mask", {"seq", "seq"})},
+                   {"causal", "masked"},
+                   kBatchSeq});
+  }
+  {
     // post-norm ReLU encoder, (S, N, E), key padding mask
     auto layer = std::make_shared<nn::TransformerEncoderLayer<float>>(
         nn::TransformerEncoderLayerOptions(8, 2).dim_feedforward(16));

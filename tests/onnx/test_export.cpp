@@ -3,7 +3,9 @@
 // are checked by ONNX Runtime in check_onnx_runtime.cjs (see tests/CMakeLists.txt).
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -411,6 +413,43 @@ TEST(OnnxExport, WarnsWhenTheForwardReadsATensorsValue) {
                    {"the forward runs other ops", "the forward reads a tensor's value into C++: item() on the result "
                     "of 'sum'"});
   });
+}
+
+// Grouped-query attention (enable_gqa) is written with the key/value heads repeated: k and v
+// (N, 2, S, d) unsqueezed, expanded to (N, 2, 2, S, d) and reshaped to (N, 4, S, d) with the run-time
+// dims; equal heads need none of it. ONNX Runtime checks the numbers (export_cases: sdpa_gqa).
+TEST(OnnxExport, WritesGroupedQueryAttentionByRepeatingTheKeyValueHeads) {
+  nn::Module<float> m("gqa");
+  const std::string path = temp_path("gqa.onnx");
+  auto expands = [&](std::size_t kv_heads) {
+    xo::export_model(
+        m,
+        [](const xo::Inputs& in) {
+          return Tensors{scaled_dot_product_attention(in.tensor(0), in.tensor(1), in.tensor(2), {}, 0.0, true,
+                                                      std::nullopt, /*enable_gqa=*/true)};
+        },
+        std::vector<xo::Input>{randn<float>({2, 4, 3, 2}), randn<float>({2, kv_heads, 5, 2}),
+                               randn<float>({2, kv_heads, 5, 2})},
+        path);
+    const ::onnx::ModelProto model = load(path);
+    std::remove(path.c_str());
+    expect_single_assignment(model);
+    std::vector<std::string> shapes;  // the Expand nodes' target shapes
+    for (const auto& n : model.graph().node())
+      if (n.op_type() == "Expand")
+        for (const auto& t : model.graph().initializer())
+          if (t.name() == n.input(1)) {
+            std::vector<std::int64_t> dims(t.raw_data().size() / sizeof(std::int64_t));
+            std::memcpy(dims.data(), t.raw_data().data(), t.raw_data().size());
+            std::string s;
+            for (std::int64_t x : dims) s += std::to_string(x) + " ";
+            shapes.push_back(s);
+          }
+    return shapes;
+  };
+  EXPECT_EQ(expands(2), (std::vector<std::string>{"1 1 2 1 1 ", "1 1 2 1 1 "}));  // k and v: G = 2 at dim -3
+  EXPECT_EQ(expands(1), (std::vector<std::string>{"1 1 4 1 1 ", "1 1 4 1 1 "}));  // multi-query
+  EXPECT_TRUE(expands(4).empty());                                                // equal heads
 }
 
 }  // namespace

@@ -262,7 +262,7 @@ std::vector<Array<T>> run(const AttentionCase<T>& c, AttentionPath path, std::si
   PathGuard guard(path, qr, kr);
   std::vector<Tensor<T>> in{Tensor<T>(c.q, true), Tensor<T>(c.k, true), Tensor<T>(c.v, true)};
   Generator drop(c.seed);
-  const Tensor<T> y = scaled_dot_product_attention(in[0], in[1], in[2], c.mask, c.p, c.causal, c.scale, &drop);
+  const Tensor<T> y = scaled_dot_product_attention(in[0], in[1], in[2], c.mask, c.p, c.causal, c.scale, false, &drop);
   Generator up(7);
   sum(y * randn<T>(y.shape(), up)).backward();
   return {y.value(), in[0].grad(), in[1].grad(), in[2].grad()};

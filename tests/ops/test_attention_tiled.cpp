@@ -107,8 +107,8 @@ std::vector<Array<T>> sdpa_run(const Case<T>& c, AttentionPath path, std::size_t
   Generator g(11);
   std::vector<Tensor<T>> in{randn<T>(c.q, g, true), randn<T>(c.k, g, true), randn<T>(c.v, g, true)};
   Generator drop(5);
-  return outputs_and_grads(scaled_dot_product_attention(in[0], in[1], in[2], c.mask, c.p, c.causal, c.scale, &drop),
-                           in);
+  return outputs_and_grads(
+      scaled_dot_product_attention(in[0], in[1], in[2], c.mask, c.p, c.causal, c.scale, false, &drop), in);
 }
 
 template <class T>
@@ -278,7 +278,7 @@ TEST(AttentionTiled, MaterializedPathChecksMemoryFirst) {
     XGRAD_EXPECT_THROW_MSG(scaled_dot_product_attention(q, k, v), "scaled_dot_product_attention",
                            "(B, L, S) = (2, 300, 300)", "1440000 bytes", "1048576 bytes");
     Generator g(1);
-    XGRAD_EXPECT_THROW_MSG(scaled_dot_product_attention(q, k, v, {}, 0.1, false, std::nullopt, &g),
+    XGRAD_EXPECT_THROW_MSG(scaled_dot_product_attention(q, k, v, {}, 0.1, false, std::nullopt, false, &g),
                            "dropout multipliers", "2880000 bytes");
   }
   {

@@ -58,7 +58,8 @@ Derivatives second_order(const Case& c, AttentionPath path, const std::vector<Ar
   PathGuard guard(path);
   const Inputs in = {T64(x[0], true), T64(x[1], true), T64(x[2], true)};
   Generator gen(11);
-  const T64 o = scaled_dot_product_attention<double>(in[0], in[1], in[2], c.mask, c.dropout_p, c.causal, c.scale, &gen);
+  const T64 o =
+      scaled_dot_product_attention<double>(in[0], in[1], in[2], c.mask, c.dropout_p, c.causal, c.scale, false, &gen);
   const T64 loss = sum(tanh(o) * T64(random_array(o.shape(), 5)));
   const Inputs g = autograd::grad({loss}, in, {}, std::nullopt, /*create_graph=*/true);
   T64 gu = sum(g[0] * T64(u[0]));
@@ -80,7 +81,8 @@ std::vector<Array<double>> first_order(const Case& c, AttentionPath path, const 
   Inputs in;
   for (std::size_t i = 0; i < 3; ++i) in.push_back(T64(Array<double>(x[i] + t * u[i]), true));
   Generator gen(11);
-  const T64 o = scaled_dot_product_attention<double>(in[0], in[1], in[2], c.mask, c.dropout_p, c.causal, c.scale, &gen);
+  const T64 o =
+      scaled_dot_product_attention<double>(in[0], in[1], in[2], c.mask, c.dropout_p, c.causal, c.scale, false, &gen);
   const Inputs g = autograd::grad({sum(tanh(o) * T64(random_array(o.shape(), 5)))}, in);
   return {g[0].value(), g[1].value(), g[2].value()};
 }

@@ -297,14 +297,14 @@ TEST(Attention, DropoutGradcheckWithAReseededGenerator) {
     expect_gradcheck(
         [&m](const Inputs& in) {
           Generator g(5);
-          return scaled_dot_product_attention(in[0], in[1], in[2], m, 0.3, false, std::nullopt, &g);
+          return scaled_dot_product_attention(in[0], in[1], in[2], m, 0.3, false, std::nullopt, false, &g);
         },
         {input(c.q, 1), input(c.k, 2), input(c.v, 3)});
   }
   expect_gradcheck(
       [](const Inputs& in) {
         Generator g(6);
-        return scaled_dot_product_attention(in[0], in[1], in[2], {}, 0.3, true, std::nullopt, &g);
+        return scaled_dot_product_attention(in[0], in[1], in[2], {}, 0.3, true, std::nullopt, false, &g);
       },
       {input({3, 4, 5}, 7), input({3, 4, 5}, 8), input({3, 4, 2}, 9)});
 }
@@ -319,7 +319,7 @@ TEST(Attention, DropoutZeroesProbabilitiesAndScalesTheRest) {
   for (double p : {0.1, 0.5}) {
     SCOPED_TRACE("p=" + std::to_string(p));
     Generator g(15);
-    const Array<double> y = scaled_dot_product_attention(q, k, eye, {}, p, false, std::nullopt, &g).value();
+    const Array<double> y = scaled_dot_product_attention(q, k, eye, {}, p, false, std::nullopt, false, &g).value();
     std::size_t zeros = 0;
     double worst = 0;
     for (std::size_t n = 0; n < y.size(); ++n) {
@@ -332,15 +332,16 @@ TEST(Attention, DropoutZeroesProbabilitiesAndScalesTheRest) {
     EXPECT_LT(worst, 1e-12);
     // Same seed, same mask; another seed, another.
     Generator same(15), other(16);
-    EXPECT_EQ(y, scaled_dot_product_attention(q, k, eye, {}, p, false, std::nullopt, &same).value());
-    EXPECT_NE(y, scaled_dot_product_attention(q, k, eye, {}, p, false, std::nullopt, &other).value());
+    EXPECT_EQ(y, scaled_dot_product_attention(q, k, eye, {}, p, false, std::nullopt, false, &same).value());
+    EXPECT_NE(y, scaled_dot_product_attention(q, k, eye, {}, p, false, std::nullopt, false, &other).value());
   }
   // p = 1 drops everything; p = 0 draws nothing.
   Generator g(17);
-  const Array<double> dropped_all = scaled_dot_product_attention(q, k, eye, {}, 1.0, false, std::nullopt, &g).value();
+  const Array<double> dropped_all =
+      scaled_dot_product_attention(q, k, eye, {}, 1.0, false, std::nullopt, false, &g).value();
   for (double x : dropped_all) EXPECT_EQ(x, 0.0);
   const GeneratorState before = g.get_state();
-  EXPECT_EQ(P, scaled_dot_product_attention(q, k, eye, {}, 0.0, false, std::nullopt, &g).value());
+  EXPECT_EQ(P, scaled_dot_product_attention(q, k, eye, {}, 0.0, false, std::nullopt, false, &g).value());
   EXPECT_EQ(g.get_state(), before);
 }
 

@@ -23,12 +23,13 @@ namespace xgrad::nn {
 namespace {
 
 // "layer 1 of the TransformerEncoder at 0x..." or "the TransformerEncoderLayer at 0x...".
-std::string describe(const void* layer, const void* encoder, std::int64_t index) {
+template <class Owner>
+std::string describe(const Owner& o) {
   std::ostringstream s;
-  if (encoder)
-    s << "layer " << index << " of the TransformerEncoder at " << encoder;
+  if (o.encoder)
+    s << "layer " << o.index << " of the TransformerEncoder at " << o.encoder;
   else
-    s << "the TransformerEncoderLayer at " << layer;
+    s << "the " << o.kind << " at " << o.layer;
   return s.str();
 }
 
@@ -90,9 +91,8 @@ template <class T>
 std::int64_t KVCache<T>::prepare(const char* who, const Owner& owner, std::size_t batch, std::size_t heads,
                                  std::size_t head_dim, bool batch_first, std::size_t t) {
   if (in_use_) {
-    XGRAD_CHECK(owner.layer == owner_.layer, who, ": this cache holds the keys and values of ",
-                describe(owner_.layer, owner_.encoder, owner_.index), ", not of ",
-                describe(owner.layer, owner.encoder, owner.index), " (use one cache per layer, or clear() it first)");
+    XGRAD_CHECK(owner.layer == owner_.layer, who, ": this cache holds the keys and values of ", describe(owner_),
+                ", not of ", describe(owner), " (use one cache per layer, or clear() it first)");
     XGRAD_CHECK(batch_first == batch_first_, who, ": layout mismatch: the cache holds the keys of a batch_first=",
                 batch_first_ ? "true" : "false", " layer, this layer has batch_first=", batch_first ? "true" : "false",
                 " (use one cache per layer, or clear() it)");
@@ -186,6 +186,7 @@ Tensor<T> cached_self_attention(const char* who, const typename KVCache<T>::Owne
   a.who = who;
   a.batch = N;
   a.heads = H;
+  a.kv_heads = H;
   a.head_dim = d;
   a.start = start;
   a.new_positions = t;
@@ -247,9 +248,75 @@ Tensor<T> forward_cached(TransformerEncoder<T>& encoder, const Tensor<T>& x_new,
   return x;
 }
 
-#define XGRAD_INSTANTIATE(T)                                                                                 \
-  template Tensor<T> forward_cached<T>(TransformerEncoderLayer<T>&, const Tensor<T>&, KVCache<T>&);          \
-  template Tensor<T> forward_cached<T>(TransformerEncoder<T>&, const Tensor<T>&, std::vector<KVCache<T>>&);
+namespace {
+
+// q_new (N, Hq, t, d), k_new and v_new (N, Hkv, t, d), checked against each other and the cache.
+template <class T>
+void check_gqa_shapes(const char* who, const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v,
+                      const KVCache<T>& cache) {
+  XGRAD_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, who,
+              ": expected q_new (N, Hq, t, d), k_new and v_new (N, Hkv, t, d), got q_new ", q.shape(), ", k_new ",
+              k.shape(), ", v_new ", v.shape());
+  XGRAD_CHECK(k.shape() == v.shape() && q.size(0) == k.size(0) && q.size(2) == k.size(2) && q.size(3) == k.size(3), who,
+              ": q_new (N, Hq, t, d), k_new and v_new (N, Hkv, t, d) must agree in N, t and d, got q_new ", q.shape(),
+              ", k_new ", k.shape(), ", v_new ", v.shape());
+  XGRAD_CHECK(k.size(1) > 0 && q.size(1) % k.size(1) == 0, who, ": q_new's heads (", q.size(1),
+              ") must be a multiple of k_new's and v_new's (", k.size(1), ")");
+  XGRAD_CHECK(q.numel() > 0, who, ": q_new holds no position, head or sequence (shape ", q.shape(), ")");
+  XGRAD_CHECK(cache.batch_size() == 0 || cache.batch_size() == q.size(0), who, ": q_new holds ", q.size(0),
+              " sequences but the cache holds ", cache.batch_size(), " (clear() the cache to start another batch)");
+}
+
+}  // namespace
+
+template <class T>
+Tensor<T> scaled_dot_product_attention_cached(const Tensor<T>& q_new, const Tensor<T>& k_new, const Tensor<T>& v_new,
+                                              KVCache<T>& cache, const void* layer) {
+  const char* who = "scaled_dot_product_attention_cached";
+  XGRAD_CHECK(!is_grad_enabled(), who, ": inference only: call it with grad mode off (xgrad::NoGradGuard no_grad;)");
+  check_gqa_shapes(who, q_new, k_new, v_new, cache);
+  const Shape sq = q_new.shape(), skv = k_new.shape();
+  const std::size_t N = sq[0], Hq = sq[1], t = sq[2], d = sq[3], Hkv = skv[1];
+  typename KVCache<T>::Owner owner;
+  owner.layer = layer;
+  owner.kind = "attention layer";
+  const auto start = static_cast<std::size_t>(cache.prepare(who, owner, N, Hkv, d, true, t));
+  // k_new, v_new (N, Hkv, t, d) -> the cache's rows start .. start + t of each head
+  const T* k = k_new.value().data();
+  const T* v = v_new.value().data();
+  bool finite = true;
+  for (std::size_t nh = 0; nh < N * Hkv; ++nh) {
+    std::copy_n(k + nh * t * d, t * d, cache.key(nh / Hkv, nh % Hkv, start));
+    std::copy_n(v + nh * t * d, t * d, cache.value(nh / Hkv, nh % Hkv, start));
+    for (std::size_t c = 0; c < t * d; ++c) finite = finite && std::isfinite(v[nh * t * d + c]);
+  }
+  if (!finite) cache.note_nonfinite_values();
+  // q_new (N, Hq, t, d) -> (N, t, Hq d): the kernel reads each query row's heads side by side
+  const Tensor<T> q = transpose(q_new, 1, 2);
+  detail::CachedAttention<T> a;
+  a.who = who;
+  a.batch = N;
+  a.heads = Hq;
+  a.kv_heads = Hkv;
+  a.head_dim = d;
+  a.start = start;
+  a.new_positions = t;
+  a.q = q.value().data();
+  a.q_row_stride = Hq * d;
+  a.k = cache.key(0, 0, 0);
+  a.v = cache.value(0, 0, 0);
+  a.capacity = static_cast<std::size_t>(cache.capacity());
+  a.values_may_be_nonfinite = cache.may_hold_nonfinite_values();
+  Array<T> out = detail::attention_cached(a);
+  cache.commit(t);
+  return Tensor<T>(std::move(out));
+}
+
+#define XGRAD_INSTANTIATE(T)                                                                                      \
+  template Tensor<T> forward_cached<T>(TransformerEncoderLayer<T>&, const Tensor<T>&, KVCache<T>&);               \
+  template Tensor<T> forward_cached<T>(TransformerEncoder<T>&, const Tensor<T>&, std::vector<KVCache<T>>&);       \
+  template Tensor<T> scaled_dot_product_attention_cached<T>(const Tensor<T>&, const Tensor<T>&, const Tensor<T>&, \
+                                                            KVCache<T>&, const void*);
 XGRAD_INSTANTIATE(float)
 XGRAD_INSTANTIATE(double)
 #undef XGRAD_INSTANTIATE

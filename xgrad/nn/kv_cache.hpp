@@ -12,7 +12,9 @@
 //
 // forward_cached's result equals the last positions of encoder.forward(all positions, {}, {},
 // /*is_causal=*/true), up to rounding. The cache stores the heads' projected keys and values as
-// (N, H, capacity, d) buffers, grown by doubling (or reserve()d up front).
+// (N, H, capacity, d) buffers, grown by doubling (or reserve()d up front). A decoder with
+// grouped-query attention (Llama's: fewer key/value heads than query heads) keeps only its Hkv
+// key/value heads in the cache and attends with scaled_dot_product_attention_cached (below).
 #pragma once
 
 #include <cstdint>
@@ -22,8 +24,9 @@
 
 namespace xgrad::nn {
 
-// The keys and values one TransformerEncoderLayer's self-attention has seen, for generation.
-// Empty at first: the first forward_cached fixes its layer, batch size N, heads H, head size d and
+// The keys and values one layer's self-attention has seen, for generation (a
+// TransformerEncoderLayer's, or a grouped-query attention's: scaled_dot_product_attention_cached).
+// Empty at first: the first call fixes its layer, batch size N, key/value heads H, head size d and
 // layout (batch_first or not); clear() forgets them and the positions. A cache belongs to one
 // layer: passing it with another layer throws, naming both.
 template <class T = float>
@@ -49,17 +52,19 @@ class KVCache {
   // The batch size the cache holds (0 when empty).
   std::int64_t batch_size() const { return in_use_ ? static_cast<std::int64_t>(batch_) : 0; }
 
-  // Copies of the cached keys and values, (N, H, length, d), k and v after the in-projection (the
-  // query scaling not applied).
+  // Copies of the cached keys and values, (N, H, length, d) with H the key/value heads, k and v
+  // after the in-projection (the query scaling not applied).
   Array<T> keys() const { return copy_of(k_); }
   Array<T> values() const { return copy_of(v_); }
 
-  // For forward_cached. The layer a cache serves: its address, and for messages the encoder
-  // holding it and its index there (null and -1 for a layer called alone).
+  // For forward_cached and scaled_dot_product_attention_cached. The layer a cache serves: its
+  // address, and for messages what it is, the encoder holding it and its index there (null and -1
+  // for a layer called alone).
   struct Owner {
     const void* layer = nullptr;
     const void* encoder = nullptr;
     std::int64_t index = -1;
+    const char* kind = "TransformerEncoderLayer";
   };
   // Checks the layer and x's shape (N, E) against what the cache holds (names `who`), fixes them
   // on first use, makes room for `t` more positions and returns the position the new ones start
@@ -111,6 +116,22 @@ Tensor<T> forward_cached(TransformerEncoderLayer<T>& layer, const Tensor<T>& x_n
 // (an empty vector is resized for the caller).
 template <class T>
 Tensor<T> forward_cached(TransformerEncoder<T>& encoder, const Tensor<T>& x_new, std::vector<KVCache<T>>& caches);
+
+// Causal grouped-query self-attention over a cache, for decoders whose attention is not
+// nn::MultiheadAttention (Llama's: its own projections, RoPE on q and k, fewer key/value heads):
+// appends k_new and v_new, (N, Hkv, t, d) each, to the cache, and attends the t new queries
+// q_new (N, Hq, t, d), Hq a multiple of Hkv, to every cached position, query i (at position
+// start = length() before the call, plus i) seeing keys 0 .. start + i, with scale 1 / sqrt(d);
+// query head j reads key/value head j / (Hq / Hkv), as transformers' repeat_kv.
+//   -> (N, t, Hq d): the heads side by side, as an output projection takes them; equal (up to
+// rounding) to the last t query rows of scaled_dot_product_attention(q_all, k_all, v_all, {}, 0.0,
+// /*is_causal=*/true, std::nullopt, /*enable_gqa=*/true) over every position so far, transposed to
+// (N, t, Hq, d). `layer` identifies the layer the cache serves (one cache per layer: another layer
+// throws); its key/value heads and head size are fixed by the first call. Inference only: throws
+// unless grad mode is off. Under AutocastGuard (float) the products run in bf16.
+template <class T>
+Tensor<T> scaled_dot_product_attention_cached(const Tensor<T>& q_new, const Tensor<T>& k_new, const Tensor<T>& v_new,
+                                              KVCache<T>& cache, const void* layer);
 
 extern template class KVCache<float>;
 extern template class KVCache<double>;

@@ -1,6 +1,6 @@
 // The rows of the attention composites in the op table (op_table.hpp): scaled_dot_product_attention
 // and nn::MultiheadAttention, each recorded as one op (trace::Composite), written as MatMul and
-// Softmax with their masks.
+// Softmax with their masks; grouped-query attention (enable_gqa) repeats the key/value heads first.
 #include <xgrad/onnx/op_table.hpp>
 
 #include <cmath>
@@ -52,6 +52,20 @@ std::pair<std::string, std::string> attend(GraphBuilder& gb, const std::string& 
   return {gb.op("MatMul", {probs, v}), probs};
 }
 
+// Grouped-query attention: x (.., Hkv, S, d) of rank `rank` -> (.., Hkv G, S, d), each head repeated G
+// times in place (repeat_interleave along dim -3, transformers' repeat_kv): Unsqueeze to
+// (.., Hkv, 1, S, d), Expand to (.., Hkv, G, S, d), Reshape with the run-time leading dims and S.
+std::string repeat_kv(GraphBuilder& gb, const std::string& x, std::size_t rank, i64 heads, i64 G) {
+  if (G == 1) return x;
+  const i64 r = static_cast<i64>(rank);
+  std::vector<i64> expand(rank + 1, 1);
+  expand[rank - 2] = G;
+  const std::string repeated = gb.op("Expand", {gb.op("Unsqueeze", {x, gb.ints({r - 2})}), gb.ints(expand)});
+  const std::string shape =
+      gb.op("Concat", {gb.shape(x, 0, r - 3), gb.ints({heads * G}), gb.shape(x, r - 2, r)}, {gb.attr("axis", i64(0))});
+  return gb.op("Reshape", {repeated, shape});
+}
+
 }  // namespace
 
 void write_scaled_dot_product_attention(Exporter& ex, const trace::Op& op) {
@@ -63,7 +77,13 @@ void write_scaled_dot_product_attention(Exporter& ex, const trace::Op& op) {
   std::vector<std::pair<std::string, bool>> masks;
   if (op.has("attn_mask"))
     masks.emplace_back(ex.array_value("attn_mask"), std::holds_alternative<BoolArray>(op.arg("attn_mask").value));
-  const std::string q = ex.input(0), k = ex.input(1), v = ex.input(2);
+  std::string q = ex.input(0), k = ex.input(1), v = ex.input(2);
+  if (op.integer("enable_gqa") != 0 && qs.size() >= 3) {  // k and v: Hkv heads at dim -3, q: G times as many
+    const std::size_t r = qs.size();
+    const i64 heads = static_cast<i64>(op.inputs[1].shape()[r - 3]), G = static_cast<i64>(qs[r - 3]) / heads;
+    k = repeat_kv(gb, k, r, heads, G);
+    v = repeat_kv(gb, v, r, heads, G);
+  }
   const auto [out, probs] = attend(gb, q, k, v, qs.size(), scale, masks, op.integer("is_causal") != 0);
   ex.set_output(0, out);
 }

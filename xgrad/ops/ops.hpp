@@ -319,13 +319,22 @@ class AttnMask {
 // leading dims equal. softmax(q k^T * scale + mask) v with scale = 1/sqrt(E) by default; the
 // mask broadcasts to (..., L, S); is_causal masks keys after each query (and may not be combined
 // with attn_mask). Dropout with dropout_p on the probabilities. One fused node; a query whose
-// keys are all masked gets a zero output and finite (zero) gradients. The op behind it, which
-// can also return the probabilities (MultiheadAttention's need_weights), is in attention.hpp.
+// keys are all masked gets a zero output and finite (zero) gradients. enable_gqa (grouped-query
+// attention) lets k and v have fewer heads at dim -3: q (..., Hq, L, E), k (..., Hkv, S, E),
+// v (..., Hkv, S, Ev) with Hq a multiple of Hkv; query head j reads KV head j / (Hq / Hkv), as if
+// k and v were repeat_interleave'd along dim -3, and a KV head's gradient sums over its query
+// heads. The op behind it, which can also return the probabilities (MultiheadAttention's
+// need_weights), is in attention.hpp.
 template <class T>
 Tensor<T> scaled_dot_product_attention(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v,
                                        const AttnMask<T>& attn_mask = {}, double dropout_p = 0.0,
                                        bool is_causal = false, std::optional<double> scale = std::nullopt,
-                                       Generator* generator = nullptr);
+                                       bool enable_gqa = false, Generator* generator = nullptr);
+// A generator where enable_gqa stands (the order before enable_gqa) would convert to `true`: refused.
+template <class T>
+Tensor<T> scaled_dot_product_attention(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v,
+                                       const AttnMask<T>& attn_mask, double dropout_p, bool is_causal,
+                                       std::optional<double> scale, Generator* generator) = delete;
 
 // Which implementation scaled_dot_product_attention and nn.MultiheadAttention run, process-wide:
 //   Auto (default): Tiled from L S >= 256^2 logits per batch-head when causal, from 1024^2

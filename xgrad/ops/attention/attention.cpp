@@ -18,6 +18,9 @@
 //                                          on both paths, AttentionDropout); D = 1 when p = 0
 //   O  = Pd v                     (L, Ev)  an entry Pd = 0 reads nothing of v (no 0 x NaN)
 //   W  = Pd                       (L, S)   the weights, returned when asked for
+// Grouped-query attention (enable_gqa): k and v have G times fewer heads than q, and batch b reads
+// those of KV batch b / G in place (no repeated copy); the backward runs each KV batch's G batches
+// in order on one thread, summing their dk and dv (attention_kernels.hpp: AttentionDims).
 // A float mask is a constant array: it gets no gradient. A bool mask follows
 // nn.MultiheadAttention's convention, true = may NOT attend (ops.hpp); note that
 // torch's F.scaled_dot_product_attention reads its bool masks the other way (true = attend).
@@ -245,19 +248,23 @@ void attention_forward(const Mat<T*>& out, const Mat<T*>& w, T* P, const Qkv<con
 }
 
 // From dO (B, L, Ev) and, when its base is set, dW (B, L, S)
-//   -> d.q (B, L, E), d.k (B, S, E), d.v (B, S, Ev), each overwritten; null ones are skipped.
+//   -> d.q (B, L, E), d.k (B / G, S, E), d.v (B / G, S, Ev), each overwritten; null ones are
+//      skipped. G = n.group: the batches sharing a KV batch (grouped-query attention) run in order
+//      on one thread, the first writing its dk and dv, the others adding to them.
 // P, in = (q, k, v), D, the sizes and bf16 are attention_forward's.
 // Zeros pass nothing, as in the forward: where P, D or dA is 0 the products leave out the other
 // factor, NaN or not (gemm_zeros_pass_nothing), so a masked or dropped key gets and gives no NaN.
 template <class T>
 void attention_backward(const Qkv<T*>& d, const Mat<const T*>& dout, const Mat<const T*>& dw, const T* P,
                         const Qkv<const T*>& in, const T* D, const Dims& n, T alpha, bool bf16) {
-  const std::size_t L = n.L, S = n.S, E = n.E, Ev = n.Ev;
+  const std::size_t L = n.L, S = n.S, E = n.E, Ev = n.Ev, G = n.group;
   const bool need_scores = d.q.base || d.k.base;
-  detail::parallel_for(n.B, batch_grain(n), [&](std::size_t b0, std::size_t b1) {
+  // units of work: the KV batches, each with its G batches
+  detail::parallel_for(n.B / G, std::max<std::size_t>(1, batch_grain(n) / G), [&](std::size_t u0, std::size_t u1) {
     std::vector<T> dA(need_scores ? L * S : 0);
     std::vector<T> dropped(D && d.v.base ? L * S : 0);
-    for (std::size_t b = b0; b < b1; ++b) {
+    for (std::size_t b = u0 * G; b < u1 * G; ++b) {
+      const T kv_beta = b % G == 0 ? T(0) : T(1);  // dk, dv: the group's first batch writes, the others add
       const T* pb = P + b * L * S;
       const T* db = D ? D + b * L * S : nullptr;
       const T* dOb = dout.at(b);
@@ -268,7 +275,7 @@ void attention_backward(const Qkv<T*>& d, const Mat<const T*>& dout, const Mat<c
           for (std::size_t m = 0; m < L * S; ++m) dropped[m] = pb[m] * db[m];
           pd = dropped.data();
         }
-        detail::gemm_zeros_pass_nothing<T>(bf16, true, S, Ev, L, T(1), pd, S, dOb, dout.ld, T(0), d.v.at(b), d.v.ld);
+        detail::gemm_zeros_pass_nothing<T>(bf16, true, S, Ev, L, T(1), pd, S, dOb, dout.ld, kv_beta, d.v.at(b), d.v.ld);
       }
       if (!need_scores) continue;
       // dPd = dO v^T + dW                       <- O = Pd v;  W = Pd
@@ -303,7 +310,7 @@ void attention_backward(const Qkv<T*>& d, const Mat<const T*>& dout, const Mat<c
         detail::gemm_zeros_pass_nothing<T>(bf16, false, L, E, S, alpha, dA.data(), S, in.k.at(b), in.k.ld, T(0),
                                            d.q.at(b), d.q.ld);
       if (d.k.base)
-        detail::gemm_zeros_pass_nothing<T>(bf16, true, S, E, L, alpha, dA.data(), S, in.q.at(b), in.q.ld, T(0),
+        detail::gemm_zeros_pass_nothing<T>(bf16, true, S, E, L, alpha, dA.data(), S, in.q.at(b), in.q.ld, kv_beta,
                                            d.k.at(b), d.k.ld);
     }
   });
@@ -426,8 +433,9 @@ Shape logits_shape(const Layout& l) {
   return t;
 }
 
-// Contiguous q (lead..., L, E), k (lead..., S, E), v (lead..., S, Ev) as inputs 0, 1, 2; the value
-// (lead..., L, Ev [+ S]) holds [O | W] in each row.
+// Contiguous q (lead..., L, E), k (lead_kv..., S, E), v (lead_kv..., S, Ev) as inputs 0, 1, 2,
+// lead_kv = lead but for G times fewer heads at dim -3 (n.group = G; batch b reads KV batch b / G);
+// the value (lead..., L, Ev [+ S]) holds [O | W] in each row.
 NodeLayout contiguous_layout(const Layout& layout, bool weights) {
   const Dims& n = layout.n;
   const std::size_t R = n.Ev + (weights ? n.S : 0);
@@ -435,8 +443,8 @@ NodeLayout contiguous_layout(const Layout& layout, bool weights) {
   l.value.push_back(n.L);
   l.value.push_back(R);
   l.q = {0, 0, 1, n.L * n.E, 0, n.E};
-  l.k = {1, 0, 1, n.S * n.E, 0, n.E};
-  l.v = {2, 0, 1, n.S * n.Ev, 0, n.Ev};
+  l.k = {1, 0, n.group, n.S * n.E, 0, n.E};
+  l.v = {2, 0, n.group, n.S * n.Ev, 0, n.Ev};
   l.o = {0, 0, 1, n.L * R, 0, R};
   l.w = {0, n.Ev, 1, n.L * R, 0, R};
   return l;
@@ -462,20 +470,42 @@ std::ostream& operator<<(std::ostream& s, const QkvShapes& g) {
   return s << "q " << shape_str(g.q) << ", k " << shape_str(g.k) << ", v " << shape_str(g.v);
 }
 
-// q (lead..., L, E), k (lead..., S, E), v (lead..., S, Ev), checked.
-Layout layout_of(const QkvShapes& got) {
+// The query heads per KV head: 1 unless enable_gqa lets k and v have fewer heads (dim -3) than q.
+// The leading dims before the heads must be equal.
+std::size_t gqa_group(const QkvShapes& got, bool enable_gqa) {
+  const Shape &sq = got.q, &sk = got.k, &sv = got.v;
+  const std::size_t nd = sq.size(), heads = nd >= 3 ? nd - 3 : 0;  // heads: the dim -3, when there is one
+  const bool outer_equal =
+      std::equal(sq.begin(), sq.begin() + heads, sk.begin()) && std::equal(sq.begin(), sq.begin() + heads, sv.begin());
+  XGRAD_CHECK(outer_equal && (nd < 3 || sk[heads] == sv[heads]), kOp, ": q, k and v must have equal leading dims, got ",
+              got);
+  if (nd < 3 || sq[heads] == sk[heads]) return 1;
+  const std::size_t hq = sq[heads], hkv = sk[heads];
+  XGRAD_CHECK(enable_gqa, kOp, ": q, k and v must have equal leading dims, but q has ", hq,
+              " heads (dim -3) and k and v ", hkv, " (", got, ")",
+              hkv > 0 && hq % hkv == 0 ? "; pass enable_gqa=true for grouped-query attention" : "");
+  XGRAD_CHECK(hkv > 0 && hq % hkv == 0, kOp,
+              ": with enable_gqa, q's heads (dim -3) must be a multiple of k's and v's, ", "got ", hq, " and ", hkv,
+              " (", got, ")");
+  return hq / hkv;
+}
+
+// q (lead..., L, E), k (lead_kv..., S, E), v (lead_kv..., S, Ev), checked: lead_kv = lead, or with
+// enable_gqa lead with fewer heads at dim -3 (gqa_group).
+Layout layout_of(const QkvShapes& got, bool enable_gqa = false) {
   const Shape &sq = got.q, &sk = got.k, &sv = got.v;
   const std::size_t nd = sq.size();
   XGRAD_CHECK(nd >= 2 && sk.size() == nd && sv.size() == nd, kOp,
               ": expected q (..., L, E), k (..., S, E) and v (..., S, Ev) of the same rank, at least 2, got ", got);
-  XGRAD_CHECK(std::equal(sq.begin(), sq.end() - 2, sk.begin()) && std::equal(sq.begin(), sq.end() - 2, sv.begin()), kOp,
-              ": q, k and v must have equal leading dims, got ", got);
+  XGRAD_CHECK(!enable_gqa || nd >= 3, kOp, ": enable_gqa needs q (..., Hq, L, E), k (..., Hkv, S, E) and ",
+              "v (..., Hkv, S, Ev), rank at least 3, got ", got);
+  const std::size_t group = gqa_group(got, enable_gqa);
   XGRAD_CHECK(sk[nd - 1] == sq[nd - 1], kOp, ": q and k must have the same embedding size E, got ", got);
   XGRAD_CHECK(sv[nd - 2] == sk[nd - 2], kOp, ": k and v must have the same sequence length S, got ", got);
   XGRAD_CHECK(sq[nd - 1] > 0, kOp, ": the embedding size E must be positive, got ", got);
   Shape lead(sq.begin(), sq.end() - 2);
   const std::size_t B = detail::numel(lead);
-  return {std::move(lead), Dims{B, sq[nd - 2], sk[nd - 2], sq[nd - 1], sv[nd - 1]}};
+  return {std::move(lead), Dims{B, sq[nd - 2], sk[nd - 2], sq[nd - 1], sv[nd - 1], group}};
 }
 
 void check_dropout(double dropout_p) {
@@ -580,16 +610,17 @@ std::pair<Tensor<T>, Tensor<T>> detail::attention_heads(const std::vector<Tensor
 template <class T>
 Tensor<T> scaled_dot_product_attention(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v,
                                        const AttnMask<T>& attn_mask, double dropout_p, bool is_causal,
-                                       std::optional<double> scale, Generator* generator) {
+                                       std::optional<double> scale, bool enable_gqa, Generator* generator) {
   const OpScope op(OpKind::scaled_dot_product_attention);
   const Shape sq = q.shape(), sk = k.shape(), sv = v.shape();
   const QkvShapes got{sq, sk, sv};
-  const Layout layout = layout_of(got);
+  const Layout layout = layout_of(got, enable_gqa);
   trace::Composite<T> traced(op.kind(), {q, k, v},
                              {trace::Arg::mask("attn_mask", attn_mask),
                               {"dropout_p", dropout_p},
                               {"is_causal", is_causal},
-                              scale ? trace::Arg("scale", *scale) : trace::Arg("scale")});
+                              scale ? trace::Arg("scale", *scale) : trace::Arg("scale"),
+                              {"enable_gqa", enable_gqa}});
   Tensor<T> out = attention_node<T>({q, k, v}, contiguous_layout(layout, false),
                                     sdpa_args(layout, attn_mask, dropout_p, is_causal, scale, generator, got));
   traced.finish({out});
@@ -602,7 +633,7 @@ Tensor<T> scaled_dot_product_attention(const Tensor<T>& q, const Tensor<T>& k, c
   template std::pair<Tensor<T>, Tensor<T>> detail::attention_heads<T>(const std::vector<Tensor<T>>&, std::size_t,     \
                                                                       bool, const AttentionArgs<T>&);                 \
   template Tensor<T> scaled_dot_product_attention<T>(const Tensor<T>&, const Tensor<T>&, const Tensor<T>&,            \
-                                                     const AttnMask<T>&, double, bool, std::optional<double>,         \
+                                                     const AttnMask<T>&, double, bool, std::optional<double>, bool,   \
                                                      Generator*);
 XGRAD_INSTANTIATE(float)
 XGRAD_INSTANTIATE(double)

@@ -95,23 +95,28 @@ template <class T>
 std::pair<Tensor<T>, Tensor<T>> attention_heads(const std::vector<Tensor<T>>& projections, std::size_t num_heads,
                                                 bool batch_first, const AttentionArgs<T>& args);
 
-// The cached decode path (attention_cached.cpp), behind nn::forward_cached: t new queries against
-// the S = start + t keys and values of a KV cache, causal (new query i, at position start + i,
-// sees keys 0 .. start + i), for each of the B = N H batch-heads b = n H + h:
-//   O_b = P_b V_b,  P_b = softmax(scale q_b K_b^T)  with scale = 1 / sqrt(d),
+// The cached decode path (attention_cached.cpp), behind nn::forward_cached and
+// nn::scaled_dot_product_attention_cached: t new queries against the S = start + t keys and values
+// of a KV cache, causal (new query i, at position start + i, sees keys 0 .. start + i), for each of
+// the B = N H batch-heads b = n H + h, which reads KV head g = h / (H / Hkv) (grouped-query
+// attention when the cache holds Hkv < H heads; g = h when Hkv = H):
+//   O_b = P_b V_{n,g},  P_b = softmax(scale q_b K_{n,g}^T)  with scale = 1 / sqrt(d),
 // P by the probability rule every attention path follows (attention_kernels.hpp), so that it
 // agrees with the materialized and tiled paths on every NaN, Inf and zero. Inference only: no
 // node, no gradient. Under autocast (float) the products run in bf16, as on the other paths.
 template <class T>
 struct CachedAttention {
   const char* who = "attention (cached)";          // names the caller in errors (out of memory)
-  std::size_t batch = 0, heads = 0, head_dim = 0;  // N, H, d
+  std::size_t batch = 0, heads = 0, head_dim = 0;  // N, H (the query heads), d
   std::size_t start = 0, new_positions = 0;        // keys cached before the new queries, t
+  // Hkv: the key/value heads the cache holds, H a multiple of it (grouped-query attention); 0: H
+  std::size_t kv_heads = 0;
   // The queries: row i of sequence n at q + (n t + i) q_row_stride, head h at columns [h d, (h+1) d)
   // of that row (an (N, t, 3E) in-projection output: q_row_stride = 3E).
   const T* q = nullptr;
   std::size_t q_row_stride = 0;
-  // The keys and values, (N, H, capacity, d) each: key j of batch-head b at k + (b capacity + j) d.
+  // The keys and values, (N, Hkv, capacity, d) each: key j of KV head g of sequence n at
+  // k + ((n Hkv + g) capacity + j) d.
   const T* k = nullptr;
   const T* v = nullptr;
   std::size_t capacity = 0;

@@ -1,8 +1,8 @@
 // The attention op's cached decode path (attention.hpp: attention_cached), the third member of the
 // family beside the materialized (attention.cpp) and tiled (attention_tiled.cpp) paths: the t new
 // queries of a KV cache's decode step against its S = start + t keys, two gemms per batch-head over
-// the cache's buffers, the probabilities by the rule the other paths follow (attention_kernels.hpp).
-// Inference only: no node is recorded.
+// the cache's buffers (a query head reading its KV head in place under grouped-query attention), the probabilities by
+// the rule the other paths follow (attention_kernels.hpp). Inference only: no node is recorded.
 #include <xgrad/ops/attention/attention_kernels.hpp>
 
 #include <algorithm>
@@ -18,7 +18,10 @@ namespace xgrad::detail {
 template <class T>
 Array<T> attention_cached(const CachedAttention<T>& a) {
   const std::size_t N = a.batch, H = a.heads, d = a.head_dim, t = a.new_positions, start = a.start;
-  const std::size_t E = H * d, S = start + t;
+  const std::size_t kv_heads = a.kv_heads ? a.kv_heads : H;
+  XGRAD_CHECK(kv_heads == H || (kv_heads > 0 && H % kv_heads == 0), a.who, ": the query heads (", H,
+              ") must be a multiple of the cached key/value heads (", kv_heads, ")");
+  const std::size_t E = H * d, S = start + t, G = kv_heads ? H / kv_heads : 1;  // G: query heads per KV head
   Array<T> out = empty_array<T>({N, t, E}, a.who);
   const T scale = T(1) / std::sqrt(static_cast<T>(d));
   // Under autocast the products run in bf16, as in the full forward's attention; decided here, on
@@ -29,8 +32,9 @@ Array<T> attention_cached(const CachedAttention<T>& a) {
     std::vector<T> scores(t * S);  // (t, S)
     for (std::size_t nh = begin; nh < end; ++nh) {
       const std::size_t n = nh / H, hh = nh % H;
-      const T* k = a.k + nh * a.capacity * d;
-      const T* v = a.v + nh * a.capacity * d;
+      const std::size_t kv = n * kv_heads + hh / G;  // the KV head this query head reads
+      const T* k = a.k + kv * a.capacity * d;
+      const T* v = a.v + kv * a.capacity * d;
       T* o = out.data() + n * t * E + hh * d;
       gemm_autocast<T>(bf16, false, true, t, S, d, scale, a.q + n * t * a.q_row_stride + hh * d, a.q_row_stride, k, d,
                        T(0), scores.data(), S);

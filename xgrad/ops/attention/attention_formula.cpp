@@ -18,6 +18,8 @@
 //   dP  = dPd * D                          <- Pd = P * D
 //   dA  = P * (dP - rowsum(dP * P))        <- P = softmax(A)
 //   dq  = scale dA k;  dk = scale dA^T q   <- A = scale q k^T
+// Under grouped-query attention k and v are repeated to every query head first (repeat_kv) and
+// each KV head's dk and dv are the sums over its query heads.
 // The kernels' care for Inf and NaN (zeros pass nothing: attention_kernels.hpp) is not repeated
 // here: in the products a zero times a NaN or Inf (a masked key's, a value row's) gives NaN, as
 // IEEE has it.
@@ -41,12 +43,14 @@ using detail::Place;
 
 std::int64_t i64(std::size_t x) { return static_cast<std::int64_t>(x); }
 
-// Block p of t (an input, or the node's value, or its gradient) as (B, rows, cols).
+// Block p of t (an input, or the node's value, or its gradient) as (B / group, rows, cols): group > 1
+// for k and v under grouped-query attention (contiguous inputs only).
 template <class T>
-Tensor<T> read_block(const Tensor<T>& t, const Place& p, const NodeLayout& l, std::size_t rows, std::size_t cols) {
+Tensor<T> read_block(const Tensor<T>& t, const Place& p, const NodeLayout& l, std::size_t rows, std::size_t cols,
+                     std::size_t group = 1) {
   const std::size_t H = l.heads, width = (H ? H : 1) * cols;
   // (lead..., rows, C) -> (B, rows, C); or (N, len, C) / (len, N, C) as they are
-  Tensor<T> x = H ? t : reshape(t, {i64(l.n.B), i64(rows), t.size(-1)});
+  Tensor<T> x = H ? t : reshape(t, {i64(l.n.B / group), i64(rows), t.size(-1)});
   if (p.offset != 0 || i64(width) != x.size(-1)) x = narrow(x, -1, i64(p.offset), i64(width));
   if (!H) return x;
   // (N, len, H cols) or (len, N, H cols) -> (N, H, len, cols) -> (B, rows, cols)
@@ -67,6 +71,22 @@ Tensor<T> block_columns(const Tensor<T>& g, const Shape& shape, const NodeLayout
   Tensor<T> x = reshape(g, {i64(l.n.B / H), i64(H), i64(rows), i64(cols)});
   x = permute(x, l.batch_first ? std::vector<std::int64_t>{0, 2, 1, 3} : std::vector<std::int64_t>{2, 0, 1, 3});
   return reshape(x, part);
+}
+
+// x (B / G, rows, cols) -> (B, rows, cols): each batch repeated G times in place, as
+// repeat_interleave(x, G, 0) (transformers' repeat_kv); its gradient sums over each group.
+template <class T>
+Tensor<T> repeat_kv(const Tensor<T>& x, std::size_t G) {
+  if (G == 1) return x;
+  const std::int64_t kv = x.size(0), rows = x.size(1), cols = x.size(2);
+  return reshape(expand(reshape(x, {kv, 1, rows, cols}), {kv, i64(G), rows, cols}), {kv * i64(G), rows, cols});
+}
+
+// g (B, rows, cols) -> (B / G, rows, cols): the sum of each group of G consecutive batches.
+template <class T>
+Tensor<T> sum_groups(const Tensor<T>& g, std::size_t G) {
+  if (G == 1 || !g.defined()) return g;
+  return sum(reshape(g, {g.size(0) / i64(G), i64(G), g.size(1), g.size(2)}), {1});
 }
 
 // The forward's mask as constants over the logits (B, L, S), each (L, S) or (B, L, S):
@@ -122,8 +142,9 @@ GradFormula<T> detail::attention_formula(const NodeLayout& l, const AttentionMas
     const detail::AttentionDims& n = l.n;
     const bool need_q = args.needs(l.q.input), need_k = args.needs(l.k.input), need_v = args.needs(l.v.input);
     const Tensor<T> q = read_block(args.input(l.q.input), l.q, l, n.L, n.E);
-    const Tensor<T> k = read_block(args.input(l.k.input), l.k, l, n.S, n.E);
-    const Tensor<T> v = read_block(args.input(l.v.input), l.v, l, n.S, n.Ev);
+    // k, v: (B / G, S, .) under grouped-query attention, repeated to (B, S, .)
+    const Tensor<T> k = repeat_kv(read_block(args.input(l.k.input), l.k, l, n.S, n.E, n.group), n.group);
+    const Tensor<T> v = repeat_kv(read_block(args.input(l.v.input), l.v, l, n.S, n.Ev, n.group), n.group);
     const Tensor<T> dO = read_block(args.grad(), l.o, l, n.L, n.Ev);
 
     // P = softmax(scale q k^T + M), 0 where masked;  Pd = P * D
@@ -146,6 +167,9 @@ GradFormula<T> detail::attention_formula(const NodeLayout& l, const AttentionMas
       if (need_q) dq = matmul(dA, k) * alpha;                   // dq = scale dA k
       if (need_k) dk = matmul(transpose(dA, 1, 2), q) * alpha;  // dk = scale dA^T q
     }
+    // a KV head's gradient: the sum over the query heads that read it
+    dk = sum_groups(dk, n.group);
+    dv = sum_groups(dv, n.group);
 
     // Each input's gradient: its blocks' gradients side by side (they tile its columns).
     struct Block {

@@ -29,16 +29,20 @@ namespace xgrad::detail {
 inline constexpr const char* kAttentionOp = op_name(OpKind::scaled_dot_product_attention).data();
 
 // Sizes of one call: B independent batches (one head of one sequence each), each with
-// q (L, E), k (S, E), v (S, Ev).
+// q (L, E), k (S, E), v (S, Ev). Grouped-query attention (enable_gqa): `group` consecutive batches
+// share one k and v, batch b reading KV batch b / group (query head h of a sequence reads KV head
+// h / group, as transformers' repeat_kv); the backward sums their gradients in order of b.
 struct AttentionDims {
   std::size_t B, L, S, E, Ev;
+  std::size_t group = 1;
 };
 
 // One operand of the kernels: B row-major matrices whose rows are `ld` elements apart, batch
 // b = (o, h) = (b / heads, b % heads) starting at base + o * outer + h * head. A contiguous
-// (B, rows, cols) array is {base, 1, rows * cols, 0, cols}; head h of a (N, len, C) projection
-// (columns [c + h d, c + (h+1) d)) is {base + c, H, len * C, d, C}, of a (len, N, C) one
-// {base + c, H, C, d, N * C}. A null base: no operand.
+// (B, rows, cols) array is {base, 1, rows * cols, 0, cols}; one of B / G matrices that groups of G
+// batches share (k and v under grouped-query attention) is {base, G, rows * cols, 0, cols}; head h
+// of a (N, len, C) projection (columns [c + h d, c + (h+1) d)) is {base + c, H, len * C, d, C}, of
+// a (len, N, C) one {base + c, H, C, d, N * C}. A null base: no operand.
 template <class Ptr>
 struct Mat {
   Ptr base = nullptr;

@@ -13,8 +13,9 @@
 //   probabilities follow the rule of attention_kernels.hpp, as on the materialized path: a row
 //   with every key masked keeps m = -inf (O = 0); a row with a NaN logit has l = NaN (O = NaN);
 //   zeros pass nothing (a P~ of 0 does not read its value, an exp(m - m') of 0 clears O~).
-//   backward, per batch b (parallel over b; each b's key blocks in order, so the sums into dq
-//   have one order whatever the thread count):
+//   backward, per batch b (parallel over b, or over the groups of b sharing k and v under
+//   grouped-query attention; each b's key blocks in order, so the sums into dq, dk and dv have
+//   one order whatever the thread count):
 //     Dr_i = rowsum(dO_i * O_i)                                 = rowsum(dP * P) of the
 //                                                                 materialized backward
 //     P_ij = exp(A_ij - m_i) / l_i                              recomputed (probabilities())
@@ -166,18 +167,21 @@ void zero_rows(const Mat<T*>& x, std::size_t b, std::size_t r0, std::size_t r1, 
   for (std::size_t r = r0; r < r1; ++r) std::fill(x.row(b, r), x.row(b, r) + cols, T(0));
 }
 
-// From dO (B, L, Ev), the forward's O and row statistics -> d.q (B, L, E), d.k (B, S, E),
-// d.v (B, S, Ev), each overwritten; null ones are skipped.
+// From dO (B, L, Ev), the forward's O and row statistics -> d.q (B, L, E), d.k (B / G, S, E),
+// d.v (B / G, S, Ev), each overwritten; null ones are skipped. G = n.group: the batches sharing a
+// KV batch (grouped-query attention) run in order on one thread, the first clearing its dk and dv.
 template <class T>
 void tiled_backward(const Qkv<T*>& d, const Mat<const T*>& dout, const Mat<const T*>& out,
                     const RowStats<const T*>& stats, const Qkv<const T*>& in, const MaskView<T>& mask,
                     const AttentionDropout& dropout, const Dims& n, T alpha, bool bf16, Tiles t) {
-  const std::size_t L = n.L, S = n.S, E = n.E, Ev = n.Ev;
+  const std::size_t L = n.L, S = n.S, E = n.E, Ev = n.Ev, G = n.group;
   const bool need_scores = d.q.base || d.k.base;
   const T neg_inf = -std::numeric_limits<T>::infinity();
-  detail::parallel_for(n.B, grain_for(L * S * std::max(E, Ev)), [&](std::size_t b0, std::size_t b1) {
+  // units of work: the KV batches, each with its G batches
+  detail::parallel_for(n.B / G, grain_for(G * L * S * std::max(E, Ev)), [&](std::size_t u0, std::size_t u1) {
     std::vector<T> p(t.q * t.k), dp(need_scores ? t.q * t.k : 0), keep(dropout.on() ? t.k : 0), rowdot(L);
-    for (std::size_t b = b0; b < b1; ++b) {
+    for (std::size_t b = u0 * G; b < u1 * G; ++b) {
+      const bool first_of_group = b % G == 0;
       const T* m_b = stats.m + b * L;
       const T* inv_b = stats.inv_l + b * L;
       // Dr = rowsum(dO * O)
@@ -185,8 +189,8 @@ void tiled_backward(const Qkv<T*>& d, const Mat<const T*>& dout, const Mat<const
       if (d.q.base) zero_rows(d.q, b, 0, L, E);
       for (std::size_t j0 = 0; j0 < S; j0 += t.k) {
         const std::size_t cols = std::min(t.k, S - j0);
-        if (d.k.base) zero_rows(d.k, b, j0, j0 + cols, E);
-        if (d.v.base) zero_rows(d.v, b, j0, j0 + cols, Ev);
+        if (d.k.base && first_of_group) zero_rows(d.k, b, j0, j0 + cols, E);
+        if (d.v.base && first_of_group) zero_rows(d.v, b, j0, j0 + cols, Ev);
         // Causal: the query blocks holding a row i >= j0.
         const std::size_t i_begin = mask.causal ? j0 / t.q * t.q : 0;
         for (std::size_t i0 = i_begin; i0 < L; i0 += t.q) {
