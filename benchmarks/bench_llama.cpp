@@ -1,0 +1,143 @@
+// The real sizes of the Llama family with random weights (no download): builds the model of a
+// named shape, runs training steps at batch 1 and context L (forward, cross-entropy, backward and,
+// unless --no-optimizer, an AdamW step) and generates tokens with the KV cache; prints the times,
+// the RSS after building and the process's peak RSS as one line of JSON. One configuration per
+// process, so that the peak is that configuration's alone.
+//
+//   bench_llama --shape smollm2-135m --L 1024 [--steps 2] [--generate 32] [--threads 2]
+//   bench_llama --shape llama-3.2-1b --L 1024 --steps 1 --no-optimizer
+//
+// Shapes (config.json's of the published models): smollm2-135m (30 layers, hidden 576, 9 heads, 3
+// KV heads, intermediate 1536, vocab 49152, tied, rope_theta 100000), llama-3.2-1b (16 layers,
+// hidden 2048, 32 heads, 8 KV heads, head_dim 64, intermediate 8192, vocab 128256, tied,
+// rope_theta 500000, llama3 scaling factor 32), and tiny (for the smoke test).
+#include <xgrad/xgrad.hpp>
+
+#include "bench_util.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include <xgrad/models/llama.hpp>
+
+using xgrad::bench::peak_rss_mib;
+using xgrad::bench::seconds_since;
+
+namespace {
+
+struct Options {
+  std::string shape = "smollm2-135m";
+  std::int64_t L = 1024, generate = 32;
+  int threads = 2, steps = 2;
+  bool no_optimizer = false;
+};
+
+xgrad::models::LlamaConfig shape_config(const std::string& shape) {
+  xgrad::models::LlamaConfig c;
+  c.tie_word_embeddings = true;
+  c.max_position_embeddings = 8192;
+  if (shape == "smollm2-135m") {
+    c.num_hidden_layers = 30, c.hidden_size = 576, c.num_attention_heads = 9, c.num_key_value_heads = 3;
+    c.head_dim = 64, c.intermediate_size = 1536, c.vocab_size = 49152, c.rope_theta = 100000, c.rms_norm_eps = 1e-5;
+  } else if (shape == "llama-3.2-1b") {
+    c.num_hidden_layers = 16, c.hidden_size = 2048, c.num_attention_heads = 32, c.num_key_value_heads = 8;
+    c.head_dim = 64, c.intermediate_size = 8192, c.vocab_size = 128256, c.rope_theta = 500000, c.rms_norm_eps = 1e-5;
+    c.rope_scaling.rope_type = "llama3", c.rope_scaling.factor = 32, c.rope_scaling.low_freq_factor = 1;
+    c.rope_scaling.high_freq_factor = 4, c.rope_scaling.original_max_position_embeddings = 8192;
+  } else {  // tiny
+    c.num_hidden_layers = 2, c.hidden_size = 64, c.num_attention_heads = 4, c.num_key_value_heads = 2;
+    c.head_dim = 16, c.intermediate_size = 160, c.vocab_size = 320;
+  }
+  return c;
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  CLI::App app{"Training steps and generation of a Llama-family model of a published shape, random weights."};
+  app.add_option("--shape", o.shape)
+      ->check(CLI::IsMember({"smollm2-135m", "llama-3.2-1b", "tiny"}))
+      ->capture_default_str();
+  app.add_option("--L", o.L)->check(CLI::Range(2, 8192))->capture_default_str();
+  app.add_option("--steps", o.steps)->check(CLI::Range(0, 1000))->capture_default_str();
+  app.add_option("--generate", o.generate)->check(CLI::Range(0, 8192))->capture_default_str();
+  app.add_option("--threads", o.threads)->check(CLI::Range(1, 1024))->capture_default_str();
+  app.add_flag("--no-optimizer", o.no_optimizer, "forward and backward only (no AdamW state)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e));
+  }
+  return o;
+}
+
+// The median step time, the first step (AdamW allocating its moments, caches warming) excluded
+// when there are more.
+double steady_median(const std::vector<double>& times) {
+  return xgrad::bench::median(times.size() > 1 ? std::vector<double>(times.begin() + 1, times.end()) : times);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = parse(argc, argv);
+  xgrad::set_num_threads(o.threads);
+  const auto config = shape_config(o.shape);
+  auto t0 = std::chrono::steady_clock::now();
+  xgrad::Generator g(1);
+  xgrad::models::LlamaForCausalLM<float> model(config, &g);
+  const double build_s = seconds_since(t0);
+  std::size_t n_params = 0;
+  for (const auto& p : model.parameters()) n_params += std::size_t(p.numel());
+  const double rss_built = peak_rss_mib();
+
+  const std::size_t L = std::size_t(o.L);
+  xgrad::IndexArray x = xgrad::empty_array<std::int64_t>(xgrad::Shape{1, L}),
+                    y = xgrad::empty_array<std::int64_t>(xgrad::Shape{L});
+  std::uint64_t s = 0x9E3779B97F4A7C15ULL;
+  for (std::size_t i = 0; i < L; ++i) {
+    s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+    x(0, i) = std::int64_t((s >> 33) % std::uint64_t(config.vocab_size));
+    if (i > 0) y(i - 1) = x(0, i);
+  }
+  y(L - 1) = x(0, 0);
+  const auto adamw = xgrad::optim::AdamWOptions(1e-4).weight_decay(0.1);
+  xgrad::optim::AdamW<float> optimizer(xgrad::optim::weight_decay_groups(model.parameters(), adamw), adamw);
+  std::vector<double> times;
+  double loss = 0;
+  model.train();
+  for (int r = 0; r < o.steps; ++r) {
+    t0 = std::chrono::steady_clock::now();
+    optimizer.zero_grad(true);
+    xgrad::Tensor<float> l = xgrad::cross_entropy(xgrad::reshape(model.forward(x), {-1, config.vocab_size}), y);
+    l.backward();
+    if (!o.no_optimizer) optimizer.step();
+    times.push_back(seconds_since(t0));
+    loss = double(l.item());
+  }
+  const double rss_trained = peak_rss_mib();
+  double generate_s = 0;
+  if (o.generate > 0) {
+    xgrad::SamplingOptions greedy;
+    greedy.greedy = true;
+    xgrad::IndexArray prompt = xgrad::empty_array<std::int64_t>(xgrad::Shape{1, 8});
+    for (std::size_t i = 0; i < 8; ++i) prompt(0, i) = x(0, i);
+    t0 = std::chrono::steady_clock::now();
+    model.generate(prompt, o.generate, greedy);
+    generate_s = seconds_since(t0);
+  }
+  std::string list;
+  for (double t : times) list += (list.empty() ? "" : ",") + std::to_string(t);
+  std::printf(
+      "{\"shape\":\"%s\",\"params\":%zu,\"L\":%lld,\"threads\":%d,\"optimizer\":%s,\"build_s\":%.3f,"
+      "\"step_times_s\":[%s],\"median_step_s\":%.6g,\"loss\":%.4f,\"generated\":%lld,\"tokens_per_s\":%.3f,"
+      "\"rss_built_mib\":%.1f,\"peak_rss_training_mib\":%.1f,\"peak_rss_mib\":%.1f}\n",
+      o.shape.c_str(), n_params, static_cast<long long>(o.L), o.threads, o.no_optimizer ? "false" : "true", build_s,
+      list.c_str(), times.empty() ? 0.0 : steady_median(times), loss, static_cast<long long>(o.generate),
+      generate_s > 0 ? double(o.generate) / generate_s : 0.0, rss_built, rss_trained, peak_rss_mib());
+  return 0;
+}
