@@ -2,7 +2,8 @@
 // random Llama with GQA and an untied head, with the logits and greedy tokens of a literal port of
 // transformers' modeling_llama.py: see the README there): the logits of two inputs within 1e-5 in
 // float and 1e-10 in double, the 30 greedy tokens with the KV cache, the cached forward equal to the
-// full one, save and reload bit for bit, a tied model, refusals naming the tensor, and a
+// full one, without the cache on both attention paths, save and reload bit for bit (the weights
+// file byte for byte), a tied model, refusals naming the tensor, and a
 // double-precision gradcheck of a tiny random model's parameters.
 #include "serialize_util.hpp"
 
@@ -64,6 +65,32 @@ std::vector<std::int64_t> greedy(models::LlamaForCausalLM<float>& model) {
   return std::vector<std::int64_t>(out.begin() + static_cast<std::ptrdiff_t>(prompt.size()), out.end());
 }
 
+// Greedy decoding without the cache: the whole sequence forwarded for every new token.
+std::vector<std::int64_t> greedy_without_cache(models::LlamaForCausalLM<float>& model) {
+  NoGradGuard no_grad;
+  model.eval();
+  std::vector<std::int64_t> seq = expected()["greedy_prompt"].get<std::vector<std::int64_t>>();
+  const std::size_t prompt = seq.size();
+  for (std::int64_t k = 0; k < expected()["greedy_new_tokens"].get<std::int64_t>(); ++k) {
+    IndexArray ids = empty_array<std::int64_t>(Shape{1, seq.size()});
+    std::copy(seq.begin(), seq.end(), ids.begin());
+    const Array<float> logits = model.forward(ids).value();
+    const std::size_t last = seq.size() - 1, V = logits.shape(2);
+    std::size_t best = 0;
+    for (std::size_t v = 1; v < V; ++v)
+      if (logits(0, last, v) > logits(0, last, best)) best = v;
+    seq.push_back(static_cast<std::int64_t>(best));
+  }
+  return std::vector<std::int64_t>(seq.begin() + static_cast<std::ptrdiff_t>(prompt), seq.end());
+}
+
+// Sets the attention path for its lifetime.
+struct AttentionPathScope {
+  AttentionPath before = get_attention_path();
+  explicit AttentionPathScope(AttentionPath path) { set_attention_path(path); }
+  ~AttentionPathScope() { set_attention_path(before); }
+};
+
 models::LlamaConfig tiny_config() {
   models::LlamaConfig c;
   c.vocab_size = 11;
@@ -91,9 +118,15 @@ TEST(Llama, FixtureLogitsFloat64) {
   EXPECT_LT(max_logit_error(*model, "logits_float64"), 1e-10);
 }
 
-TEST(Llama, FixtureGreedyTokensWithTheCache) {
+TEST(Llama, FixtureGreedyTokensWithAndWithoutTheCacheOnBothAttentionPaths) {
   auto model = models::load_hf_llama<float>(kFixture);
-  EXPECT_EQ(greedy(*model), expected()["greedy_float32"].get<std::vector<std::int64_t>>());
+  const auto want = expected()["greedy_float32"].get<std::vector<std::int64_t>>();
+  EXPECT_EQ(greedy(*model), want);
+  for (AttentionPath path : {AttentionPath::Materialized, AttentionPath::Tiled}) {
+    AttentionPathScope scope(path);
+    EXPECT_EQ(greedy_without_cache(*model), want) << "path " << static_cast<int>(path);
+    EXPECT_LT(max_logit_error(*model, "logits_float32"), 1e-5) << "path " << static_cast<int>(path);
+  }
 }
 
 TEST(Llama, CachedForwardEqualsTheFullForward) {
@@ -134,6 +167,61 @@ TEST(Llama, SaveAndReloadGiveTheSameModel) {
   EXPECT_EQ(json::parse(read_bytes(dir.file("config.json"))), json::parse(read_bytes(kFixture + "/config.json")));
   EXPECT_EQ(json::parse(read_bytes(dir.file("generation_config.json"))),
             json::parse(read_bytes(kFixture + "/generation_config.json")));
+}
+
+// The fixture's model.safetensors is what safetensors' Python writer makes (tensors by name, F32,
+// {"format": "pt"}): saving the loaded model writes it again byte for byte.
+TEST(Llama, SavedWeightsAreTheFixturesBytes) {
+  auto model = models::load_hf_llama<float>(kFixture);
+  TempDir dir;
+  models::save_hf_llama(*model, dir.path());
+  EXPECT_TRUE(read_bytes(dir.file("model.safetensors")) == read_bytes(kFixture + "/model.safetensors"));
+}
+
+namespace {
+
+// The message of the error loading `dir` throws.
+std::string load_error(const std::string& dir) {
+  try {
+    models::load_hf_llama<float>(dir);
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected load_hf_llama to throw";
+  return "";
+}
+
+// A copy of the fixture folder whose weights are `tensors`.
+void write_folder(const TempDir& dir, const NamedArrays<float>& tensors) {
+  for (const char* name : {"config.json", "generation_config.json"})
+    fs::copy_file(kFixture + "/" + name, dir.file(name));
+  save_safetensors(tensors, dir.file("model.safetensors"));
+}
+
+}  // namespace
+
+TEST(Llama, AMissingOrMisshapedTensorIsRefusedByName) {
+  auto tensors = load_safetensors<float>(kFixture + "/model.safetensors");
+  {
+    TempDir dir;
+    auto missing = tensors;
+    missing.erase(std::find_if(missing.begin(), missing.end(),
+                               [](const auto& t) { return t.first == "model.layers.1.mlp.up_proj.weight"; }));
+    write_folder(dir, missing);
+    const std::string message = load_error(dir.path());
+    EXPECT_NE(message.find("model.layers.1.mlp.up_proj.weight"), std::string::npos) << message;
+  }
+  {
+    TempDir dir;
+    auto misshaped = tensors;
+    for (auto& [name, value] : misshaped)
+      if (name == "model.layers.0.self_attn.k_proj.weight")
+        value = full_array<float>(Shape{64, 64}, 0.0f, "test");  // (32, 64) with 2 KV heads
+    write_folder(dir, misshaped);
+    const std::string message = load_error(dir.path());
+    EXPECT_NE(message.find("model.layers.0.self_attn.k_proj.weight"), std::string::npos) << message;
+    EXPECT_NE(message.find("(32, 64)"), std::string::npos) << message;
+  }
 }
 
 TEST(Llama, TiedHeadIsTheEmbedding) {
