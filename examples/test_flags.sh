@@ -13,10 +13,10 @@
 #            which only a FIFO or /dev/zero count as a failure.
 #
 #   test_flags.sh pairs|hostile WORKDIR HF_FIXTURE WORDS TRAIN_GPT FINETUNE_GPT2 TRAIN_MASKED_CHARS \
-#                 TRAIN_TOY_ENCODER GRADCHECK
+#                 TRAIN_TOY_ENCODER GRADCHECK FINETUNE_LLM LLAMA_FIXTURE LLAMA_TOKENIZER
 set -uo pipefail
 what=$1 work=$2 hf=$3 words=$4 train_gpt=$5 finetune_gpt2=$6 train_masked_chars=$7 train_toy_encoder=$8
-gradcheck=$9
+gradcheck=$9 finetune_llm=${10} llama=${11} llama_tokenizer=${12}
 rm -rf "$work"
 mkdir -p "$work"
 cd "$work" || exit 1
@@ -37,8 +37,8 @@ mkfifo fifo
 # pairs that may name one path (a resumed run rewrites its checkpoint; --save-hf may write its two
 # files into the --tokenizer folder, whose files it leaves alone).
 declare -A program base outputs inputs lead allowed
-modes=(train_gpt train_gpt_sample finetune_gpt2 finetune_gpt2_tokenizer finetune_gpt2_sample train_masked_chars
-       train_masked_chars_predict train_toy_encoder)
+modes=(train_gpt train_gpt_sample finetune_gpt2 finetune_gpt2_tokenizer finetune_gpt2_sample finetune_llm
+       finetune_llm_sample train_masked_chars train_masked_chars_predict train_toy_encoder)
 program[train_gpt]=$train_gpt
 base[train_gpt]="--text ../text.txt --iters 1 --n-layer 1 --n-head 1 --n-embd 8 --block-size 8 --batch-size 2
   --eval-interval 1 --eval-iters 1 --warmup 0 --checkpoint-interval 0 --threads 1 --tokens 8 --plot ''"
@@ -63,6 +63,16 @@ program[finetune_gpt2_sample]=$finetune_gpt2
 base[finetune_gpt2_sample]="--hf $hf --tokenizer ../tok --sample 4"
 outputs[finetune_gpt2_sample]="--profile"
 inputs[finetune_gpt2_sample]="--hf --tokenizer"
+program[finetune_llm]=$finetune_llm
+base[finetune_llm]="--hf $llama --text ../text.txt --tokenizer $llama_tokenizer --iters 1 --block-size 8
+  --batch-size 2 --eval-interval 1 --eval-iters 1 --warmup 0 --threads 1 --plot ''"
+outputs[finetune_llm]="--checkpoint --csv --save-weights --plot --profile --tokens --save-hf"
+inputs[finetune_llm]="--text --resume --hf --tokenizer"
+allowed[finetune_llm]="--resume:--checkpoint"
+program[finetune_llm_sample]=$finetune_llm
+base[finetune_llm_sample]="--hf $llama --tokenizer $llama_tokenizer --sample 4"
+outputs[finetune_llm_sample]="--profile"
+inputs[finetune_llm_sample]="--hf --tokenizer"
 program[train_masked_chars]=$train_masked_chars
 base[train_masked_chars]="--words $words --steps 1 --d-model 8 --layers 1 --heads 1 --dim-feedforward 8
   --batch-size 4 --eval-interval 1 --warmup 0 --plot ''"
@@ -160,7 +170,7 @@ hostile() {
   local -a text_values=("" abc ../fifo /dev/zero . nodir/x)
   local -a number_values=("" abc -1 99999999999999999999 1e999 nan 1000000)
   local runs=0 slow=0 mode flag type value
-  for mode in train_gpt finetune_gpt2 train_masked_chars train_toy_encoder gradcheck; do
+  for mode in train_gpt finetune_gpt2 finetune_llm train_masked_chars train_toy_encoder gradcheck; do
     while read -r flag type; do
       local -a values=("${number_values[@]}")
       [[ $type == TEXT ]] && values=("${text_values[@]}")

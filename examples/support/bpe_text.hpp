@@ -40,10 +40,11 @@ inline void check_readable(const std::string& path) {
     throw xgrad::train::Refused("cannot read --text " + path + ": expected a readable text file");
 }
 
-// `text` through `tok` into the token file `tokens` (ids below `vocab`), by chunks of whole lines
-// of about 1 MiB, so that neither the text nor its ids are in memory together.
-inline void tokenize(const std::string& text, const std::string& tokens, const xgrad::text::BPETokenizer& tok,
-                     std::uint64_t vocab) {
+// `text` through `tok` (a BPETokenizer or a text::Tokenizer: its encode(text)) into the token file
+// `tokens` (ids below `vocab`), by chunks of whole lines of about 1 MiB, so that neither the text
+// nor its ids are in memory together.
+template <class Tokenizer>
+void tokenize(const std::string& text, const std::string& tokens, const Tokenizer& tok, std::uint64_t vocab) {
   check_readable(text);
   xgrad::InputFileStream in("--text", text);
   namespace data = xgrad::data;
