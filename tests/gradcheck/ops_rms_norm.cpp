@@ -18,7 +18,9 @@ XGRAD_GRADCHECKS(ops_rms_norm) {
        }},
       {"rms_norm_no_weight", "rms_norm(x (B, L, D), (D)) without weight, default eps",
        [](const Inputs& in, const SampleInput& sample) { return xgrad::rms_norm(in[0], Shape{sample.sizes.D}); },
-       [](const Sizes& s) { return SampleInput{{Maker(s.seed)({s.B, s.L, s.D})}}; }},
+       [](const Sizes& s) {
+         return SampleInput{{Maker(s.seed)({s.B, s.L, s.D})}};
+       }},
       {"rms_norm_2d_weight", "rms_norm(x (B, L, D), (L, D), weight (L, D))",
        [](const Inputs& in, const SampleInput& sample) {
          return xgrad::rms_norm(in[0], Shape{sample.sizes.L, sample.sizes.D}, in[1], 1e-5);
