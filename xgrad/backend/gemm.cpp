@@ -21,6 +21,9 @@
 #include <xgrad/backend/parallel.hpp>
 #include <xgrad/base/check.hpp>
 
+// OpenBLAS (the BLAS xgrad links, see cmake/XgradDependencies.cmake).
+extern "C" void openblas_set_num_threads(int num_threads);
+
 namespace xgrad {
 
 // ---- backend selection ---------------------------------------------------------------------
@@ -70,6 +73,13 @@ namespace {
 // this many multiply-adds (m n k), hundreds of them in a tiny model's step, would pay.
 constexpr std::size_t kOneDnnMinMacs = std::size_t(1) << 14;
 
+// xgrad threads the products itself (row blocks, below), so OpenBLAS runs single-threaded inside
+// each call: set once, before the first BLAS call of the process.
+void use_single_threaded_blas() {
+  static const bool once = (openblas_set_num_threads(1), true);
+  (void)once;
+}
+
 }  // namespace
 
 template <class T>
@@ -91,6 +101,7 @@ void gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t 
   bool onednn = false;
   if constexpr (std::is_same_v<T, float>)
     onednn = m * n * k >= kOneDnnMinMacs && get_gemm_backend() == GemmBackend::onednn;
+  use_single_threaded_blas();
   constexpr std::size_t kMax = INT_MAX;
   XGRAD_CHECK(m <= kMax && n <= kMax && k <= kMax && lda <= kMax && ldb <= kMax && ldc <= kMax,
               "gemm: sizes (m, n, k) = (", m, ", ", n, ", ", k, ") exceed the BLAS int range");

@@ -30,10 +30,6 @@
 #define XGRAD_CPU_RELAX() std::this_thread::yield()
 #endif
 
-// OpenBLAS (the BLAS xgrad links, see cmake/XgradDependencies.cmake): xgrad threads the gemms
-// itself, so BLAS runs single-threaded inside each call.
-extern "C" void openblas_set_num_threads(int num_threads);
-
 namespace xgrad {
 namespace {
 
@@ -191,7 +187,6 @@ class Pool {
   }
 
   void start(int n) {
-    openblas_set_num_threads(1);
     stopping_.store(false);
     // Workers start with the asynchronous signals blocked (inherited from this thread's mask).
     const detail::AsyncSignalBlock inherited_by_workers;
