@@ -2,6 +2,7 @@
 // back (repeated indices add up); masked selections route it to the side that was chosen.
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <utility>
@@ -230,6 +231,37 @@ Tensor<T> masked_fill(const Tensor<T>& a, const BoolArray& mask, Scalar<T> value
       });
 }
 
+namespace {
+// da = sum_to(condition ? dy : 0, a.shape), db = sum_to(condition ? 0 : dy, b.shape), with the
+// condition's strides sc inside the result's shape; under create_graph the same through where.
+template <class T>
+std::pair<std::function<void(Node<T>&)>, GradFormula<T>> where_backward(std::shared_ptr<const BoolArray> kept,
+                                                                        std::vector<std::size_t> sc) {
+  auto backward = [kept, sc = std::move(sc)](Node<T>& out) {
+    const Shape out_shape = shape_of(out.grad);
+    const T* pg = out.grad.data();
+    const bool* pc = kept->data();
+    for (std::size_t k = 0; k < 2; ++k) {
+      if (!out.input_needs_grad(k)) continue;
+      const bool take = k == 0;  // a receives where the condition holds, b where it does not
+      Array<T> g = empty_array<T>(out_shape, "where (backward)");
+      T* pgk = g.data();
+      detail::parallel_for_each_index(out_shape, sc,
+                                      [&](std::size_t i, std::size_t ic) { pgk[i] = pc[ic] == take ? pg[i] : T(0); });
+      out.input(k).accumulate_grad(sum_to(g, out.input_shape(k)));
+    }
+  };
+  GradFormula<T> formula = [kept](const BackwardArgs<T>& args) {
+    const Tensor<T> zero(full_array<T>(Shape{}, T(0), "where (backward)"));
+    std::vector<Tensor<T>> g(2);
+    if (args.needs(0)) g[0] = sum_to(xgrad::where(*kept, args.grad(), zero), args.input_shape(0));
+    if (args.needs(1)) g[1] = sum_to(xgrad::where(*kept, zero, args.grad()), args.input_shape(1));
+    return g;
+  };
+  return {std::move(backward), std::move(formula)};
+}
+}  // namespace
+
 // y = condition ? a : b, the three broadcast together;
 // da = sum_to(condition ? dy : 0, a.shape), db = sum_to(condition ? 0 : dy, b.shape).
 template <class T>
@@ -238,8 +270,8 @@ Tensor<T> where(const BoolArray& condition, const Tensor<T>& a, const Tensor<T>&
   const Shape cs = shape_of(condition), as = a.shape(), bs = b.shape();
   const Shape out_shape = detail::broadcast_shapes(detail::broadcast_shapes(cs, as, op.name()), bs, op.name());
   // Strides of condition, a and b inside out_shape.
-  const std::vector<std::size_t> sc = detail::broadcast_strides(cs, out_shape),
-                                 sa = detail::broadcast_strides(as, out_shape),
+  std::vector<std::size_t> sc = detail::broadcast_strides(cs, out_shape);
+  const std::vector<std::size_t> sa = detail::broadcast_strides(as, out_shape),
                                  sb = detail::broadcast_strides(bs, out_shape);
   Array<T> y = empty_array<T>(out_shape, op.name());
   T* py = y.data();
@@ -251,31 +283,8 @@ Tensor<T> where(const BoolArray& condition, const Tensor<T>& a, const Tensor<T>&
       [&](std::size_t i, std::size_t ic, std::size_t ia, std::size_t ib) { py[i] = pc[ic] ? pa[ia] : pb[ib]; });
   XGRAD_OP_NOTE(op, {"condition", condition});
   auto kept = std::make_shared<const BoolArray>(condition);  // one copy, for both backwards
-  // Under create_graph: da = sum_to(where(condition, dy, 0)), db = sum_to(where(condition, 0, dy)).
-  GradFormula<T> formula = [kept](const BackwardArgs<T>& args) {
-    const Tensor<T> zero(full_array<T>(Shape{}, T(0), "where (backward)"));
-    std::vector<Tensor<T>> g(2);
-    if (args.needs(0)) g[0] = sum_to(xgrad::where(*kept, args.grad(), zero), args.input_shape(0));
-    if (args.needs(1)) g[1] = sum_to(xgrad::where(*kept, zero, args.grad()), args.input_shape(1));
-    return g;
-  };
-  return op.result<T>(
-      std::move(y), {a, b},
-      [kept, sc](Node<T>& out) {
-        const Shape out_shape = shape_of(out.grad);
-        const T* pg = out.grad.data();
-        const bool* pc = kept->data();
-        for (std::size_t k = 0; k < 2; ++k) {
-          if (!out.input_needs_grad(k)) continue;
-          const bool take = k == 0;  // a receives where the condition holds, b where it does not
-          Array<T> g = empty_array<T>(out_shape, "where (backward)");
-          T* pgk = g.data();
-          detail::parallel_for_each_index(
-              out_shape, sc, [&](std::size_t i, std::size_t ic) { pgk[i] = pc[ic] == take ? pg[i] : T(0); });
-          out.input(k).accumulate_grad(sum_to(g, out.input_shape(k)));
-        }
-      },
-      std::move(formula));
+  auto [backward, formula] = where_backward<T>(std::move(kept), std::move(sc));
+  return op.result<T>(std::move(y), {a, b}, std::move(backward), std::move(formula));
 }
 
 #define XGRAD_INSTANTIATE(T)                                                                         \

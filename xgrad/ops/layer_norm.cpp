@@ -292,6 +292,42 @@ bool fusable(const Tensor<T>& x, const Tensor<T>& r) {
   return !trace::active() && x.value().shape() == r.value().shape();
 }
 
+// x, y: (rows, D); w, b: (D) or null. Fills s.mean and s.rstd: (rows).
+template <class T>
+void layer_norm_forward(const T* px, const T* pw, const T* pb, T* py, LayerNormSaved& s, double eps) {
+  const std::size_t D = s.d, pieces = row_pieces(s.rows, D);
+  detail::parallel_for(pieces, 1, [&](std::size_t p0, std::size_t p1) {
+    for (std::size_t r = s.rows * p0 / pieces; r < s.rows * p1 / pieces; ++r)
+      std::tie(s.mean[r], s.rstd[r]) = forward_row(px + r * D, pw, pb, py + r * D, D, eps);
+  });
+}
+
+// dy, x, dx: (rows, D); dw, db: (D), each summed over pieces of rows in double.
+template <class T>
+void layer_norm_backward(Node<T>& out, const LayerNormSaved& s) {
+  const std::size_t D = s.d, pieces = row_pieces(s.rows, D);
+  const bool need_x = out.input_needs_grad(0);
+  const bool need_w = s.weight >= 0 && out.input_needs_grad(s.weight);
+  const bool need_b = s.bias >= 0 && out.input_needs_grad(s.bias);
+  const T* px = out.input_value(0).data();
+  const T* pw = s.weight >= 0 && need_x ? out.input_value(s.weight).data() : nullptr;  // dx reads w
+  const T* pdy = out.grad.data();
+  Array<T> dx;
+  if (need_x) dx = empty_array<T>(out.input_shape(0), "layer_norm (backward)");
+  // dw, db per piece of rows: (pieces, D) each, summed over pieces below.
+  std::vector<double> dw(need_w ? pieces * D : 0, 0.0), db(need_b ? pieces * D : 0, 0.0);
+  detail::parallel_for(pieces, 1, [&](std::size_t p0, std::size_t p1) {
+    for (std::size_t p = p0; p < p1; ++p)
+      for (std::size_t r = s.rows * p / pieces; r < s.rows * (p + 1) / pieces; ++r)
+        backward_row(px + r * D, pdy + r * D, pw, s.mean[r], s.rstd[r], D, need_x ? dx.data() + r * D : nullptr,
+                     need_w ? dw.data() + p * D : nullptr, need_b ? db.data() + p * D : nullptr);
+  });
+  if (need_x) out.input(0).accumulate_grad(std::move(dx));
+  const char* who = "layer_norm (backward)";
+  if (need_w)
+    out.input(static_cast<std::size_t>(s.weight)).accumulate_grad(sum_pieces(out, dw, pieces, D, s.weight, who));
+  if (need_b) out.input(static_cast<std::size_t>(s.bias)).accumulate_grad(sum_pieces(out, db, pieces, D, s.bias, who));
+}
 }  // namespace
 
 // y = (x - mean) * rstd * w + b, rstd = 1 / sqrt(var + eps), biased var over each row.
@@ -312,41 +348,11 @@ Tensor<T> layer_norm(const Tensor<T>& x, const ShapeArg& normalized_shape_arg, c
   const T* pw = weight.defined() ? weight.value().data() : nullptr;
   const T* pb = bias.defined() ? bias.value().data() : nullptr;
   T* py = y.data();
-  const std::size_t D = s.d, pieces = row_pieces(s.rows, D);
-  detail::parallel_for(pieces, 1, [&](std::size_t p0, std::size_t p1) {
-    for (std::size_t r = s.rows * p0 / pieces; r < s.rows * p1 / pieces; ++r)
-      std::tie(s.mean[r], s.rstd[r]) = forward_row(px + r * D, pw, pb, py + r * D, D, eps);
-  });
+  layer_norm_forward(px, pw, pb, py, s, eps);
 
   XGRAD_OP_NOTE(op, {"normalized_dims", nn}, {"eps", eps}, {"has_weight", weight.defined()});
   return op.result<T>(
-      std::move(y), std::move(inputs),
-      [saved](Node<T>& out) {
-        const LayerNormSaved& s = *saved;
-        const std::size_t D = s.d, pieces = row_pieces(s.rows, D);
-        const bool need_x = out.input_needs_grad(0);
-        const bool need_w = s.weight >= 0 && out.input_needs_grad(s.weight);
-        const bool need_b = s.bias >= 0 && out.input_needs_grad(s.bias);
-        const T* px = out.input_value(0).data();
-        const T* pw = s.weight >= 0 && need_x ? out.input_value(s.weight).data() : nullptr;  // dx reads w
-        const T* pdy = out.grad.data();
-        Array<T> dx;
-        if (need_x) dx = empty_array<T>(out.input_shape(0), "layer_norm (backward)");
-        // dw, db per piece of rows: (pieces, D) each, summed over pieces below.
-        std::vector<double> dw(need_w ? pieces * D : 0, 0.0), db(need_b ? pieces * D : 0, 0.0);
-        detail::parallel_for(pieces, 1, [&](std::size_t p0, std::size_t p1) {
-          for (std::size_t p = p0; p < p1; ++p)
-            for (std::size_t r = s.rows * p / pieces; r < s.rows * (p + 1) / pieces; ++r)
-              backward_row(px + r * D, pdy + r * D, pw, s.mean[r], s.rstd[r], D, need_x ? dx.data() + r * D : nullptr,
-                           need_w ? dw.data() + p * D : nullptr, need_b ? db.data() + p * D : nullptr);
-        });
-        if (need_x) out.input(0).accumulate_grad(std::move(dx));
-        const char* who = "layer_norm (backward)";
-        if (need_w)
-          out.input(static_cast<std::size_t>(s.weight)).accumulate_grad(sum_pieces(out, dw, pieces, D, s.weight, who));
-        if (need_b)
-          out.input(static_cast<std::size_t>(s.bias)).accumulate_grad(sum_pieces(out, db, pieces, D, s.bias, who));
-      },
+      std::move(y), std::move(inputs), [saved](Node<T>& out) { layer_norm_backward(out, *saved); },
       [nn, eps, w = s.weight, b = s.bias](const BackwardArgs<T>& args) {
         return layer_norm_formula(args, nn, eps, w, b);
       });

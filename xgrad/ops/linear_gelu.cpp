@@ -38,6 +38,31 @@ std::vector<Tensor<T>> linear_gelu_formula(const BackwardArgs<T>& args, bool tan
   return g;
 }
 
+// dh = dy * gelu'(h) in place over column blocks of 64 (each column's rows in order, one
+// thread), db = sum of dh over the rows; then dx = dh W and dW = dh^T x (linear's gemms).
+template <class T>
+void linear_gelu_backward(Node<T>& out, const LinearGemms& s, const Array<T>& h, bool tanh_form) {
+  const std::size_t rows = s.rows, outf = s.outf;
+  const bool db_needed = out.inputs.size() > 2 && out.input_needs_grad(2);
+  Array<T> dh = std::move(out.grad);  // dh = dy * gelu'(h), in place
+  Array<T> db = db_needed ? empty_array<T>({outf}, "linear_gelu (backward)") : no_array<T>();
+  T* pdh = dh.data();
+  T* pdb = db_needed ? db.data() : nullptr;
+  const T* ph = h.data();
+  for_column_blocks(rows, outf, [&](std::size_t c0, std::size_t c1) {
+    if (pdb != nullptr) std::fill(pdb + c0, pdb + c1, T(0));
+    for (std::size_t r = 0; r < rows; ++r) {
+      T* d = pdh + r * outf;
+      gelu_kernel<T, true>(tanh_form, ph + r * outf + c0, d + c0, d + c0, c1 - c0);
+      if (pdb != nullptr)  // the rows in order, as linear's sum_rows: the same bits
+        for (std::size_t j = c0; j < c1; ++j) pdb[j] += d[j];
+    }
+  });
+  linear_backward_gemms(out, s, pdh);
+  recycle(dh);  // the gradient's buffer, as the engine recycles the ones it drops
+  if (db_needed) out.input(2).accumulate_grad(std::move(db));
+}
+
 }  // namespace
 
 // x: (*, in), W: (out, in), b: (out) -> g: (*, out);  h = x W^T + b,  g = gelu(h).
@@ -73,27 +98,7 @@ Tensor<T> linear_gelu(const Tensor<T>& x, const Tensor<T>& weight, const Tensor<
   if (bias.defined()) inputs.push_back(bias);
   return make_result<T>(
       "linear_gelu", std::move(g), std::move(inputs),
-      [s, saved_h, tanh_form](Node<T>& out) {
-        const std::size_t rows = s.rows, outf = s.outf;
-        const bool db_needed = out.inputs.size() > 2 && out.input_needs_grad(2);
-        Array<T> dh = std::move(out.grad);  // dh = dy * gelu'(h), in place
-        Array<T> db = db_needed ? empty_array<T>({outf}, "linear_gelu (backward)") : no_array<T>();
-        T* pdh = dh.data();
-        T* pdb = db_needed ? db.data() : nullptr;
-        const T* ph = saved_h->get().data();
-        for_column_blocks(rows, outf, [&](std::size_t c0, std::size_t c1) {
-          if (pdb != nullptr) std::fill(pdb + c0, pdb + c1, T(0));
-          for (std::size_t r = 0; r < rows; ++r) {
-            T* d = pdh + r * outf;
-            gelu_kernel<T, true>(tanh_form, ph + r * outf + c0, d + c0, d + c0, c1 - c0);
-            if (pdb != nullptr)  // the rows in order, as linear's sum_rows: the same bits
-              for (std::size_t j = c0; j < c1; ++j) pdb[j] += d[j];
-          }
-        });
-        linear_backward_gemms(out, s, pdh);
-        recycle(dh);  // the gradient's buffer, as the engine recycles the ones it drops
-        if (db_needed) out.input(2).accumulate_grad(std::move(db));
-      },
+      [s, saved_h, tanh_form](Node<T>& out) { linear_gelu_backward(out, s, saved_h->get(), tanh_form); },
       [tanh_form](const BackwardArgs<T>& args) { return linear_gelu_formula(args, tanh_form); });
 }
 

@@ -4,6 +4,7 @@
 // Sums accumulate in double, also for float inputs.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <utility>
@@ -137,6 +138,32 @@ void sum_into(const char* op, const ReducePlan& p, const T* px, std::vector<Acc>
   for (const Acc s : partial) acc[0] += s;
 }
 
+// Under create_graph: dx = scale * expand(dy viewed with the reduced dims kept). The reduced
+// dims travel as a bit mask, so that the formula fits std::function's own storage (no
+// allocation per reduction on the first-order path); past 64 dims, as a vector.
+template <class T>
+GradFormula<T> scaled_sum_formula(const Shape& kept_shape, Acc scale) {
+  const auto differentiable = [scale](const BackwardArgs<T>& args, const std::vector<std::int64_t>& kept) {
+    const Shape in = args.input_shape(0);
+    Tensor<T> g = expand(reshape(args.grad(), kept), std::vector<std::int64_t>(in.begin(), in.end()));
+    return std::vector<Tensor<T>>{scale == Acc(1) ? g : mul(g, static_cast<T>(scale))};
+  };
+  if (kept_shape.size() > 64) {
+    std::vector<std::int64_t> kept(kept_shape.begin(), kept_shape.end());
+    return [kept = std::move(kept), differentiable](const BackwardArgs<T>& args) { return differentiable(args, kept); };
+  }
+  std::uint64_t reduced = 0;
+  for (std::size_t d = 0; d < kept_shape.size(); ++d)
+    if (kept_shape[d] == 1) reduced |= std::uint64_t{1} << d;
+  return [reduced, differentiable](const BackwardArgs<T>& args) {
+    const Shape in = args.input_shape(0);
+    std::vector<std::int64_t> kept(in.begin(), in.end());
+    for (std::size_t d = 0; d < kept.size(); ++d)
+      if (reduced >> d & 1) kept[d] = 1;
+    return differentiable(args, kept);
+  };
+}
+
 // y_o = scale * sum_{i: o(i) = o} x_i;  dx_i = scale * dy_o(i)
 template <class T>
 Tensor<T> scaled_sum(const OpScope& scope, const Tensor<T>& a, ReducePlan plan, Acc scale) {
@@ -146,32 +173,7 @@ Tensor<T> scaled_sum(const OpScope& scope, const Tensor<T>& a, ReducePlan plan, 
   sum_into(op, plan, px, acc);
   Array<T> y = empty_array<T>(plan.out_shape, op);
   for (std::size_t o = 0; o < plan.out_size; ++o) y.data()[o] = static_cast<T>(acc[o] * scale);
-  // Under create_graph: dx = scale * expand(dy viewed with the reduced dims kept). The reduced
-  // dims travel as a bit mask, so that the formula fits std::function's own storage (no
-  // allocation per reduction on the first-order path); past 64 dims, as a vector.
-  GradFormula<T> formula;
-  const auto differentiable = [scale](const BackwardArgs<T>& args, const std::vector<std::int64_t>& kept) {
-    const Shape in = args.input_shape(0);
-    Tensor<T> g = expand(reshape(args.grad(), kept), std::vector<std::int64_t>(in.begin(), in.end()));
-    return std::vector<Tensor<T>>{scale == Acc(1) ? g : mul(g, static_cast<T>(scale))};
-  };
-  if (plan.kept_shape.size() <= 64) {
-    std::uint64_t reduced = 0;
-    for (std::size_t d = 0; d < plan.kept_shape.size(); ++d)
-      if (plan.kept_shape[d] == 1) reduced |= std::uint64_t{1} << d;
-    formula = [reduced, differentiable](const BackwardArgs<T>& args) {
-      const Shape in = args.input_shape(0);
-      std::vector<std::int64_t> kept(in.begin(), in.end());
-      for (std::size_t d = 0; d < kept.size(); ++d)
-        if (reduced >> d & 1) kept[d] = 1;
-      return differentiable(args, kept);
-    };
-  } else {
-    std::vector<std::int64_t> kept(plan.kept_shape.begin(), plan.kept_shape.end());
-    formula = [kept = std::move(kept), differentiable](const BackwardArgs<T>& args) {
-      return differentiable(args, kept);
-    };
-  }
+  GradFormula<T> formula = scaled_sum_formula<T>(plan.kept_shape, scale);
   return scope.result<T>(
       std::move(y), {a},
       [op, plan = std::move(plan), scale](Node<T>& out) {
@@ -371,13 +373,49 @@ Tensor<T> max(const Tensor<T>& a) {
   return max_shared<T>(op, a, plan_all(a.shape()));
 }
 
+namespace {
+// The flat input index of each output's first maximum (NaN counts as the maximum): row-major order
+// visits each output's candidates in increasing position, so ties keep the first.
+template <class T>
+std::vector<std::size_t> first_argmax(const char* op, const ReducePlan& plan, const T* px) {
+  constexpr std::size_t none = std::numeric_limits<std::size_t>::max();
+  std::vector<std::size_t> arg = scratch_vector<std::size_t>(plan.out_size, none, op);
+  visit(plan, [&](std::size_t i, std::size_t o) {
+    if (arg[o] == none || greater(px[i], px[arg[o]])) arg[o] = i;
+  });
+  return arg;
+}
+
+// dx_{argmax_o} = dy_o, 0 elsewhere; under create_graph dx = expand(dy) * mask, the mask 1 at each
+// argmax (a constant).
+template <class T>
+std::pair<std::function<void(Node<T>&)>, GradFormula<T>> max_dim_backward(
+    std::shared_ptr<const std::vector<std::size_t>> args_max, Shape kept) {
+  auto backward = [args_max](Node<T>& out) {
+    Array<T> gx = full_array<T>(out.input_shape(0), T(0), "max (backward)");
+    const T* pg = out.grad.data();
+    for (std::size_t o = 0; o < args_max->size(); ++o) gx.data()[(*args_max)[o]] += pg[o];
+    out.input(0).accumulate_grad(std::move(gx));
+  };
+  GradFormula<T> formula = [args_max, kept = std::move(kept)](const BackwardArgs<T>& args) {
+    const Shape in = args.input_shape(0);
+    Array<T> mask = full_array<T>(in, T(0), "max (backward)");
+    for (std::size_t i : *args_max) mask.data()[i] = T(1);
+    const Tensor<T> dy = expand(reshape(args.grad(), std::vector<std::int64_t>(kept.begin(), kept.end())),
+                                std::vector<std::int64_t>(in.begin(), in.end()));
+    return std::vector<Tensor<T>>{mul(dy, Tensor<T>(std::move(mask)))};
+  };
+  return {std::move(backward), std::move(formula)};
+}
+}  // namespace
+
 // values_o = x_{argmax_o}, the first maximum along dim (NaN counts as the maximum);
 // dx_{argmax_o} = dy_o, 0 elsewhere.
 template <class T>
 std::pair<Tensor<T>, IndexArray> max(const Tensor<T>& a, std::int64_t dim, bool keepdim) {
   const OpScope op(OpKind::max);
   const Shape in = a.shape();
-  ReducePlan plan = plan_reduction(op.name(), in, reduced_dims(op.name(), in.size(), {dim}), keepdim);
+  const ReducePlan plan = plan_reduction(op.name(), in, reduced_dims(op.name(), in.size(), {dim}), keepdim);
   XGRAD_CHECK(plan.count > 0, "max: cannot reduce over an empty dimension (input shape ", in,
               ", dim ", dim, ")");
   // Position along dim of flat index i: (i / inner) % size.
@@ -387,42 +425,17 @@ std::pair<Tensor<T>, IndexArray> max(const Tensor<T>& a, std::int64_t dim, bool 
     size = in[k];
     inner = detail::numel(in, k + 1, in.size());
   }
-  constexpr std::size_t none = std::numeric_limits<std::size_t>::max();
-  std::vector<std::size_t> arg =
-      scratch_vector<std::size_t>(plan.out_size, none, op.name());  // flat input index of each maximum
   const T* px = a.value().data();
-  // Row-major order visits each output's candidates in increasing position: ties keep the first.
-  visit(plan, [&](std::size_t i, std::size_t o) {
-    if (arg[o] == none || greater(px[i], px[arg[o]])) arg[o] = i;
-  });
+  auto arg = std::make_shared<const std::vector<std::size_t>>(first_argmax(op.name(), plan, px));
   Array<T> y = empty_array<T>(plan.out_shape, op.name());
   IndexArray indices = empty_array<std::int64_t>(plan.out_shape, op.name());
   for (std::size_t o = 0; o < plan.out_size; ++o) {
-    y.data()[o] = px[arg[o]];
-    indices.data()[o] = static_cast<std::int64_t>((arg[o] / inner) % size);
+    y.data()[o] = px[(*arg)[o]];
+    indices.data()[o] = static_cast<std::int64_t>(((*arg)[o] / inner) % size);
   }
   XGRAD_OP_NOTE(op, {"dim", std::vector<std::int64_t>{dim}}, {"keepdim", keepdim});
-  auto args_max = std::make_shared<const std::vector<std::size_t>>(std::move(arg));
-  // Under create_graph: dx = expand(dy) * mask, the mask 1 at each argmax (a constant).
-  GradFormula<T> formula = [args_max, kept = plan.kept_shape](const BackwardArgs<T>& args) {
-    const Shape in = args.input_shape(0);
-    Array<T> mask = full_array<T>(in, T(0), "max (backward)");
-    for (std::size_t i : *args_max) mask.data()[i] = T(1);
-    const Tensor<T> dy = expand(reshape(args.grad(), std::vector<std::int64_t>(kept.begin(), kept.end())),
-                                std::vector<std::int64_t>(in.begin(), in.end()));
-    return std::vector<Tensor<T>>{mul(dy, Tensor<T>(std::move(mask)))};
-  };
-  Tensor<T> values = op.result<T>(
-      std::move(y), {a},
-      [args_max](Node<T>& out) {
-        const std::vector<std::size_t>& arg = *args_max;
-        Array<T> gx = full_array<T>(out.input_shape(0), T(0), "max (backward)");
-        const T* pg = out.grad.data();
-        for (std::size_t o = 0; o < arg.size(); ++o) gx.data()[arg[o]] += pg[o];
-        out.input(0).accumulate_grad(std::move(gx));
-      },
-      std::move(formula));
-  return {std::move(values), std::move(indices)};
+  auto [backward, formula] = max_dim_backward<T>(arg, plan.kept_shape);
+  return {op.result<T>(std::move(y), {a}, std::move(backward), std::move(formula)), std::move(indices)};
 }
 
 #define XGRAD_INSTANTIATE(T)                                                                 \

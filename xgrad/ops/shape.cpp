@@ -93,24 +93,11 @@ Tensor<T> reshaped(const OpScope& scope, const Tensor<T>& a, const Shape& shape)
       });
 }
 
-// Joins tensors along one axis: tensor k is viewed as (outer, chunk[k]) and the result as
-// (outer, sum_k chunk[k]), tensor k filling its own column block.  dx_k = that block of dy.
+// Under create_graph: dx_k = dy viewed as (outer, sum_k chunk[k]), narrowed to block k, viewed
+// as x_k (reshape and narrow, both differentiable).
 template <class T>
-Tensor<T> join(const OpScope& scope, const std::vector<Tensor<T>>& tensors, std::size_t outer,
-               std::vector<std::size_t> chunk, const Shape& out_shape) {
-  const char* op = scope.name();
-  const std::size_t row = numel(out_shape) / std::max<std::size_t>(outer, 1);
-  Array<T> y = empty_array<T>(out_shape, op);
-  std::size_t col = 0;
-  for (std::size_t k = 0; k < tensors.size(); ++k) {
-    const T* src = tensors[k].value().data();
-    for (std::size_t o = 0; o < outer && chunk[k] > 0; ++o)
-      std::memcpy(y.data() + o * row + col, src + o * chunk[k], chunk[k] * sizeof(T));
-    col += chunk[k];
-  }
-  // Under create_graph: dx_k = dy viewed as (outer, sum_k chunk[k]), narrowed to block k, viewed
-  // as x_k (reshape and narrow, both differentiable).
-  GradFormula<T> formula = [outer, chunk](const BackwardArgs<T>& args) {
+GradFormula<T> join_formula(std::size_t outer, std::vector<std::size_t> chunk) {
+  return [outer, chunk = std::move(chunk)](const BackwardArgs<T>& args) {
     std::int64_t width = 0;
     for (std::size_t c : chunk) width += static_cast<std::int64_t>(c);
     const Tensor<T> rows = reshape(args.grad(), {static_cast<std::int64_t>(outer), width});
@@ -126,6 +113,24 @@ Tensor<T> join(const OpScope& scope, const std::vector<Tensor<T>>& tensors, std:
     }
     return g;
   };
+}
+
+// Joins tensors along one axis: tensor k is viewed as (outer, chunk[k]) and the result as
+// (outer, sum_k chunk[k]), tensor k filling its own column block.  dx_k = that block of dy.
+template <class T>
+Tensor<T> join(const OpScope& scope, const std::vector<Tensor<T>>& tensors, std::size_t outer,
+               std::vector<std::size_t> chunk, const Shape& out_shape) {
+  const char* op = scope.name();
+  const std::size_t row = numel(out_shape) / std::max<std::size_t>(outer, 1);
+  Array<T> y = empty_array<T>(out_shape, op);
+  std::size_t col = 0;
+  for (std::size_t k = 0; k < tensors.size(); ++k) {
+    const T* src = tensors[k].value().data();
+    for (std::size_t o = 0; o < outer && chunk[k] > 0; ++o)
+      std::memcpy(y.data() + o * row + col, src + o * chunk[k], chunk[k] * sizeof(T));
+    col += chunk[k];
+  }
+  GradFormula<T> formula = join_formula<T>(outer, chunk);
   return scope.result<T>(
       std::move(y), tensors,
       [op, outer, row, chunk = std::move(chunk)](Node<T>& out) {
