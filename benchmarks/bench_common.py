@@ -16,6 +16,18 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+# The Llama shapes of bench_llama's shape_config (config.json's of the published models; llama-3.2-1b's
+# llama3 rope scaling left out: it changes the tables, not the time), for llama_torch.py and
+# llama_compare.py.
+LLAMA_SHAPES = {
+    "smollm2-135m": dict(layers=30, hidden=576, heads=9, kv_heads=3, head_dim=64, inter=1536, vocab=49152,
+                         theta=100000.0),
+    "llama-3.2-1b": dict(layers=16, hidden=2048, heads=32, kv_heads=8, head_dim=64, inter=8192, vocab=128256,
+                         theta=500000.0),
+    "tiny": dict(layers=2, hidden=64, heads=4, kv_heads=2, head_dim=16, inter=160, vocab=320, theta=10000.0),
+}
+
+
 def default_threads():
     """1, 2, 4, ... up to the machine's CPU count, and the count itself (1,2 on 2 cores;
     1,2,4,8,16 on 16)."""

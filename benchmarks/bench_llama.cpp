@@ -6,6 +6,8 @@
 //
 //   bench_llama --shape smollm2-135m --L 1024 [--steps 2] [--generate 32] [--threads 2]
 //   bench_llama --shape llama-3.2-1b --L 1024 --steps 1 --no-optimizer
+//   bench_llama --shape smollm2-135m --L 256 --layers 4 --generate 0      (a shorter model, same layer shape)
+//   bench_llama --shape smollm2-135m --L 1024 --layers 4 --generate 0 --profile llama.json   (the last step)
 //
 // Shapes (config.json's of the published models): smollm2-135m (30 layers, hidden 576, 9 heads, 3
 // KV heads, intermediate 1536, vocab 49152, tied, rope_theta 100000), llama-3.2-1b (16 layers,
@@ -18,6 +20,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -32,8 +35,9 @@ namespace {
 
 struct Options {
   std::string shape = "smollm2-135m";
+  std::string profile;  // --profile: the Chrome trace of the last step
   std::int64_t L = 1024, generate = 32;
-  int threads = 2, steps = 2;
+  int threads = 2, steps = 2, layers = 0;
   bool no_optimizer = false;
 };
 
@@ -65,7 +69,12 @@ Options parse(int argc, char** argv) {
   app.add_option("--L", o.L)->check(CLI::Range(2, 8192))->capture_default_str();
   app.add_option("--steps", o.steps)->check(CLI::Range(0, 1000))->capture_default_str();
   app.add_option("--generate", o.generate)->check(CLI::Range(0, 8192))->capture_default_str();
+  app.add_option("--layers", o.layers, "override the shape's num_hidden_layers (0: keep)")
+      ->check(CLI::Range(0, 1000))
+      ->capture_default_str();
   app.add_option("--threads", o.threads)->check(CLI::Range(1, 1024))->capture_default_str();
+  app.add_option("--profile", o.profile,
+                 "profile the last step (xgrad::profiler): a Chrome trace here, the table on stderr");
   app.add_flag("--no-optimizer", o.no_optimizer, "forward and backward only (no AdamW state)");
   try {
     app.parse(argc, argv);
@@ -86,7 +95,8 @@ double steady_median(const std::vector<double>& times) {
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
   xgrad::set_num_threads(o.threads);
-  const auto config = shape_config(o.shape);
+  auto config = shape_config(o.shape);
+  if (o.layers > 0) config.num_hidden_layers = o.layers;
   auto t0 = std::chrono::steady_clock::now();
   xgrad::Generator g(1);
   xgrad::models::LlamaForCausalLM<float> model(config, &g);
@@ -110,7 +120,9 @@ int main(int argc, char** argv) {
   std::vector<double> times;
   double loss = 0;
   model.train();
+  std::unique_ptr<xgrad::profiler::Profile> profile;
   for (int r = 0; r < o.steps; ++r) {
+    if (!o.profile.empty() && r + 1 == o.steps) profile = std::make_unique<xgrad::profiler::Profile>();
     t0 = std::chrono::steady_clock::now();
     optimizer.zero_grad(true);
     xgrad::Tensor<float> l = xgrad::cross_entropy(xgrad::reshape(model.forward(x), {-1, config.vocab_size}), y);
@@ -119,6 +131,8 @@ int main(int argc, char** argv) {
     times.push_back(seconds_since(t0));
     loss = double(l.item());
   }
+  if (profile) std::fprintf(stderr, "%s", xgrad::profiler::save_report(*profile, o.profile).c_str());
+  profile.reset();
   const double rss_trained = peak_rss_mib();
   double generate_s = 0;
   if (o.generate > 0) {
@@ -133,11 +147,12 @@ int main(int argc, char** argv) {
   std::string list;
   for (double t : times) list += (list.empty() ? "" : ",") + std::to_string(t);
   std::printf(
-      "{\"shape\":\"%s\",\"params\":%zu,\"L\":%lld,\"threads\":%d,\"optimizer\":%s,\"build_s\":%.3f,"
+      "{\"shape\":\"%s\",\"layers\":%lld,\"params\":%zu,\"L\":%lld,\"threads\":%d,\"optimizer\":%s,\"build_s\":%.3f,"
       "\"step_times_s\":[%s],\"median_step_s\":%.6g,\"loss\":%.4f,\"generated\":%lld,\"tokens_per_s\":%.3f,"
       "\"rss_built_mib\":%.1f,\"peak_rss_training_mib\":%.1f,\"peak_rss_mib\":%.1f}\n",
-      o.shape.c_str(), n_params, static_cast<long long>(o.L), o.threads, o.no_optimizer ? "false" : "true", build_s,
-      list.c_str(), times.empty() ? 0.0 : steady_median(times), loss, static_cast<long long>(o.generate),
-      generate_s > 0 ? double(o.generate) / generate_s : 0.0, rss_built, rss_trained, peak_rss_mib());
+      o.shape.c_str(), static_cast<long long>(config.num_hidden_layers), n_params, static_cast<long long>(o.L),
+      o.threads, o.no_optimizer ? "false" : "true", build_s, list.c_str(), times.empty() ? 0.0 : steady_median(times),
+      loss, static_cast<long long>(o.generate), generate_s > 0 ? double(o.generate) / generate_s : 0.0, rss_built,
+      rss_trained, peak_rss_mib());
   return 0;
 }

@@ -1,6 +1,7 @@
 """Checks of the benchmark scripts that need neither torch nor a build (ctest: bench_scripts):
 the thread sweep arithmetic of bench_common.py, the PyTorch description taken from the torch that
-ran, and compare.py's tables rendered from a recorded run (--from-json) of a 16-core machine with
+ran, and llama_compare.py's FLOP count, and
+compare.py's tables rendered from a recorded run (--from-json) of a 16-core machine with
 a PyTorch version named nowhere in the scripts.
 
     python3 -m unittest discover -s benchmarks -p 'test_bench_scripts.py'
@@ -18,6 +19,7 @@ sys.path.insert(0, HERE)
 
 import bench_common  # noqa: E402
 import compare  # noqa: E402
+import llama_compare  # noqa: E402
 
 
 class ThreadSweep(unittest.TestCase):
@@ -128,6 +130,14 @@ class CompareReport(unittest.TestCase):
         self.assertRegex(out, r"gpt2s .*1\.33x .* >= 1x met, >= 80% limit MISSED")
         self.assertRegex(out, r"gpt2s .*2\.00x .*>= 1\.3x PyTorch bf16 met")  # 6000 ms (1t) / 3000 ms (2t)
         self.assertIn("| gpt2s | 1 1024 768 12 3072 12 V256 |", markdown)
+
+
+class LlamaStepFlops(unittest.TestCase):
+    def test_smollm2_step_at_context_1024(self):
+        # Per layer: q, k, v, o 2*T*576*(2*576 + 2*192) = 1.812 G, the MLP 6*T*576*1536 = 5.436 G,
+        # the attention 4*T^2*576 = 2.416 G; the tied head 2*T*576*49152 = 57.98 G; backward twice.
+        per_layer = 1_811_939_328 + 5_435_817_984 + 2_415_919_104
+        self.assertEqual(llama_compare.step_flops("smollm2-135m", 30, 1024), 3 * (30 * per_layer + 57_982_058_496))
 
 
 if __name__ == "__main__":

@@ -149,6 +149,16 @@ TEST(Llama, CachedForwardEqualsTheFullForward) {
   EXPECT_EQ(caches[0].keys().shape(1), 2u);  // only the KV heads are cached
 }
 
+// The folder's weights replace every parameter, so load_hf_llama draws no random initial ones
+// first (transformers' no_init_weights): the default generator is where it was.
+TEST(Llama, LoadingDrawsNoRandomWeights) {
+  manual_seed(11);
+  const double next = default_generator().normal();
+  manual_seed(11);
+  auto model = models::load_hf_llama<float>(kFixture);
+  EXPECT_EQ(default_generator().normal(), next);
+}
+
 TEST(Llama, StateDictKeysAreTransformers) {
   auto model = models::load_hf_llama<float>(kFixture);
   const auto keys = model->state_dict().keys();

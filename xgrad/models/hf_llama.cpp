@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include <xgrad/nn/no_init_weights.hpp>
 #include <xgrad/serialize/format_error.hpp>
 #include <xgrad/serialize/hf_folder.hpp>
 #include <xgrad/serialize/safetensors.hpp>
@@ -47,7 +48,11 @@ void check_tensors(const HFWeights& weights, const nn::StateDict<T>& state, bool
 template <class T>
 std::shared_ptr<LlamaForCausalLM<T>> load_hf_llama(const std::string& dir) {
   const LlamaConfig config = load_llama_config(dir);
-  auto model = std::make_shared<LlamaForCausalLM<T>>(config);
+  std::shared_ptr<LlamaForCausalLM<T>> model;
+  {  // every parameter is read from the folder below: no random draws first (transformers' no_init_weights)
+    nn::init::NoInitWeights no_init;
+    model = std::make_shared<LlamaForCausalLM<T>>(config);
+  }
   const HFWeights weights = read_hf_weights(dir, kLoad);
   nn::StateDict<T> state = model->state_dict();
   check_tensors(weights, state, config.tie_word_embeddings);

@@ -4,8 +4,17 @@
 #include <cmath>
 
 #include <xgrad/base/warning.hpp>
+#include <xgrad/nn/no_init_weights.hpp>
 
 namespace xgrad::nn::init {
+
+namespace {
+thread_local bool t_skip_init = false;
+}  // namespace
+
+NoInitWeights::NoInitWeights() : previous_(t_skip_init) { t_skip_init = true; }
+NoInitWeights::~NoInitWeights() { t_skip_init = previous_; }
+bool init_weights_enabled() { return !t_skip_init; }
 
 std::pair<double, double> calculate_fan_in_and_fan_out(const ShapeArg& sizes) {
   const Shape& shape = sizes.get("init::calculate_fan_in_and_fan_out");
@@ -29,6 +38,7 @@ double calculate_gain(const std::string& nonlinearity, double param) {
 template <class T>
 Tensor<T> uniform_(Tensor<T> tensor, double a, double b, Generator* generator) {
   XGRAD_CHECK(a <= b, "init::uniform_: expected a <= b, got a=", a, ", b=", b);
+  if (t_skip_init) return tensor;
   Generator& gen = generator ? *generator : default_generator();
   std::lock_guard<std::mutex> lock(gen.mutex());
   for (auto& v : tensor.mutable_value()) v = static_cast<T>(a + (b - a) * gen.uniform());
@@ -38,6 +48,7 @@ Tensor<T> uniform_(Tensor<T> tensor, double a, double b, Generator* generator) {
 template <class T>
 Tensor<T> normal_(Tensor<T> tensor, double mean, double std, Generator* generator) {
   XGRAD_CHECK(std >= 0, "init::normal_: expected std >= 0, got ", std);
+  if (t_skip_init) return tensor;
   Generator& gen = generator ? *generator : default_generator();
   std::lock_guard<std::mutex> lock(gen.mutex());
   for (auto& v : tensor.mutable_value()) v = static_cast<T>(mean + std * gen.normal());
