@@ -6,6 +6,7 @@
 //
 //   bench_llama --shape smollm2-135m --L 1024 [--steps 2] [--generate 32] [--threads 2]
 //   bench_llama --shape llama-3.2-1b --L 1024 --steps 1 --no-optimizer
+//   bench_llama --shape smollm2-135m --L 1024 --gradient-checkpointing   # each layer recomputed
 //
 // Shapes (config.json's of the published models): smollm2-135m (30 layers, hidden 576, 9 heads, 3
 // KV heads, intermediate 1536, vocab 49152, tied, rope_theta 100000), llama-3.2-1b (16 layers,
@@ -34,7 +35,7 @@ struct Options {
   std::string shape = "smollm2-135m";
   std::int64_t L = 1024, generate = 32;
   int threads = 2, steps = 2;
-  bool no_optimizer = false;
+  bool no_optimizer = false, gradient_checkpointing = false;
 };
 
 xgrad::models::LlamaConfig shape_config(const std::string& shape) {
@@ -67,6 +68,8 @@ Options parse(int argc, char** argv) {
   app.add_option("--generate", o.generate)->check(CLI::Range(0, 8192))->capture_default_str();
   app.add_option("--threads", o.threads)->check(CLI::Range(1, 1024))->capture_default_str();
   app.add_flag("--no-optimizer", o.no_optimizer, "forward and backward only (no AdamW state)");
+  app.add_flag("--gradient-checkpointing", o.gradient_checkpointing,
+               "recompute each decoder layer's activations in the backward (utils::checkpoint)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -110,6 +113,7 @@ int main(int argc, char** argv) {
   std::vector<double> times;
   double loss = 0;
   model.train();
+  if (o.gradient_checkpointing) model.gradient_checkpointing_enable();
   for (int r = 0; r < o.steps; ++r) {
     t0 = std::chrono::steady_clock::now();
     optimizer.zero_grad(true);
@@ -133,11 +137,13 @@ int main(int argc, char** argv) {
   std::string list;
   for (double t : times) list += (list.empty() ? "" : ",") + std::to_string(t);
   std::printf(
-      "{\"shape\":\"%s\",\"params\":%zu,\"L\":%lld,\"threads\":%d,\"optimizer\":%s,\"build_s\":%.3f,"
+      "{\"shape\":\"%s\",\"params\":%zu,\"L\":%lld,\"threads\":%d,\"optimizer\":%s,\"gradient_checkpointing\":%s,"
+      "\"build_s\":%.3f,"
       "\"step_times_s\":[%s],\"median_step_s\":%.6g,\"loss\":%.4f,\"generated\":%lld,\"tokens_per_s\":%.3f,"
       "\"rss_built_mib\":%.1f,\"peak_rss_training_mib\":%.1f,\"peak_rss_mib\":%.1f}\n",
-      o.shape.c_str(), n_params, static_cast<long long>(o.L), o.threads, o.no_optimizer ? "false" : "true", build_s,
-      list.c_str(), times.empty() ? 0.0 : steady_median(times), loss, static_cast<long long>(o.generate),
-      generate_s > 0 ? double(o.generate) / generate_s : 0.0, rss_built, rss_trained, peak_rss_mib());
+      o.shape.c_str(), n_params, static_cast<long long>(o.L), o.threads, o.no_optimizer ? "false" : "true",
+      o.gradient_checkpointing ? "true" : "false", build_s, list.c_str(), times.empty() ? 0.0 : steady_median(times),
+      loss, static_cast<long long>(o.generate), generate_s > 0 ? double(o.generate) / generate_s : 0.0, rss_built,
+      rss_trained, peak_rss_mib());
   return 0;
 }
