@@ -37,11 +37,11 @@
 // walks the graph it made from the outputs down to the inputs to find the leaves that require
 // grad, keeps only the output values and drops that graph (one layer's graph, alive only during
 // the call). The outputs hang from one node over the inputs and those leaves; its backward sets
-// the generator back, reruns the function on copies of the inputs and takes autograd::grad of the
-// outputs with respect to the inputs and leaves that need it (a backward inside a backward), with
-// the incoming gradients. The cost: two forwards and one backward per step (as PyTorch's), and at
-// most one layer's graph alive at a time besides the outputs. docs/checkpointing.md has the
-// numbers.
+// the generator back, reruns the function (on copies of the inputs that need a gradient, the
+// others as they are) and takes autograd::grad of the outputs with respect to the inputs and
+// leaves that need it (a backward inside a backward), with the incoming gradients. The cost: two
+// forwards and one backward per block (as PyTorch's), and at most one block's graph alive at a
+// time besides the outputs. docs/higher_order.md ("Activation checkpointing") has the numbers.
 #pragma once
 
 #include <functional>
