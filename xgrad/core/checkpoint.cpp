@@ -84,10 +84,12 @@ std::vector<Tensor<T>> leaves_requiring_grad(const std::vector<Tensor<T>>& outpu
   return leaves;
 }
 
-// The output's value, moved out of the discovery graph when nothing else holds its node.
+// A tensor's value, moved out when nothing else holds its node (an output of the discovery
+// forward, whose graph is dropped next; a gradient autograd::grad returned), copied otherwise (an
+// input or a parameter returned as it is).
 template <class T>
 Array<T> take_value(Tensor<T>& t) {
-  if (t.node().use_count() == 1 && !t.node()->is_leaf) return std::move(t.node()->value);
+  if (t.node().use_count() == 1) return std::move(t.node()->value);
   return Array<T>(t.value());
 }
 
