@@ -8,6 +8,7 @@
 //   bench_llama --shape llama-3.2-1b --L 1024 --steps 1 --no-optimizer
 //   bench_llama --shape smollm2-135m --L 256 --layers 4 --generate 0      (a shorter model, same layer shape)
 //   bench_llama --shape smollm2-135m --L 1024 --layers 4 --generate 0 --profile llama.json   (the last step)
+//   bench_llama --shape smollm2-135m --L 1024 --gradient-checkpointing   # each layer recomputed
 //
 // Shapes (config.json's of the published models): smollm2-135m (30 layers, hidden 576, 9 heads, 3
 // KV heads, intermediate 1536, vocab 49152, tied, rope_theta 100000), llama-3.2-1b (16 layers,
@@ -38,7 +39,7 @@ struct Options {
   std::string profile;  // --profile: the Chrome trace of the last step
   std::int64_t L = 1024, generate = 32;
   int threads = 2, steps = 2, layers = 0;
-  bool no_optimizer = false;
+  bool no_optimizer = false, gradient_checkpointing = false;
 };
 
 xgrad::models::LlamaConfig shape_config(const std::string& shape) {
@@ -76,6 +77,8 @@ Options parse(int argc, char** argv) {
   app.add_option("--profile", o.profile,
                  "profile the last step (xgrad::profiler): a Chrome trace here, the table on stderr");
   app.add_flag("--no-optimizer", o.no_optimizer, "forward and backward only (no AdamW state)");
+  app.add_flag("--gradient-checkpointing", o.gradient_checkpointing,
+               "recompute each decoder layer's activations in the backward (utils::checkpoint)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -120,6 +123,7 @@ int main(int argc, char** argv) {
   std::vector<double> times;
   double loss = 0;
   model.train();
+  if (o.gradient_checkpointing) model.gradient_checkpointing_enable();
   std::unique_ptr<xgrad::profiler::Profile> profile;
   for (int r = 0; r < o.steps; ++r) {
     if (!o.profile.empty() && r + 1 == o.steps) profile = std::make_unique<xgrad::profiler::Profile>();
@@ -147,11 +151,13 @@ int main(int argc, char** argv) {
   std::string list;
   for (double t : times) list += (list.empty() ? "" : ",") + std::to_string(t);
   std::printf(
-      "{\"shape\":\"%s\",\"layers\":%lld,\"params\":%zu,\"L\":%lld,\"threads\":%d,\"optimizer\":%s,\"build_s\":%.3f,"
+      "{\"shape\":\"%s\",\"layers\":%lld,\"params\":%zu,\"L\":%lld,\"threads\":%d,\"optimizer\":%s,"
+      "\"gradient_checkpointing\":%s,\"build_s\":%.3f,"
       "\"step_times_s\":[%s],\"median_step_s\":%.6g,\"loss\":%.4f,\"generated\":%lld,\"tokens_per_s\":%.3f,"
       "\"rss_built_mib\":%.1f,\"peak_rss_training_mib\":%.1f,\"peak_rss_mib\":%.1f}\n",
       o.shape.c_str(), static_cast<long long>(config.num_hidden_layers), n_params, static_cast<long long>(o.L),
-      o.threads, o.no_optimizer ? "false" : "true", build_s, list.c_str(), times.empty() ? 0.0 : steady_median(times),
+      o.threads, o.no_optimizer ? "false" : "true", o.gradient_checkpointing ? "true" : "false", build_s,
+      list.c_str(), times.empty() ? 0.0 : steady_median(times),
       loss, static_cast<long long>(o.generate), generate_s > 0 ? double(o.generate) / generate_s : 0.0, rss_built,
       rss_trained, peak_rss_mib());
   return 0;

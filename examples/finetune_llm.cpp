@@ -43,6 +43,7 @@ struct Config : lm_finetune::Settings {  // the settings, saved in checkpoints
 
 struct Options {  // what is not a setting
   int iters = 200, sample = 0;
+  bool gradient_checkpointing = false;  // the same gradients with less memory: not a setting
   std::string prompt, save_hf, plot = "finetune_llm.png", profile;
   xgrad::SamplingOptions sampling;
 };
@@ -113,6 +114,7 @@ int run(Config& c, Options& o, const train::TrainerOptions& options, train::Sett
     return 0;
   }
 
+  if (o.gradient_checkpointing) model->gradient_checkpointing_enable();
   files::RemovedOnError made_tokens;  // a token file this run made goes when the run fails (a later run makes it again)
   const std::string summary = "model: " + c.hf + " (" + config.model_type + "), " +
                               std::to_string(config.num_hidden_layers) + " layers, hidden " +
@@ -162,6 +164,8 @@ int main(int argc, char** argv) {
       ->check(cli::integer_in(1, 1000000));
   app.add_option("--prompt", o.prompt, "the text --sample continues (with the tokenizer's BOS; default: BOS alone)");
   sampling_flags::add(app, o.sampling);
+  app.add_flag("--gradient-checkpointing", o.gradient_checkpointing,
+               "recompute each layer's activations in the backward: less memory, about a third more time");
   app.add_option("--save-hf", o.save_hf, "after training, write the model as a Hugging Face folder");
   CLI11_PARSE(app, argc, argv);
   cli::finish_max_steps(app, options, "--iters", o.iters);

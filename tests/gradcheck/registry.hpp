@@ -38,7 +38,7 @@
 // checks adds its entry there; a new file only needs its block, named after its stem
 // (test_gradcheck_checks.cpp checks the name and that xgrad/<folder>/<stem>.cpp exists).
 //
-// The order of gradcheck_entries(): the groups of ops/ first, then the others (nn/), each part by
+// The order of gradcheck_entries(): the groups of ops/ first, then the others (core/, nn/), each part by
 // group name; within a group, the order of its block; then the run-time entries of
 // register_gradcheck(), in the order they were added.
 #pragma once

@@ -5,6 +5,7 @@
 #include <numeric>
 #include <string>
 
+#include <xgrad/core/checkpoint.hpp>
 #include <xgrad/core/grad_mode.hpp>
 #include <xgrad/nn/init.hpp>
 
@@ -64,7 +65,18 @@ Tensor<T> GPT<T>::forward(const IndexArray& idx) {
   IndexArray positions = empty_array<std::int64_t>({static_cast<std::size_t>(t)}, "GPT");  // 0, 1, ..., t - 1
   std::iota(positions.begin(), positions.end(), std::int64_t{0});
   Tensor<T> x = drop->forward(wte->forward(idx) + wpe->forward(positions));  // (N, T, C) + (T, C)
-  x = ln_f->forward(h->forward(x, AttnMask<T>(), AttnMask<T>(), /*is_causal=*/true));
+  if (gradient_checkpointing_ && this->is_training() && is_grad_enabled()) {
+    for (std::int64_t i = 0; i < h->num_layers(); ++i) {  // h->forward's loop, one checkpoint per block
+      const auto block = h->layer(i);
+      x = utils::checkpoint<T>(
+          [block](const Tensor<T>& in) { return block->forward(in, AttnMask<T>(), AttnMask<T>(), /*is_causal=*/true); },
+          x);
+    }
+    if (h->norm) x = h->norm->forward(x);
+  } else {
+    x = h->forward(x, AttnMask<T>(), AttnMask<T>(), /*is_causal=*/true);
+  }
+  x = ln_f->forward(x);
   return linear(x, wte->weight);  // (N, T, C) @ (V, C)^T: the tied head
 }
 

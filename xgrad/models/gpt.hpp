@@ -73,6 +73,13 @@ class GPT : public nn::Module<T> {
   Tensor<T> forward(const IndexArray& idx);
   const GPTConfig& config() const { return config_; }
 
+  // transformers' gradient_checkpointing_enable(): in training with grad mode on, each block's
+  // activations are dropped after the forward and recomputed in the backward, its dropout masks
+  // replayed (utils::checkpoint, core/checkpoint.hpp); the gradients are the same, bit for bit.
+  void gradient_checkpointing_enable() { gradient_checkpointing_ = true; }
+  void gradient_checkpointing_disable() { gradient_checkpointing_ = false; }
+  bool is_gradient_checkpointing() const { return gradient_checkpointing_; }
+
   // Incremental forward for generation: idx_new (N, t) are the positions after the caches.front()
   // .length() ones the caches hold -> their logits (N, t, vocab_size), equal to those positions of
   // forward() over the whole sequence. Appends to the caches (one per block; an empty vector is
@@ -99,6 +106,7 @@ class GPT : public nn::Module<T> {
 
  private:
   GPTConfig config_;
+  bool gradient_checkpointing_ = false;
 };
 
 extern template class GPT<float>;

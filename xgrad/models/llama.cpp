@@ -4,6 +4,7 @@
 #include <numeric>
 #include <string>
 
+#include <xgrad/core/checkpoint.hpp>
 #include <xgrad/core/grad_mode.hpp>
 #include <xgrad/nn/init.hpp>
 #include <xgrad/ops/ops.hpp>
@@ -140,8 +141,15 @@ Tensor<T> LlamaModel<T>::forward(const IndexArray& input_ids, std::vector<nn::KV
               "), which xgrad does not implement: use a shorter context");
   const RopeTables<T> rope = rope_tables(start, t);
   Tensor<T> h = embed_tokens->forward(input_ids);
-  for (std::size_t i = 0; i < layers->size(); ++i)
-    h = layers->template ptr<LlamaDecoderLayer<T>>(i)->forward(h, rope, caches != nullptr ? &(*caches)[i] : nullptr);
+  // As transformers: only where a backward will follow (training, grad mode on, no cache).
+  const bool checkpointed = gradient_checkpointing_ && this->is_training() && is_grad_enabled() && caches == nullptr;
+  for (std::size_t i = 0; i < layers->size(); ++i) {
+    const auto layer = layers->template ptr<LlamaDecoderLayer<T>>(i);
+    if (checkpointed)  // the layer and the tables by value: the backward runs it again
+      h = utils::checkpoint<T>([layer, rope](const Tensor<T>& x) { return layer->forward(x, rope); }, h);
+    else
+      h = layer->forward(h, rope, caches != nullptr ? &(*caches)[i] : nullptr);
+  }
   return norm->forward(h);
 }
 

@@ -84,12 +84,20 @@ class LlamaModel : public nn::Module<T> {
   Tensor<T> forward(const IndexArray& input_ids, std::vector<nn::KVCache<T>>* caches = nullptr);
   RopeTables<T> rope_tables(std::int64_t start, std::int64_t t) const;
 
+  // transformers' gradient_checkpointing_enable(): in training with grad mode on, each decoder
+  // layer's activations are dropped after the forward and recomputed in the backward
+  // (utils::checkpoint, core/checkpoint.hpp); the gradients are the same, bit for bit.
+  void gradient_checkpointing_enable() { gradient_checkpointing_ = true; }
+  void gradient_checkpointing_disable() { gradient_checkpointing_ = false; }
+  bool is_gradient_checkpointing() const { return gradient_checkpointing_; }
+
   std::shared_ptr<nn::Embedding<T>> embed_tokens;
   std::shared_ptr<nn::ModuleList<T>> layers;
   std::shared_ptr<nn::RMSNorm<T>> norm;
 
  private:
   LlamaConfig config_;
+  bool gradient_checkpointing_ = false;
   Tensor<T> inv_freq_;  // (head_dim / 2), from rope_theta and rope_scaling (a constant)
 };
 
@@ -116,6 +124,11 @@ class LlamaForCausalLM : public nn::Module<T> {
   const LlamaConfig& config() const { return config_; }
   // The output head's weight (V, C): lm_head.weight, or model.embed_tokens.weight when tied.
   const Tensor<T>& head_weight() const;
+
+  // Per-layer activation checkpointing of the decoder (LlamaModel's, as transformers forwards it).
+  void gradient_checkpointing_enable() { model->gradient_checkpointing_enable(); }
+  void gradient_checkpointing_disable() { model->gradient_checkpointing_disable(); }
+  bool is_gradient_checkpointing() const { return model->is_gradient_checkpointing(); }
 
   std::shared_ptr<LlamaModel<T>> model;
   std::shared_ptr<nn::Linear<T>> lm_head;  // null when tie_word_embeddings
