@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include <xgrad/models/hf_causal_lm.hpp>
 #include <xgrad/models/hf_llama.hpp>
 #include <xgrad/text/tokenizer.hpp>
 #include <xgrad/train/trainer.hpp>
@@ -31,11 +32,16 @@ inline xgrad::models::LlamaConfig config(const std::string& dir) {
   }
 }
 
-// The model of `dir` with its weights, or (random_init) with weights drawn as transformers'
-// _init_weights from the default generator.
+// The model of `dir` with its weights (the library's entry point picks the class by config.json's
+// model_type; this program takes the Llama family's), or (random_init) with weights drawn as
+// transformers' _init_weights from the default generator.
 inline std::shared_ptr<Model> load(const std::string& dir, bool random_init) {
   try {
-    return random_init ? std::make_shared<Model>(config(dir)) : xgrad::models::load_hf_llama<float>(dir);
+    if (random_init) return std::make_shared<Model>(config(dir));
+    const auto lm = xgrad::models::load_hf_causal_lm<float>(dir);
+    if (auto llama = lm.as<Model>()) return llama;
+    throw xgrad::train::Refused("--hf " + dir + ": model_type \"" + lm.model_type +
+                                "\": finetune_llm fine-tunes the Llama family (finetune_gpt2: gpt2)");
   } catch (const xgrad::train::Refused&) {
     throw;
   } catch (const std::exception& e) {
