@@ -133,10 +133,10 @@ def dump(path, exp):
         f.write("\n")
 
 
-def make(name, fields, generation, seed, half, half_config, tied_scale=None):
+def make(name, fields, generation, seed, half, half_config, tied_scale=None, lm_std=None):
     out = os.path.join(OUT, name)
     cfg = Cfg(fields)
-    weights = random_weights(cfg, seed=seed, tied_scale=tied_scale)
+    weights = random_weights(cfg, seed=seed, tied_scale=tied_scale, lm_std=lm_std)
     write_folder(out, llama4x_config_json(fields, "4.46.3"), generation,
                  {k: ("F32", v) for k, v in weights.items()})
     cfg = Cfg(json.load(open(os.path.join(out, "config.json"))))
@@ -169,5 +169,6 @@ def make(name, fields, generation, seed, half, half_config, tied_scale=None):
 
 
 make("hf-qwen2-tiny", QWEN2, QWEN2_GENERATION, 20250201, ("BF16", "bfloat16"), v5_config_json, tied_scale=0.5)
+# lm_head N(0, (2/sqrt(32))^2): logits of a few units, so that float32 rounding stays well under 1e-5
 make("hf-mistral-tiny", MISTRAL, MISTRAL_GENERATION, 20250301, ("F16", "float16"),
-     lambda d: llama4x_config_json(d, "4.46.3"))
+     lambda d: llama4x_config_json(d, "4.46.3"), lm_std=2.0 / 32 ** 0.5)
