@@ -12,6 +12,7 @@
 
 #include <xgrad/models/hf_causal_lm.hpp>
 #include <xgrad/models/hf_llama.hpp>
+#include <xgrad/serialize/hf_folder.hpp>
 #include <xgrad/text/tokenizer.hpp>
 #include <xgrad/train/trainer.hpp>
 #include <xgrad/xgrad.hpp>
@@ -37,7 +38,12 @@ inline xgrad::models::LlamaConfig config(const std::string& dir) {
 // transformers' _init_weights from the default generator.
 inline std::shared_ptr<Model> load(const std::string& dir, bool random_init) {
   try {
-    if (random_init) return std::make_shared<Model>(config(dir));
+    if (random_init) {  // saved in the folder's dtypes, as a loaded model is (a resumed run too)
+      xgrad::models::LlamaConfig c = config(dir);
+      if (xgrad::has_hf_weights(dir))
+        for (const auto& [name, where] : xgrad::read_hf_weights(dir).tensors) c.weight_dtypes[name] = where.entry.dtype;
+      return std::make_shared<Model>(c);
+    }
     const auto lm = xgrad::models::load_hf_causal_lm<float>(dir);
     if (auto llama = lm.as<Model>()) return llama;
     throw xgrad::train::Refused("--hf " + dir + ": model_type \"" + lm.model_type +
