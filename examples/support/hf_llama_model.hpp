@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include <xgrad/models/hf_causal_lm.hpp>
 #include <xgrad/models/hf_llama.hpp>
+#include <xgrad/serialize/hf_folder.hpp>
 #include <xgrad/text/tokenizer.hpp>
 #include <xgrad/train/trainer.hpp>
 #include <xgrad/xgrad.hpp>
@@ -31,11 +33,21 @@ inline xgrad::models::LlamaConfig config(const std::string& dir) {
   }
 }
 
-// The model of `dir` with its weights, or (random_init) with weights drawn as transformers'
-// _init_weights from the default generator.
+// The model of `dir` with its weights (the library's entry point picks the class by config.json's
+// model_type; this program takes the Llama family's), or (random_init) with weights drawn as
+// transformers' _init_weights from the default generator.
 inline std::shared_ptr<Model> load(const std::string& dir, bool random_init) {
   try {
-    return random_init ? std::make_shared<Model>(config(dir)) : xgrad::models::load_hf_llama<float>(dir);
+    if (random_init) {  // saved in the folder's dtypes, as a loaded model is (a resumed run too)
+      xgrad::models::LlamaConfig c = config(dir);
+      if (xgrad::has_hf_weights(dir))
+        for (const auto& [name, where] : xgrad::read_hf_weights(dir).tensors) c.weight_dtypes[name] = where.entry.dtype;
+      return std::make_shared<Model>(c);
+    }
+    const auto lm = xgrad::models::load_hf_causal_lm<float>(dir);
+    if (auto llama = lm.as<Model>()) return llama;
+    throw xgrad::train::Refused("--hf " + dir + ": model_type \"" + lm.model_type +
+                                "\": finetune_llm fine-tunes the Llama family (finetune_gpt2: gpt2)");
   } catch (const xgrad::train::Refused&) {
     throw;
   } catch (const std::exception& e) {

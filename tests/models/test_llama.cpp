@@ -5,6 +5,7 @@
 // full one, without the cache on both attention paths, save and reload bit for bit (the weights
 // file byte for byte), a tied model, refusals naming the tensor, and a
 // double-precision gradcheck of a tiny random model's parameters.
+#include "llama_fixture.hpp"
 #include "serialize_util.hpp"
 
 #include <algorithm>
@@ -22,74 +23,15 @@
 
 using namespace xgrad;
 using namespace xgrad::testing;
+using namespace xgrad::testing::llama_fixture;
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kFixture = std::string(XGRAD_FIXTURES_DIR) + "/hf-llama-tiny";
+const std::string kFixture = llama_fixture::dir("hf-llama-tiny");
 
-const json& expected() {
-  static const json e = json::parse(read_bytes(kFixture + "/expected.json"));
-  return e;
-}
-
-IndexArray row(const json& ids) {
-  IndexArray a = empty_array<std::int64_t>(Shape{1, ids.size()});
-  for (std::size_t j = 0; j < ids.size(); ++j) a(0, j) = ids[j].get<std::int64_t>();
-  return a;
-}
-
-// The largest |logit - expected| over both inputs, each run alone as the fixture ran them.
-template <class T>
-double max_logit_error(models::LlamaForCausalLM<T>& model, const std::string& key) {
-  NoGradGuard no_grad;
-  model.eval();
-  double worst = 0;
-  for (std::size_t s = 0; s < 2; ++s) {
-    const Array<T> logits = model.forward(row(expected()["input_ids"][s])).value();
-    const json& want = expected()[key][s];
-    EXPECT_EQ(logits.shape(1), want.size());
-    for (std::size_t t = 0; t < want.size(); ++t)
-      for (std::size_t v = 0; v < want[t].size(); ++v)
-        worst = std::max(worst, std::abs(static_cast<double>(logits(0, t, v)) - want[t][v].get<double>()));
-  }
-  return worst;
-}
-
-std::vector<std::int64_t> greedy(models::LlamaForCausalLM<float>& model) {
-  const IndexArray prompt = row(expected()["greedy_prompt"]);
-  SamplingOptions greedy_options;
-  greedy_options.greedy = true;
-  const IndexArray out = model.generate(prompt, expected()["greedy_new_tokens"].get<std::int64_t>(), greedy_options);
-  return std::vector<std::int64_t>(out.begin() + static_cast<std::ptrdiff_t>(prompt.size()), out.end());
-}
-
-// Greedy decoding without the cache: the whole sequence forwarded for every new token.
-std::vector<std::int64_t> greedy_without_cache(models::LlamaForCausalLM<float>& model) {
-  NoGradGuard no_grad;
-  model.eval();
-  std::vector<std::int64_t> seq = expected()["greedy_prompt"].get<std::vector<std::int64_t>>();
-  const std::size_t prompt = seq.size();
-  for (std::int64_t k = 0; k < expected()["greedy_new_tokens"].get<std::int64_t>(); ++k) {
-    IndexArray ids = empty_array<std::int64_t>(Shape{1, seq.size()});
-    std::copy(seq.begin(), seq.end(), ids.begin());
-    const Array<float> logits = model.forward(ids).value();
-    const std::size_t last = seq.size() - 1, V = logits.shape(2);
-    std::size_t best = 0;
-    for (std::size_t v = 1; v < V; ++v)
-      if (logits(0, last, v) > logits(0, last, best)) best = v;
-    seq.push_back(static_cast<std::int64_t>(best));
-  }
-  return std::vector<std::int64_t>(seq.begin() + static_cast<std::ptrdiff_t>(prompt), seq.end());
-}
-
-// Sets the attention path for its lifetime.
-struct AttentionPathScope {
-  AttentionPath before = get_attention_path();
-  explicit AttentionPathScope(AttentionPath path) { set_attention_path(path); }
-  ~AttentionPathScope() { set_attention_path(before); }
-};
+const json& expected() { return llama_fixture::expected("hf-llama-tiny"); }
 
 models::LlamaConfig tiny_config() {
   models::LlamaConfig c;
@@ -109,24 +51,18 @@ models::LlamaConfig tiny_config() {
 
 TEST(Llama, FixtureLogitsFloat32) {
   auto model = models::load_hf_llama<float>(kFixture);
-  EXPECT_LT(max_logit_error(*model, "logits_float32"), 1e-5);
-  EXPECT_LT(max_logit_error(*model, "logits_float64"), 2e-5);
+  EXPECT_LT(max_logit_error(*model, expected(), "logits_float32"), 1e-5);
+  EXPECT_LT(max_logit_error(*model, expected(), "logits_float64"), 2e-5);
 }
 
 TEST(Llama, FixtureLogitsFloat64) {
   auto model = models::load_hf_llama<double>(kFixture);
-  EXPECT_LT(max_logit_error(*model, "logits_float64"), 1e-10);
+  EXPECT_LT(max_logit_error(*model, expected(), "logits_float64"), 1e-10);
 }
 
 TEST(Llama, FixtureGreedyTokensWithAndWithoutTheCacheOnBothAttentionPaths) {
   auto model = models::load_hf_llama<float>(kFixture);
-  const auto want = expected()["greedy_float32"].get<std::vector<std::int64_t>>();
-  EXPECT_EQ(greedy(*model), want);
-  for (AttentionPath path : {AttentionPath::Materialized, AttentionPath::Tiled}) {
-    AttentionPathScope scope(path);
-    EXPECT_EQ(greedy_without_cache(*model), want) << "path " << static_cast<int>(path);
-    EXPECT_LT(max_logit_error(*model, "logits_float32"), 1e-5) << "path " << static_cast<int>(path);
-  }
+  expect_greedy_on_both_paths(*model, expected());
 }
 
 TEST(Llama, CachedForwardEqualsTheFullForward) {

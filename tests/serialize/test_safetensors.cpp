@@ -539,3 +539,31 @@ TEST(SafetensorsModule, StateDictRoundTripThroughAFile) {
   EXPECT_THROW(other.load_state_dict(load_safetensors_state_dict<float>(dir.file("linear.safetensors"))),
                std::invalid_argument);
 }
+
+// torch's .to(torch.bfloat16) and .to(torch.float16): nearest, ties to even, overflow to inf.
+TEST(Safetensors, WritesBF16AndF16RoundingToNearestEven) {
+  Array<float> values = empty_array<float>(Shape{6});
+  const float bf16_tie_down = 1.0f + std::ldexp(1.0f, -8), bf16_tie_up = 1.0f + 3 * std::ldexp(1.0f, -8);
+  values(0) = bf16_tie_down;                 // halfway between 1 and 1 + 2^-7: to 1
+  values(1) = bf16_tie_up;                   // halfway, odd below: up to 1 + 2^-6
+  values(2) = 65520.0f;                      // f16: halfway past 65504: inf
+  values(3) = 1.0f + std::ldexp(1.0f, -11);  // f16: halfway between 1 and 1 + 2^-10: to 1
+  values(4) = std::ldexp(3.0f, -26);         // f16 subnormal: 0.75 * 2^-24 ... rounds to 2^-24
+  values(5) = -std::ldexp(1.0f, -25);        // f16: halfway between -0 and -2^-24: to -0
+  const NamedArrays<float> t = {{"x", values}};
+  const std::string b = safetensors_bytes(t, {}, {{"x", "BF16"}}), h = safetensors_bytes(t, {}, {{"x", "F16"}});
+  const Array<float> rb = load_safetensors_from_memory<float>(b.data(), b.size()).at(0).second;
+  const Array<float> rh = load_safetensors_from_memory<float>(h.data(), h.size()).at(0).second;
+  EXPECT_EQ(rb(0), 1.0f);
+  EXPECT_EQ(rb(1), 1.0f + std::ldexp(1.0f, -6));
+  EXPECT_TRUE(std::isinf(rh(2)) && rh(2) > 0);
+  EXPECT_EQ(rh(3), 1.0f);
+  EXPECT_EQ(rh(4), std::ldexp(1.0f, -24));
+  EXPECT_TRUE(rh(5) == 0.0f && std::signbit(rh(5)));
+  EXPECT_THROW(safetensors_bytes(t, {}, {{"x", "I8"}}), std::invalid_argument);
+  // NaN stays NaN; a double goes through float, as in torch; the header names the dtype.
+  const NamedArrays<double> d = {{"y", full_array<double>(Shape{2}, std::nan(""), "test")}};
+  const std::string nan_bytes = safetensors_bytes(d, {}, {{"y", "BF16"}});
+  EXPECT_NE(nan_bytes.find("\"dtype\":\"BF16\""), std::string::npos);
+  EXPECT_TRUE(std::isnan(load_safetensors_from_memory<double>(nan_bytes.data(), nan_bytes.size()).at(0).second(1)));
+}

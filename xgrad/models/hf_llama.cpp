@@ -47,13 +47,14 @@ void check_tensors(const HFWeights& weights, const nn::StateDict<T>& state, bool
 
 template <class T>
 std::shared_ptr<LlamaForCausalLM<T>> load_hf_llama(const std::string& dir) {
-  const LlamaConfig config = load_llama_config(dir);
+  LlamaConfig config = load_llama_config(dir);
+  const HFWeights weights = read_hf_weights(dir, kLoad);
+  for (const auto& [name, where] : weights.tensors) config.weight_dtypes[name] = where.entry.dtype;
   std::shared_ptr<LlamaForCausalLM<T>> model;
   {  // every parameter is read from the folder below: no random draws first (transformers' no_init_weights)
     nn::init::NoInitWeights no_init;
     model = std::make_shared<LlamaForCausalLM<T>>(config);
   }
-  const HFWeights weights = read_hf_weights(dir, kLoad);
   nn::StateDict<T> state = model->state_dict();
   check_tensors(weights, state, config.tie_word_embeddings);
   auto tensors = load_hf_tensors<T>(
@@ -83,10 +84,15 @@ std::shared_ptr<LlamaForCausalLM<T>> load_hf_llama(const std::string& dir) {
 template <class T>
 void save_hf_llama(const LlamaForCausalLM<T>& model, const std::string& dir) {
   LlamaConfig config = model.config();
-  config.torch_dtype = "float32";
+  if (config.weight_dtypes.empty()) config.torch_dtype = "float32";  // built in code: F32 below
   const std::string config_text = config.to_json().dump(2) + "\n";
-  std::vector<std::pair<std::string, Array<float>>> tensors;
-  for (const auto& [name, value] : model.state_dict()) tensors.emplace_back(name, to_float32(value));
+  NamedArrays<T> tensors;
+  SafetensorsDtypes dtypes;
+  for (const auto& [name, value] : model.state_dict()) {
+    tensors.emplace_back(name, value);
+    const auto dtype = config.weight_dtypes.find(name);
+    dtypes[name] = dtype != config.weight_dtypes.end() ? dtype->second : "F32";
+  }
   std::sort(tensors.begin(), tensors.end(),  // safetensors' Python writer orders the tensors by name
             [](const auto& a, const auto& b) { return a.first < b.first; });
   const auto text = [](const std::string& t) {
@@ -94,7 +100,7 @@ void save_hf_llama(const LlamaForCausalLM<T>& model, const std::string& dir) {
   };
   std::vector<FolderFile> files = {{"config.json", text(config_text)},
                                    {"model.safetensors", [&](std::ostream& out) {
-                                      write_safetensors(out, tensors, {{"format", "pt"}});
+                                      write_safetensors(out, tensors, {{"format", "pt"}}, dtypes);
                                     }}};
   std::string generation_text;
   if (config.generation_config) {

@@ -15,8 +15,12 @@
 //
 // save_hf_llama writes config.json (the loaded folder's keys and values, Config::to_json),
 // generation_config.json (the loaded one, when there was one) and model.safetensors, all three
-// or none (a failed save leaves the folder as it was). Weights are written as F32 (a float or
-// double model), and config.json then says "float32" where the folder said another dtype.
+// or none (a failed save leaves the folder as it was). Each tensor is written in the dtype the
+// loaded folder had it in (LlamaConfig::weight_dtypes: BF16 and F16 rounded to nearest even, as
+// torch's .to()), so that a folder loaded and saved unchanged is written back byte for byte, and
+// config.json keeps its torch_dtype (or 5.x dtype); a model built in code is written as F32 and
+// config.json says "float32". To save a bf16 folder's fine-tuned weights at full precision, build
+// the model from its config with weight_dtypes cleared and load the state dict into it.
 #pragma once
 
 #include <memory>

@@ -32,16 +32,9 @@ Tensor<T> merge_heads(const Tensor<T>& x) {
   return reshape(transpose(x, 1, 2), {n, t, heads * d});
 }
 
+// The config's own consistency (LlamaConfig::check), and what this model does not implement.
 void check_config(const LlamaConfig& c) {
-  XGRAD_CHECK(c.vocab_size > 0 && c.hidden_size > 0 && c.intermediate_size > 0 && c.num_hidden_layers > 0 &&
-                  c.num_attention_heads > 0 && c.num_key_value_heads > 0 && c.head_dim > 0,
-              "LlamaForCausalLM: vocab_size, hidden_size, intermediate_size, num_hidden_layers, "
-              "num_attention_heads, num_key_value_heads and head_dim must be positive, got ",
-              c.vocab_size, ", ", c.hidden_size, ", ", c.intermediate_size, ", ", c.num_hidden_layers, ", ",
-              c.num_attention_heads, ", ", c.num_key_value_heads, ", ", c.head_dim);
-  XGRAD_CHECK(c.num_attention_heads % c.num_key_value_heads == 0, "LlamaForCausalLM: num_key_value_heads (",
-              c.num_key_value_heads, ") must divide num_attention_heads (", c.num_attention_heads, ")");
-  XGRAD_CHECK(c.head_dim % 2 == 0, "LlamaForCausalLM: head_dim must be even for rotary embeddings, got ", c.head_dim);
+  c.check();
   XGRAD_CHECK(c.partial_rotary_factor == 1.0, "LlamaForCausalLM: partial_rotary_factor is ", c.partial_rotary_factor,
               ": xgrad's Llama rotates whole heads (1.0)");
 }

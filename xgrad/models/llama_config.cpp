@@ -194,9 +194,6 @@ void read_sizes(const JsonValue& root, LlamaConfig& c) {
   const JsonValue kv = root.at_or_null("num_key_value_heads");
   if (root.json().contains("num_key_value_heads"))
     c.num_key_value_heads = kv.is_null() ? c.num_attention_heads : dim_size(kv);
-  if (c.num_attention_heads % c.num_key_value_heads != 0)
-    root.fail(detail::concat("\"num_key_value_heads\" (", c.num_key_value_heads,
-                             ") must divide \"num_attention_heads\" (", c.num_attention_heads, ")"));
   if (root.has("head_dim")) {
     c.head_dim = dim_size(root.at("head_dim"));
   } else {
@@ -262,6 +259,30 @@ std::string read_dtype(const JsonValue& root) {
     dtype = d;
   }
   return dtype;
+}
+
+// What makes the config's fields inconsistent ("" when nothing): LlamaConfig::check's message.
+std::string inconsistency(const LlamaConfig& c) {
+  const std::pair<const char*, std::int64_t> sizes[] = {{"vocab_size", c.vocab_size},
+                                                        {"hidden_size", c.hidden_size},
+                                                        {"intermediate_size", c.intermediate_size},
+                                                        {"num_hidden_layers", c.num_hidden_layers},
+                                                        {"num_attention_heads", c.num_attention_heads},
+                                                        {"num_key_value_heads", c.num_key_value_heads},
+                                                        {"head_dim", c.head_dim},
+                                                        {"max_position_embeddings", c.max_position_embeddings}};
+  for (const auto& [key, value] : sizes)
+    if (value < 1 || value > kMaxSize) return detail::concat("\"", key, "\" is ", value, ": expected 1 to ", kMaxSize);
+  if (c.num_attention_heads % c.num_key_value_heads != 0)
+    return detail::concat("\"num_key_value_heads\" (", c.num_key_value_heads, ") must divide \"num_attention_heads\" (",
+                          c.num_attention_heads, ")");
+  if (c.rotary_dim() < 2 || c.rotary_dim() % 2 != 0)
+    return detail::concat("RoPE rotates head_dim * partial_rotary_factor = ", c.rotary_dim(),
+                          " dims per head, which must be even and at least 2 (head_dim ", c.head_dim,
+                          ", partial_rotary_factor ", c.partial_rotary_factor, ")");
+  if (c.sliding_window && *c.sliding_window < 1)
+    return detail::concat("\"sliding_window\" is ", *c.sliding_window, ": expected at least 1 or null");
+  return "";
 }
 
 // ---- writing -----------------------------------------------------------------------------------
@@ -334,6 +355,11 @@ bool operator==(const LlamaConfig& a, const LlamaConfig& b) {
          a.torch_dtype == b.torch_dtype && a.sliding_window == b.sliding_window;
 }
 
+void LlamaConfig::check() const {
+  const std::string problem = inconsistency(*this);
+  if (!problem.empty()) throw std::invalid_argument("LlamaConfig: " + problem);
+}
+
 std::int64_t LlamaConfig::rotary_dim() const {
   return static_cast<std::int64_t>(static_cast<double>(head_dim) * partial_rotary_factor);  // transformers' int()
 }
@@ -353,10 +379,7 @@ LlamaConfig parse_llama_config(const json& config, const std::string& file) {
       root, "rms_norm_eps", [](const JsonValue& v) { return v.number(0.0, 1.0); }, c.rms_norm_eps);
   c.hidden_act = read_hidden_act(root);
   read_rope(root, c);
-  if (c.rotary_dim() < 2 || c.rotary_dim() % 2 != 0)
-    root.fail(detail::concat("RoPE rotates head_dim * partial_rotary_factor = ", c.rotary_dim(),
-                             " dims per head, which must be even and at least 2 (head_dim ", c.head_dim,
-                             ", partial_rotary_factor ", c.partial_rotary_factor, ")"));
+  if (const std::string problem = inconsistency(c); !problem.empty()) root.fail(problem);
   read_biases(root, c);
   c.tie_word_embeddings = get_or(
       root, "tie_word_embeddings", [](const JsonValue& v) { return v.boolean(); }, false);

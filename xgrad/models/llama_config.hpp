@@ -36,6 +36,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -88,6 +89,9 @@ struct LlamaConfig {
   // and values back; and generation_config.json when the folder has one.
   nlohmann::json source;
   std::optional<GenerationConfig> generation_config;
+  // The folder's dtype of each tensor ("F32", "BF16", "F16", "F64"), by state_dict key, as
+  // load_hf_llama found them: save_hf_llama writes each tensor back in its dtype (empty: F32).
+  std::map<std::string, std::string> weight_dtypes;
 
   // Which projections have biases, by model_type (qwen2: q/k/v always, o_proj never).
   bool qkv_bias() const { return model_type == "qwen2" || (model_type == "llama" && attention_bias); }
@@ -95,6 +99,11 @@ struct LlamaConfig {
   bool mlp_has_bias() const { return model_type == "llama" && mlp_bias; }
   // The dims RoPE rotates per head: head_dim * partial_rotary_factor.
   std::int64_t rotary_dim() const;
+  // Throws std::invalid_argument naming the key unless the fields are consistent: every size in
+  // [1, 2^31 - 1], num_key_value_heads divides num_attention_heads, rotary_dim() even and at least 2,
+  // a sliding_window at least 1. parse_llama_config refuses the same configs (FormatError naming the
+  // file), and LlamaForCausalLM calls it before building anything.
+  void check() const;
 
   // config.json: `source` with the fields that differ from what it says updated (in its spelling:
   // rope_parameters or rope_theta/rope_scaling, dtype or torch_dtype), so that an unchanged config
@@ -105,7 +114,7 @@ struct LlamaConfig {
   nlohmann::json to_json() const;
 };
 
-// The model fields (not `source` or `generation_config`).
+// The model fields (not `source`, `generation_config` or `weight_dtypes`).
 bool operator==(const LlamaConfig& a, const LlamaConfig& b);
 inline bool operator!=(const LlamaConfig& a, const LlamaConfig& b) { return !(a == b); }
 

@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <xgrad/backend/bf16.hpp>
 #include <xgrad/base/json_input.hpp>
 #include <xgrad/serialize/atomic_file.hpp>
 
@@ -404,13 +405,64 @@ constexpr const char* dtype_name() {
   return std::is_same_v<T, float> ? "F32" : "F64";
 }
 
+// IEEE binary16 nearest to x (ties to even, as torch's .to(torch.float16)): past 65504 by half an
+// ulp or more +-inf; NaN stays NaN (quiet, sign kept); below 2^-14 a subnormal.
+std::uint16_t float_to_half(float x) {
+  std::uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  const auto sign = static_cast<std::uint16_t>((u >> 16) & 0x8000u);
+  const std::uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return sign | 0x7e00u | static_cast<std::uint16_t>((a >> 13) & 0x3ffu);
+  if (a >= 0x477ff000u) return sign | 0x7c00u;  // >= 65520: rounds (to even) to infinity
+  if (a < 0x38800000u)                          // < 2^-14: mantissa * 2^-24, rounded to nearest even
+    return sign | static_cast<std::uint16_t>(std::nearbyint(float_from_bits(a) * 16777216.0f));
+  const std::uint32_t rebased = a - (112u << 23);  // exponent bias 127 -> 15
+  return sign | static_cast<std::uint16_t>((rebased + 0xfffu + ((rebased >> 13) & 1u)) >> 13);
+}
+
+// The bytes per element of a dtype write_safetensors writes, 0 for another.
+std::size_t written_itemsize(const std::string& dtype) {
+  return dtype == "F64" ? 8 : dtype == "F32" ? 4 : dtype == "BF16" || dtype == "F16" ? 2 : 0;
+}
+
+// The dtype `name` is written as: `dtypes`' entry, else T's.
+template <class T>
+std::string written_dtype(const std::string& name, const SafetensorsDtypes& dtypes) {
+  const auto it = dtypes.find(name);
+  return it != dtypes.end() ? it->second : dtype_name<T>();
+}
+
+// x in `dtype`, little-endian, at p (written_itemsize(dtype) bytes).
+template <class T>
+void encode(T x, const std::string& dtype, unsigned char* p) {
+  if (dtype == "F64") {
+    std::uint64_t bits;
+    const double d = x;
+    std::memcpy(&bits, &d, 8);
+    store_le(p, bits, 8);
+    return;
+  }
+  const float f = narrow<float>(static_cast<double>(x));
+  if (dtype == "BF16" || dtype == "F16") {
+    store_le(p, dtype == "BF16" ? detail::bf16_bits(f) : float_to_half(f), 2);
+    return;
+  }
+  std::uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  store_le(p, bits, 4);
+}
+
 void check_utf8(const std::string& s, const char* what) {
   XGRAD_CHECK(invalid_utf8_offset(s) == std::string_view::npos, "save_safetensors: ", what,
               " is not valid UTF-8 (bad byte at offset ", invalid_utf8_offset(s), ")");
 }
 
 template <class T>
-void check_saveable(const NamedArrays<T>& tensors, const SafetensorsMetadata& metadata) {
+void check_saveable(const NamedArrays<T>& tensors, const SafetensorsMetadata& metadata,
+                    const SafetensorsDtypes& dtypes = {}) {
+  for (const auto& [name, dtype] : dtypes)
+    XGRAD_CHECK(written_itemsize(dtype) != 0, "save_safetensors: tensor ", quote(name), " cannot be written as ",
+                quote(dtype), ": expected F32, F64, BF16 or F16");
   std::unordered_set<std::string> names;
   for (const auto& [name, array] : tensors) {
     check_utf8(name, "a tensor name");
@@ -426,7 +478,8 @@ void check_saveable(const NamedArrays<T>& tensors, const SafetensorsMetadata& me
 // The JSON header, padded with spaces to a multiple of 8 bytes so that the data buffer starts
 // 8-aligned. Tensors are laid out back to back in the given order.
 template <class T>
-std::string make_header(const NamedArrays<T>& tensors, const SafetensorsMetadata& metadata) {
+std::string make_header(const NamedArrays<T>& tensors, const SafetensorsMetadata& metadata,
+                        const SafetensorsDtypes& dtypes) {
   std::string h = "{";
   if (!metadata.empty()) {
     h += "\"__metadata__\":";
@@ -435,8 +488,9 @@ std::string make_header(const NamedArrays<T>& tensors, const SafetensorsMetadata
   std::uint64_t offset = 0;
   for (const auto& [name, array] : tensors) {
     if (h.size() > 1) h += ',';
-    const std::uint64_t bytes = array.size() * sizeof(T);
-    h += quote(name) + ":{\"dtype\":\"" + dtype_name<T>() + "\",\"shape\":" + json(shape_of(array)).dump() +
+    const std::string dtype = written_dtype<T>(name, dtypes);
+    const std::uint64_t bytes = array.size() * written_itemsize(dtype);
+    h += quote(name) + ":{\"dtype\":\"" + dtype + "\",\"shape\":" + json(shape_of(array)).dump() +
          ",\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + bytes) + "]}";
     offset += bytes;
   }
@@ -494,35 +548,34 @@ NamedArrays<T> load_safetensors_from_memory(const void* data, std::size_t size, 
 }
 
 template <class T>
-void write_safetensors(std::ostream& out, const NamedArrays<T>& tensors,
-                       const SafetensorsMetadata& metadata) {
-  check_saveable(tensors, metadata);
-  const std::string header = make_header(tensors, metadata);
+void write_safetensors(std::ostream& out, const NamedArrays<T>& tensors, const SafetensorsMetadata& metadata,
+                       const SafetensorsDtypes& dtypes) {
+  check_saveable(tensors, metadata, dtypes);
+  const std::string header = make_header(tensors, metadata, dtypes);
   unsigned char length[8];
   store_le(length, header.size(), 8);
   out.write(reinterpret_cast<const char*>(length), 8);
   out.write(header.data(), static_cast<std::streamsize>(header.size()));
 
   constexpr std::size_t kChunk = 8192;  // elements encoded per write
-  std::vector<unsigned char> chunk(kChunk * sizeof(T));
+  std::vector<unsigned char> chunk(kChunk * 8);
   for (const auto& [name, array] : tensors) {
+    const std::string dtype = written_dtype<T>(name, dtypes);
+    const std::size_t size = written_itemsize(dtype);
     const T* p = array.data();
     for (std::size_t start = 0, n = array.size(); start < n && out; start += kChunk) {
       const std::size_t count = std::min(kChunk, n - start);
-      for (std::size_t i = 0; i < count; ++i) {
-        std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t> bits;
-        std::memcpy(&bits, p + start + i, sizeof(T));
-        store_le(chunk.data() + i * sizeof(T), bits, sizeof(T));
-      }
-      out.write(reinterpret_cast<const char*>(chunk.data()), static_cast<std::streamsize>(count * sizeof(T)));
+      for (std::size_t i = 0; i < count; ++i) encode(p[start + i], dtype, chunk.data() + i * size);
+      out.write(reinterpret_cast<const char*>(chunk.data()), static_cast<std::streamsize>(count * size));
     }
   }
 }
 
 template <class T>
-std::string safetensors_bytes(const NamedArrays<T>& tensors, const SafetensorsMetadata& metadata) {
+std::string safetensors_bytes(const NamedArrays<T>& tensors, const SafetensorsMetadata& metadata,
+                              const SafetensorsDtypes& dtypes) {
   std::ostringstream out(std::ios::binary);
-  write_safetensors(out, tensors, metadata);
+  write_safetensors(out, tensors, metadata, dtypes);
   return out.str();
 }
 
@@ -537,8 +590,10 @@ void save_safetensors(const NamedArrays<T>& tensors, const std::string& path,
   template NamedArrays<T> load_safetensors<T>(const std::string&, SafetensorsMetadata*);                  \
   template NamedArrays<T> load_safetensors_from_memory<T>(const void*, std::size_t, SafetensorsMetadata*, \
                                                           const std::string&);                            \
-  template void write_safetensors<T>(std::ostream&, const NamedArrays<T>&, const SafetensorsMetadata&);   \
-  template std::string safetensors_bytes<T>(const NamedArrays<T>&, const SafetensorsMetadata&);           \
+  template void write_safetensors<T>(std::ostream&, const NamedArrays<T>&, const SafetensorsMetadata&,    \
+                                     const SafetensorsDtypes&);                                           \
+  template std::string safetensors_bytes<T>(const NamedArrays<T>&, const SafetensorsMetadata&,            \
+                                            const SafetensorsDtypes&);                                    \
   template void save_safetensors<T>(const NamedArrays<T>&, const std::string&, const SafetensorsMetadata&);
 XGRAD_INSTANTIATE(float)
 XGRAD_INSTANTIATE(double)

@@ -23,9 +23,10 @@
 // infinities and NaN included). The other dtypes of the format (BOOL, U8, I8, F8_E5M2, F8_E4M3,
 // I16, U16, I32, U32, I64, U64) are recognised in the header, which read_safetensors_header
 // reports, but loading one as floating point throws FormatError (load_safetensors_if leaves such a
-// tensor unread when it is not selected). Saving writes F32 for float and
-// F64 for double, the header padded with spaces to a multiple of 8 bytes (as the reference
-// implementation does) and the tensors laid out contiguously in the given order.
+// tensor unread when it is not selected). Saving writes F32 for float and F64 for double
+// (write_safetensors: or BF16, F16, F32 or F64 per tensor), the header padded with spaces to a
+// multiple of 8 bytes (as the reference implementation does) and the tensors laid out
+// contiguously in the given order.
 #pragma once
 
 #include <cstddef>
@@ -93,16 +94,22 @@ NamedArrays<T> load_safetensors_from_memory(const void* data, std::size_t size,
                                             SafetensorsMetadata* metadata = nullptr,
                                             const std::string& name = "<memory>");
 
-// Writes the file format to a stream. Throws std::invalid_argument (before writing anything)
-// if two tensors share a name, a name is "__metadata__", or a name or metadata string is not
-// valid UTF-8.
+// The dtype a tensor is written as, by name: "F32", "F64", "BF16" or "F16".
+using SafetensorsDtypes = std::map<std::string, std::string>;
+
+// Writes the file format to a stream, each tensor as T's dtype (F32, F64) or as `dtypes` says:
+// rounded to nearest, ties to even, as torch's .to(dtype) (a double goes through float for BF16
+// and F16, as in torch; past the dtype's range +-inf). Throws std::invalid_argument (before
+// writing anything) if two tensors share a name, a name is "__metadata__", a name or metadata
+// string is not valid UTF-8, or `dtypes` names another dtype.
 template <class T>
-void write_safetensors(std::ostream& out, const NamedArrays<T>& tensors,
-                       const SafetensorsMetadata& metadata = {});
+void write_safetensors(std::ostream& out, const NamedArrays<T>& tensors, const SafetensorsMetadata& metadata = {},
+                       const SafetensorsDtypes& dtypes = {});
 
 // The file's bytes, as write_safetensors writes them.
 template <class T>
-std::string safetensors_bytes(const NamedArrays<T>& tensors, const SafetensorsMetadata& metadata = {});
+std::string safetensors_bytes(const NamedArrays<T>& tensors, const SafetensorsMetadata& metadata = {},
+                              const SafetensorsDtypes& dtypes = {});
 
 // Saves with write_file_atomically: a failed save leaves any previous file at `path` intact.
 template <class T>
