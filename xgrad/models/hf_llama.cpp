@@ -77,11 +77,16 @@ std::shared_ptr<LlamaForCausalLM<T>> load_hf_llama(const std::string& dir) {
 
 template <class T>
 void save_hf_llama(const LlamaForCausalLM<T>& model, const std::string& dir) {
+  save_hf_llama(model, model.state_dict(), dir);
+}
+
+template <class T>
+void save_hf_llama(const LlamaForCausalLM<T>& model, const nn::StateDict<T>& state, const std::string& dir) {
   LlamaConfig config = model.config();
   config.torch_dtype = "float32";
   const std::string config_text = config.to_json().dump(2) + "\n";
   std::vector<std::pair<std::string, Array<float>>> tensors;
-  for (const auto& [name, value] : model.state_dict()) tensors.emplace_back(name, to_float32(value));
+  for (const auto& [name, value] : state) tensors.emplace_back(name, to_float32(value));
   std::sort(tensors.begin(), tensors.end(),  // safetensors' Python writer orders the tensors by name
             [](const auto& a, const auto& b) { return a.first < b.first; });
   const auto text = [](const std::string& t) {
@@ -103,5 +108,7 @@ template std::shared_ptr<LlamaForCausalLM<float>> load_hf_llama<float>(const std
 template std::shared_ptr<LlamaForCausalLM<double>> load_hf_llama<double>(const std::string&);
 template void save_hf_llama<float>(const LlamaForCausalLM<float>&, const std::string&);
 template void save_hf_llama<double>(const LlamaForCausalLM<double>&, const std::string&);
+template void save_hf_llama<float>(const LlamaForCausalLM<float>&, const nn::StateDict<float>&, const std::string&);
+template void save_hf_llama<double>(const LlamaForCausalLM<double>&, const nn::StateDict<double>&, const std::string&);
 
 }  // namespace xgrad::models
