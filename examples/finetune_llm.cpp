@@ -114,7 +114,8 @@ int run(Config& c, Options& o, const train::TrainerOptions& options, train::Sett
       o.sample > 0 ? hf_llama_model::prompt_ids(tok, o.prompt, config) : std::vector<std::int64_t>{};
   check_lengths(c, o, prompt.size(), context_of(config));
   xgrad::manual_seed(c.seed);
-  const auto model = hf_llama_model::load(c.hf, c.random_init || resumed);  // a resumed run: the checkpoint's
+  // A resumed run's weights are the checkpoint's, but for LoRA's frozen ones (the folder's).
+  const auto model = hf_llama_model::load(c.hf, c.random_init || (resumed && c.lora.r == 0 && c.lora.adapter.empty()));
   const auto lora = lora_flags::apply(*model, c.lora, o.lora);
   if (c.text.empty()) {  // sample only (and merge or convert --adapter)
     if (o.sample > 0)

@@ -13,8 +13,9 @@
 #   5. bad input is refused with one line and a non-zero exit, before any training or writing:
 #      no --hf, a GPT-2 folder (naming model_type), a tokenizer with more ids than the model's
 #      vocab_size, a folder without tokenizer.json, lengths past the context, a short text;
-#   6. LoRA (--lora 4 on q_proj, v_proj): only the adapter trains (the loss falls), a run stopped and
-#      resumed ends bit for bit as the whole run, --adapter gives the trained model's greedy sample,
+#   6. LoRA (--lora 4 on q_proj, v_proj): only the adapter trains (the loss falls), its checkpoint
+#      holds the adapter and its optimizer state (not the frozen model), a run stopped and resumed
+#      ends bit for bit as the whole run, --adapter gives the trained model's greedy sample,
 #      --merge-and-save writes a plain folder that samples, a PEFT option xgrad lacks is refused.
 #
 #   test_finetune_llm.sh PROGRAM WORKDIR FIXTURES (tests/fixtures)
@@ -118,6 +119,7 @@ awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.1) }' || fail "the LoRA
 "$program" "${lflags[@]}" --checkpoint lhalf.ckpt --csv lhalf.csv --stop-at 20 >/dev/null
 "$program" --resume lhalf.ckpt --checkpoint lhalf.ckpt --csv lhalf.csv --save-weights lhalf.safetensors >/dev/null
 cmp lora.safetensors lhalf.safetensors || fail "the resumed LoRA run's weights differ"
+(($(stat -c %s lora.ckpt) * 10 < $(stat -c %s full.ckpt))) || fail "the LoRA checkpoint holds more than the adapter"
 sed -n '/^-- sample --$/,/^wall time:/p' lora.log | sed '1d;$d' >sample_lora.txt
 "$program" --hf "$hf" --tokenizer "$tok" --adapter adapter --sample 24 --prompt "and god said" --greedy |
   tail -n +2 >sample_adapter.txt

@@ -169,6 +169,45 @@ StateDict<T> base_state_dict(Module<T>& model) {
   return out;
 }
 
+namespace {
+
+template <class T>
+class TrainableView : public Module<T> {
+ public:
+  explicit TrainableView(Module<T>& model) : Module<T>("TrainableView"), model_(model) {}
+  void train(bool on = true) override {
+    Module<T>::train(on);
+    model_.train(on);
+  }
+
+ private:
+  Module<T>& model_;
+};
+
+// The child `name` of `parent`, made empty when absent.
+template <class T>
+Module<T>& child(Module<T>& parent, const std::string& name) {
+  for (const auto& [n, m] : parent.named_children())
+    if (n == name) return *m;
+  return *parent.register_module(name, std::make_shared<Module<T>>("Module"));
+}
+
+}  // namespace
+
+template <class T>
+std::shared_ptr<Module<T>> trainable_view(Module<T>& model) {
+  auto view = std::make_shared<TrainableView<T>>(model);
+  for (const auto& [name, p] : model.named_parameters()) {
+    if (!p.requires_grad()) continue;
+    Module<T>* at = view.get();
+    std::size_t begin = 0;
+    for (std::size_t dot; (dot = name.find('.', begin)) != std::string::npos; begin = dot + 1)
+      at = &child(*at, name.substr(begin, dot - begin));
+    at->register_parameter(name.substr(begin), p);
+  }
+  return view;
+}
+
 template class LoraLayer<float>;
 template class LoraLayer<double>;
 #define XGRAD_LORA_INSTANTIATE(T)                                                                              \
@@ -179,7 +218,8 @@ template class LoraLayer<double>;
   template void merge_lora<T>(Module<T>&);                                                                     \
   template void unmerge_lora<T>(Module<T>&);                                                                   \
   template StateDict<T> trainable_state_dict<T>(const Module<T>&);                                             \
-  template StateDict<T> base_state_dict<T>(Module<T>&);
+  template StateDict<T> base_state_dict<T>(Module<T>&);                                                        \
+  template std::shared_ptr<Module<T>> trainable_view<T>(Module<T>&);
 XGRAD_LORA_INSTANTIATE(float)
 XGRAD_LORA_INSTANTIATE(double)
 #undef XGRAD_LORA_INSTANTIATE

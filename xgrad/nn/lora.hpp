@@ -103,6 +103,14 @@ StateDict<T> trainable_state_dict(const Module<T>& model);
 template <class T>
 StateDict<T> base_state_dict(Module<T>& model);
 
+// A module whose parameters are `model`'s that require grad, under the same names (PyTorch's
+// `{k: v for k, v in model.named_parameters() if v.requires_grad}` as a module): what a Trainer
+// checkpoints and an optimizer steps in a LoRA run, so a checkpoint holds the adapter and its
+// optimizer state, not the frozen model. Its parameters alias the model's (a load writes into
+// them); train() and eval() set the model's mode too. `model` must outlive it.
+template <class T>
+std::shared_ptr<Module<T>> trainable_view(Module<T>& model);
+
 extern template class LoraLayer<float>;
 extern template class LoraLayer<double>;
 
