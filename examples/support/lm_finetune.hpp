@@ -76,7 +76,7 @@ inline std::string tokens_path(const Settings& s, const std::string& checkpoint,
 struct Run {
   std::optional<int> stopped;  // the Trainer's: Ctrl-C (130) or --stop-at (0)
   std::shared_ptr<data::TokenWindowDataset> windows;
-  std::size_t n_train = 0;  // the held-out windows start there
+  std::size_t n_train = 0;                            // the held-out windows start there
   std::shared_ptr<xgrad::nn::Module<float>> trained;  // what the Trainer holds with frozen weights (LoRA)
 };
 
