@@ -9,6 +9,7 @@
 //   bench_llama --shape smollm2-135m --L 256 --layers 4 --generate 0      (a shorter model, same layer shape)
 //   bench_llama --shape smollm2-135m --L 1024 --layers 4 --generate 0 --profile llama.json   (the last step)
 //   bench_llama --shape smollm2-135m --L 1024 --gradient-checkpointing   # each layer recomputed
+//   bench_llama --shape smollm2-135m --L 1024 --lora 16 --lora-targets all-linear   # LoRA, the rest frozen
 //
 // Shapes (config.json's of the published models): smollm2-135m (30 layers, hidden 576, 9 heads, 3
 // KV heads, intermediate 1536, vocab 49152, tied, rope_theta 100000), llama-3.2-1b (16 layers,
@@ -28,6 +29,7 @@
 #include <CLI/CLI.hpp>
 
 #include <xgrad/models/llama.hpp>
+#include <xgrad/nn/lora.hpp>
 
 using xgrad::bench::peak_rss_mib;
 using xgrad::bench::seconds_since;
@@ -40,6 +42,8 @@ struct Options {
   std::int64_t L = 1024, generate = 32;
   int threads = 2, steps = 2, layers = 0;
   bool no_optimizer = false, gradient_checkpointing = false;
+  int lora = 0;  // rank; 0: every weight trains
+  std::vector<std::string> lora_targets = {"all-linear"};
 };
 
 xgrad::models::LlamaConfig shape_config(const std::string& shape) {
@@ -79,6 +83,11 @@ Options parse(int argc, char** argv) {
   app.add_flag("--no-optimizer", o.no_optimizer, "forward and backward only (no AdamW state)");
   app.add_flag("--gradient-checkpointing", o.gradient_checkpointing,
                "recompute each decoder layer's activations in the backward (utils::checkpoint)");
+  app.add_option("--lora", o.lora, "LoRA of this rank (alpha 2 R), every other weight frozen")
+      ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
+  app.add_option("--lora-targets", o.lora_targets, "module names (q_proj v_proj ...) or all-linear")
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -104,8 +113,12 @@ int main(int argc, char** argv) {
   xgrad::Generator g(1);
   xgrad::models::LlamaForCausalLM<float> model(config, &g);
   const double build_s = seconds_since(t0);
-  std::size_t n_params = 0;
-  for (const auto& p : model.parameters()) n_params += std::size_t(p.numel());
+  if (o.lora > 0)
+    xgrad::nn::inject_lora(model,
+                           xgrad::nn::LoraConfig().r(o.lora).lora_alpha(2.0 * o.lora).target_modules(o.lora_targets));
+  std::size_t n_params = 0, n_trainable = 0;
+  for (const auto& p : model.parameters())
+    n_params += std::size_t(p.numel()), n_trainable += p.requires_grad() ? std::size_t(p.numel()) : 0;
   const double rss_built = peak_rss_mib();
 
   const std::size_t L = std::size_t(o.L);
@@ -151,13 +164,13 @@ int main(int argc, char** argv) {
   std::string list;
   for (double t : times) list += (list.empty() ? "" : ",") + std::to_string(t);
   std::printf(
-      "{\"shape\":\"%s\",\"layers\":%lld,\"params\":%zu,\"L\":%lld,\"threads\":%d,\"optimizer\":%s,"
-      "\"gradient_checkpointing\":%s,\"build_s\":%.3f,"
+      "{\"shape\":\"%s\",\"layers\":%lld,\"params\":%zu,\"lora\":%d,\"trainable\":%zu,\"L\":%lld,"
+      "\"threads\":%d,\"optimizer\":%s,\"gradient_checkpointing\":%s,\"build_s\":%.3f,"
       "\"step_times_s\":[%s],\"median_step_s\":%.6g,\"loss\":%.4f,\"generated\":%lld,\"tokens_per_s\":%.3f,"
       "\"rss_built_mib\":%.1f,\"peak_rss_training_mib\":%.1f,\"peak_rss_mib\":%.1f}\n",
-      o.shape.c_str(), static_cast<long long>(config.num_hidden_layers), n_params, static_cast<long long>(o.L),
-      o.threads, o.no_optimizer ? "false" : "true", o.gradient_checkpointing ? "true" : "false", build_s,
-      list.c_str(), times.empty() ? 0.0 : steady_median(times),
+      o.shape.c_str(), static_cast<long long>(config.num_hidden_layers), n_params, o.lora, n_trainable,
+      static_cast<long long>(o.L), o.threads, o.no_optimizer ? "false" : "true",
+      o.gradient_checkpointing ? "true" : "false", build_s, list.c_str(), times.empty() ? 0.0 : steady_median(times),
       loss, static_cast<long long>(o.generate), generate_s > 0 ? double(o.generate) / generate_s : 0.0, rss_built,
       rss_trained, peak_rss_mib());
   return 0;

@@ -21,6 +21,7 @@
 #include "support/bpe_text.hpp"
 #include "support/files.hpp"
 #include "support/hf_llama_model.hpp"
+#include "support/lora_flags.hpp"
 #include "support/lm_finetune.hpp"
 #include "support/output_paths.hpp"
 #include "support/plot.hpp"
@@ -39,6 +40,7 @@ const std::vector<std::string> kSavedFiles = {"config.json", "generation_config.
 
 struct Config : lm_finetune::Settings {  // the settings, saved in checkpoints
   std::string hf, tokenizer;             // tokenizer: default --hf's tokenizer.json
+  lora_flags::Settings lora;
 };
 
 struct Options {  // what is not a setting
@@ -46,6 +48,7 @@ struct Options {  // what is not a setting
   bool gradient_checkpointing = false;  // the same gradients with less memory: not a setting
   std::string prompt, save_hf, plot = "finetune_llm.png", profile;
   xgrad::SamplingOptions sampling;
+  lora_flags::Outputs lora;
 };
 
 std::vector<std::string> hf_files() {
@@ -57,13 +60,17 @@ std::vector<std::string> hf_files() {
 // Every file of a fine-tuning or sampling run but the Trainer's, for output_paths::check.
 std::vector<RunPath> run_files(const Config& c, const Options& o, const std::string& checkpoint,
                                const std::string& csv) {
-  return {RunPath::input_folder("--hf", c.hf, hf_files()),
-          RunPath::input("--text", c.text),
-          RunPath::input("--tokenizer", c.tokenizer),
-          RunPath::output("--tokens", c.text.empty() ? "" : lm_finetune::tokens_path(c, checkpoint, kProgram)),
-          output_paths::plot(o.plot, csv),
-          RunPath::output_folder("--save-hf", o.save_hf, kSavedFiles),
-          RunPath::output("--profile", o.profile)};
+  std::vector<RunPath> paths = lora_flags::paths(c.lora, o.lora);
+  const std::vector<RunPath> own = {
+      RunPath::input_folder("--hf", c.hf, hf_files()),
+      RunPath::input("--text", c.text),
+      RunPath::input("--tokenizer", c.tokenizer),
+      RunPath::output("--tokens", c.text.empty() ? "" : lm_finetune::tokens_path(c, checkpoint, kProgram)),
+      output_paths::plot(o.plot, csv),
+      RunPath::output_folder("--save-hf", o.save_hf, kSavedFiles),
+      RunPath::output("--profile", o.profile)};
+  paths.insert(paths.end(), own.begin(), own.end());
+  return paths;
 }
 
 // The longest context the model computes exactly: max_position_embeddings, or a shorter sliding
@@ -93,7 +100,7 @@ int run(Config& c, Options& o, const train::TrainerOptions& options, train::Sett
   const bool resumed = trainer.checkpoint() != nullptr;
   if (c.hf.empty())
     throw Refused("--hf: expected a Hugging Face Llama-family folder (config.json, model.safetensors, tokenizer.json)");
-  if (c.text.empty() && (o.sample == 0 || !o.save_hf.empty()))
+  if (c.text.empty() && ((o.sample == 0 && !o.lora.any()) || !o.save_hf.empty()))
     throw Refused("expected --text FILE to fine-tune on (--save-hf: after it), or --sample N");
   const std::string& checkpoint = trainer.options().checkpoint_path;
   output_paths::check(options, run_files(c, o, checkpoint, trainer.options().csv_path));
@@ -108,9 +115,13 @@ int run(Config& c, Options& o, const train::TrainerOptions& options, train::Sett
       o.sample > 0 ? hf_llama_model::prompt_ids(tok, o.prompt, config) : std::vector<std::int64_t>{};
   check_lengths(c, o, prompt.size(), context_of(config));
   xgrad::manual_seed(c.seed);
-  const auto model = hf_llama_model::load(c.hf, c.random_init || resumed);  // a resumed run: the checkpoint's
-  if (c.text.empty()) {                                                     // sample only
-    std::printf("%s\n", hf_llama_model::sample(*model, tok, prompt, o.sample, o.sampling, c.seed).c_str());
+  // A resumed run's weights are the checkpoint's, but for LoRA's frozen ones (the folder's).
+  const auto model = hf_llama_model::load(c.hf, c.random_init || (resumed && c.lora.r == 0 && c.lora.adapter.empty()));
+  const auto lora = lora_flags::apply(*model, c.lora, o.lora);
+  if (c.text.empty()) {  // sample only (and merge or convert --adapter)
+    if (o.sample > 0)
+      std::printf("%s\n", hf_llama_model::sample(*model, tok, prompt, o.sample, o.sampling, c.seed).c_str());
+    lora_flags::save(*model, lora, o.lora, c.hf);
     return 0;
   }
 
@@ -128,12 +139,14 @@ int run(Config& c, Options& o, const train::TrainerOptions& options, train::Sett
   trainer.finish();
   plot::render(trainer.options().csv_path, o.plot, kProgram);
   if (!o.save_hf.empty()) {
-    xgrad::models::save_hf_llama(*model, o.save_hf);
+    lora ? xgrad::models::merge_and_save_hf_llama(*model, o.save_hf)  // a plain folder: LoRA merged
+         : xgrad::models::save_hf_llama(*model, o.save_hf);
     std::printf(
         "saved the fine-tuned model to %s (config.json, generation_config.json when --hf has one, "
         "model.safetensors)\n",
         o.save_hf.c_str());
   }
+  lora_flags::save(*model, lora, o.lora, c.hf);
   return 0;
 }
 
@@ -167,6 +180,7 @@ int main(int argc, char** argv) {
   app.add_flag("--gradient-checkpointing", o.gradient_checkpointing,
                "recompute each layer's activations in the backward: less memory, about a third more time");
   app.add_option("--save-hf", o.save_hf, "after training, write the model as a Hugging Face folder");
+  lora_flags::add_flags(app, settings, c.lora, o.lora);
   CLI11_PARSE(app, argc, argv);
   cli::finish_max_steps(app, options, "--iters", o.iters);
   return train::guarded(kProgram, [&] { return run(c, o, options, settings, app); });

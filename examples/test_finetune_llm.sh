@@ -12,7 +12,11 @@
 #   4. --random-init trains from weights of its own, not the folder's;
 #   5. bad input is refused with one line and a non-zero exit, before any training or writing:
 #      no --hf, a GPT-2 folder (naming model_type), a tokenizer with more ids than the model's
-#      vocab_size, a folder without tokenizer.json, lengths past the context, a short text.
+#      vocab_size, a folder without tokenizer.json, lengths past the context, a short text;
+#   6. LoRA (--lora 4 on q_proj, v_proj): only the adapter trains (the loss falls), its checkpoint
+#      holds the adapter and its optimizer state (not the frozen model), a run stopped and resumed
+#      ends bit for bit as the whole run, --adapter gives the trained model's greedy sample,
+#      --merge-and-save writes a plain folder that samples, a PEFT option xgrad lacks is refused.
 #
 #   test_finetune_llm.sh PROGRAM WORKDIR FIXTURES (tests/fixtures)
 set -euo pipefail
@@ -104,4 +108,27 @@ refused "--hf $hf (its model.safetensors) and --tokens $hf/model.safetensors nam
   "$program" "${flags[@]}" --tokens "$hf/model.safetensors"
 ls -l --time-style=+%s full.ckpt full.csv | diff before.txt - || fail "a refused run wrote over a file"
 [[ ! -e x.tok && ! -e finetune_llm.ckpt && ! -e finetune_llm.csv && ! -e out2 ]] || fail "a refused run wrote a file"
+echo "== 6. LoRA"
+lflags=("${flags[@]}" --lora 4 --lora-alpha 8 --lora-targets q_proj,v_proj)
+"$program" "${lflags[@]}" --checkpoint lora.ckpt --csv lora.csv --save-weights lora.safetensors \
+  --save-adapter adapter --merge-and-save merged --sample 24 --prompt "and god said" --greedy | tee lora.log
+grep -q "^LoRA r 4, alpha 8 on 4 modules: 1792 trainable parameters, " lora.log || fail "no LoRA line"
+first=$(sed -n 2p lora.csv | cut -d, -f2)
+last=$(tail -n 1 lora.csv | cut -d, -f2)
+awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.1) }' || fail "the LoRA loss went from $first to $last"
+"$program" "${lflags[@]}" --checkpoint lhalf.ckpt --csv lhalf.csv --stop-at 20 >/dev/null
+"$program" --resume lhalf.ckpt --checkpoint lhalf.ckpt --csv lhalf.csv --save-weights lhalf.safetensors >/dev/null
+cmp lora.safetensors lhalf.safetensors || fail "the resumed LoRA run's weights differ"
+(($(stat -c %s lora.ckpt) * 10 < $(stat -c %s full.ckpt))) || fail "the LoRA checkpoint holds more than the adapter"
+sed -n '/^-- sample --$/,/^wall time:/p' lora.log | sed '1d;$d' >sample_lora.txt
+"$program" --hf "$hf" --tokenizer "$tok" --adapter adapter --sample 24 --prompt "and god said" --greedy |
+  tail -n +2 >sample_adapter.txt
+cmp sample_lora.txt sample_adapter.txt || fail "--adapter gives another greedy sample than the trained model"
+cp "$tok" merged/tokenizer.json
+"$program" --hf merged --sample 24 --prompt "and god said" --greedy >sample_merged.txt
+[[ $(head -c 12 sample_merged.txt) == "and god said" ]] || fail "the merged folder does not sample"
+mkdir -p dora && cp adapter/adapter_model.safetensors dora/
+sed 's/"use_dora": false/"use_dora": true/' adapter/adapter_config.json >dora/adapter_config.json
+refused "use_dora: expected false, null or empty" "$program" --hf "$hf" --tokenizer "$tok" --adapter dora --sample 4
+refused "--save-adapter and --merge-and-save need --lora R or --adapter DIR" "$program" "${flags[@]}" --save-adapter a2
 echo "PASS"

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include <xgrad/data/token_file.hpp>
+#include <xgrad/nn/lora.hpp>
 #include <xgrad/train/cli.hpp>
 #include <xgrad/train/trainer.hpp>
 #include <xgrad/xgrad.hpp>
@@ -75,7 +76,8 @@ inline std::string tokens_path(const Settings& s, const std::string& checkpoint,
 struct Run {
   std::optional<int> stopped;  // the Trainer's: Ctrl-C (130) or --stop-at (0)
   std::shared_ptr<data::TokenWindowDataset> windows;
-  std::size_t n_train = 0;  // the held-out windows start there
+  std::size_t n_train = 0;                            // the held-out windows start there
+  std::shared_ptr<xgrad::nn::Module<float>> trained;  // what the Trainer holds with frozen weights (LoRA)
 };
 
 // The token file s.tokens (made from s.text by `tok` unless a resumed run's is there; a file made
@@ -140,8 +142,14 @@ Run fit(train::Trainer& trainer, Model& model, const Settings& s, const Tokenize
                        std::make_shared<data::RandomSampler>(n_train - T, xgrad::Generator(s.seed + 1))));
   trainer.track("data_loader", loader);  // its position: saved in checkpoints, restored by fit()
 
+  // With frozen weights (LoRA) the optimizer and the checkpoints hold only what trains.
+  const auto all = model.parameters();
+  run.trained = std::any_of(all.begin(), all.end(), [](const auto& p) { return !p.requires_grad(); })
+                    ? xgrad::nn::trainable_view(static_cast<xgrad::nn::Module<float>&>(model))
+                    : nullptr;
+  xgrad::nn::Module<float>& trained = run.trained ? *run.trained : model;
   const auto adamw = xgrad::optim::AdamWOptions(s.lr).betas({0.9, 0.95}).weight_decay(s.weight_decay);
-  xgrad::optim::AdamW<float> optimizer(xgrad::optim::weight_decay_groups(model.parameters(), adamw), adamw);
+  xgrad::optim::AdamW<float> optimizer(xgrad::optim::weight_decay_groups(trained.parameters(), adamw), adamw);
   // Warmup (the planned run's), then cosine to lr / 10 at the last step (of an extended run too).
   const int warmup = std::min(s.warmup, trainer.planned_steps() - 1), iters = trainer.max_steps();
   xgrad::optim::LambdaLR<float> schedule(optimizer, xgrad::optim::warmup_cosine(warmup, iters, 0.1));
@@ -174,7 +182,7 @@ Run fit(train::Trainer& trainer, Model& model, const Settings& s, const Tokenize
     last = -1;
     return held_out_loss(model, *run.windows, n_train, n, s);
   };
-  run.stopped = trainer.fit(model, optimizer, &schedule, step, held_out);
+  run.stopped = trainer.fit(trained, optimizer, &schedule, step, held_out);
   if (run.stopped) return run;
   struct rusage usage {};
   getrusage(RUSAGE_SELF, &usage);

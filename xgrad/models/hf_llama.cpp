@@ -83,12 +83,17 @@ std::shared_ptr<LlamaForCausalLM<T>> load_hf_llama(const std::string& dir) {
 
 template <class T>
 void save_hf_llama(const LlamaForCausalLM<T>& model, const std::string& dir) {
+  save_hf_llama(model, model.state_dict(), dir);
+}
+
+template <class T>
+void save_hf_llama(const LlamaForCausalLM<T>& model, const nn::StateDict<T>& state, const std::string& dir) {
   LlamaConfig config = model.config();
   if (config.weight_dtypes.empty()) config.torch_dtype = "float32";  // built in code: F32 below
   const std::string config_text = config.to_json().dump(2) + "\n";
   NamedArrays<T> tensors;
   SafetensorsDtypes dtypes;
-  for (const auto& [name, value] : model.state_dict()) {
+  for (const auto& [name, value] : state) {
     tensors.emplace_back(name, value);
     const auto dtype = config.weight_dtypes.find(name);
     dtypes[name] = dtype != config.weight_dtypes.end() ? dtype->second : "F32";
@@ -114,5 +119,7 @@ template std::shared_ptr<LlamaForCausalLM<float>> load_hf_llama<float>(const std
 template std::shared_ptr<LlamaForCausalLM<double>> load_hf_llama<double>(const std::string&);
 template void save_hf_llama<float>(const LlamaForCausalLM<float>&, const std::string&);
 template void save_hf_llama<double>(const LlamaForCausalLM<double>&, const std::string&);
+template void save_hf_llama<float>(const LlamaForCausalLM<float>&, const nn::StateDict<float>&, const std::string&);
+template void save_hf_llama<double>(const LlamaForCausalLM<double>&, const nn::StateDict<double>&, const std::string&);
 
 }  // namespace xgrad::models

@@ -36,9 +36,18 @@ std::shared_ptr<LlamaForCausalLM<T>> load_hf_llama(const std::string& dir);
 template <class T>
 void save_hf_llama(const LlamaForCausalLM<T>& model, const std::string& dir);
 
+// The same with the weights `state` in place of model.state_dict() (a LoRA model's base weights
+// after merging: models/peft.hpp's merge_and_save_hf_llama).
+template <class T>
+void save_hf_llama(const LlamaForCausalLM<T>& model, const nn::StateDict<T>& state, const std::string& dir);
+
 extern template std::shared_ptr<LlamaForCausalLM<float>> load_hf_llama<float>(const std::string&);
 extern template std::shared_ptr<LlamaForCausalLM<double>> load_hf_llama<double>(const std::string&);
 extern template void save_hf_llama<float>(const LlamaForCausalLM<float>&, const std::string&);
 extern template void save_hf_llama<double>(const LlamaForCausalLM<double>&, const std::string&);
+extern template void save_hf_llama<float>(const LlamaForCausalLM<float>&, const nn::StateDict<float>&,
+                                          const std::string&);
+extern template void save_hf_llama<double>(const LlamaForCausalLM<double>&, const nn::StateDict<double>&,
+                                           const std::string&);
 
 }  // namespace xgrad::models

@@ -32,7 +32,8 @@ template <class T>
 Tensor<T> Linear<T>::forward(const Tensor<T>& input) {
   XGRAD_CHECK(input.dim() >= 1 && input.size(-1) == options_.in_features(),
               "Linear: expected input of shape (*, ", options_.in_features(), "), got ", input.shape());
-  return linear(input, weight, bias);
+  const Tensor<T> y = linear(input, weight, bias);
+  return adapter_ ? adapter_->adapt(input, y) : y;
 }
 
 template class Linear<float>;

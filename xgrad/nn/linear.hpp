@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <utility>
 
 #include <xgrad/arg.hpp>
 #include <xgrad/nn/module.hpp>
@@ -19,6 +21,15 @@ struct LinearOptions {
   XGRAD_ARG(bool, bias) = true;
 };
 
+// What a layer adds to a Linear's output (nn/lora.hpp's LoRA): forward returns adapt(x, base(x)).
+template <class T = float>
+class LinearAdapter : public Module<T> {
+ public:
+  using Module<T>::Module;
+  // input (*, in_features), base = the layer's own output (*, out_features) -> the output.
+  virtual Tensor<T> adapt(const Tensor<T>& input, const Tensor<T>& base) = 0;
+};
+
 template <class T = float>
 class Linear : public Module<T> {
  public:
@@ -29,12 +40,17 @@ class Linear : public Module<T> {
   // Redraws weight and bias as at construction.
   void reset_parameters();
   const LinearOptions& options() const { return options_; }
+  // Routes forward through `adapter` (null: none). The adapter's parameters are registered by
+  // whoever attaches it (LoRA registers lora_A and lora_B under this module, as PEFT names them).
+  void set_adapter(std::shared_ptr<LinearAdapter<T>> adapter) { adapter_ = std::move(adapter); }
+  const std::shared_ptr<LinearAdapter<T>>& adapter() const { return adapter_; }
 
   Tensor<T> weight;  // (out_features, in_features)
   Tensor<T> bias;    // (out_features), undefined when options.bias() is false
 
  private:
   LinearOptions options_;
+  std::shared_ptr<LinearAdapter<T>> adapter_;
 };
 
 extern template class Linear<float>;
