@@ -9,6 +9,7 @@
 #include <xgrad/backend/gemm_backend.hpp>
 #include <xgrad/backend/parallel.hpp>
 #include <xgrad/core/factories.hpp>
+#include <xgrad/core/checkpoint.hpp>
 #include <xgrad/core/function.hpp>
 #include <xgrad/core/grad_mode.hpp>
 #include <xgrad/core/gradcheck.hpp>
