@@ -68,8 +68,7 @@ Array<T> LoraLayer<T>::delta_weight() const {
   const Array<T>& a = lora_A->weight.value();  // (r, in)
   const Array<T>& b = lora_B->weight.value();  // (out, r)
   const std::size_t r = a.shape()[0], in = a.shape()[1], out = b.shape()[0];
-  Array<T> delta = Array<T>::from_shape({out, in});
-  delta.fill(T(0));
+  Array<T> delta = full_array<T>(Shape{out, in}, T(0), "merge_lora");
   for (std::size_t o = 0; o < out; ++o)
     for (std::size_t k = 0; k < r; ++k) {
       const T bk = T(scaling_) * b.data()[o * r + k];
