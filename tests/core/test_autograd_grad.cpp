@@ -199,3 +199,21 @@ TEST(AutogradGrad, ThroughAFunctionWithAHookOnItsOutput) {
   EXPECT_EQ(g[0].value(), arr({24, 24}));
   EXPECT_FALSE(x.has_grad());
 }
+
+// A leaf that requires grad but only the graph holds (made inside the expression) has its grad()
+// set aside like any other leaf the pass writes to; the pass frees the graph (no retain_graph),
+// and the leaf must still be there when its grad() is put back, then go with the graph.
+TEST(AutogradGrad, ALeafOnlyTheGraphHoldsOutlivesThePass) {
+  T64 x = from_vector<double>({1.0, 2.0}, {1, 2}, true);
+  std::weak_ptr<Node<double>> inner;
+  T64 loss;
+  {
+    T64 w = from_vector<double>({3.0, 4.0}, {2, 1}, true);
+    inner = w.node();
+    loss = sum(matmul(x, w));
+  }
+  ASSERT_FALSE(inner.expired()) << "the graph holds the leaf";
+  const auto g = autograd::grad({loss}, {x});
+  EXPECT_EQ(g[0].value(), from_vector<double>({3.0, 4.0}, {1, 2}).value());
+  EXPECT_TRUE(inner.expired()) << "freed with the graph once its grad() was put back";
+}

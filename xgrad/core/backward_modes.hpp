@@ -20,7 +20,10 @@ namespace xgrad::detail {
 // Leaves whose grad() is set aside while a pass collects that pass's contributions alone in its
 // place: for a leaf's register_hook hooks (they see this backward's sum, not the accumulated
 // grad()), and for autograd::grad, which must leave every grad() as it was. Whatever is still set
-// aside when this goes away (a backward that threw) gets its old grad() back.
+// aside when this goes away (a backward that threw, a leaf autograd::grad was not asked for) gets
+// its old grad() back. Each leaf is held until then: a leaf only the graph holds (made inside the
+// differentiated function) is freed with the graph at the end of a pass that does not retain it,
+// before this goes away.
 template <class T>
 class SetAsideGrads {
  public:
@@ -30,9 +33,11 @@ class SetAsideGrads {
   ~SetAsideGrads() {
     for (auto& [leaf, entry] : entries_) restore(*leaf, entry);
   }
-  void add(Node<T>* leaf) {
+  void add(const std::shared_ptr<Node<T>>& handle) {
+    Node<T>* leaf = handle.get();
     if (entries_.count(leaf)) return;
     Entry& e = entries_[leaf];
+    e.held = handle;
     e.grad = std::move(leaf->grad);
     e.has_grad = leaf->has_grad;
     e.graph = std::move(E<T>::grad_graph(*leaf));
@@ -55,6 +60,7 @@ class SetAsideGrads {
 
  private:
   struct Entry {
+    std::shared_ptr<Node<T>> held;
     Array<T> grad = detail::no_array<T>();
     bool has_grad = false;
     std::shared_ptr<Node<T>> graph;
@@ -94,7 +100,7 @@ class Accumulate {
         auto found = in ? last.find(in.get()) : last.end();
         if (found != last.end() && found->second == k) {
           hooks_after_[k].push_back(in);
-          if (!E<T>::grad_hooks(*in).empty()) set_aside_.add(in.get());
+          if (!E<T>::grad_hooks(*in).empty()) set_aside_.add(in);
           last.erase(found);  // listed once even if the node uses it twice
         }
       }
@@ -160,7 +166,8 @@ class Capture {
     for (std::size_t i = 0; i < order.size(); ++i)
       if (runs_post[i])
         for (std::size_t j = 0; j < order[i]->inputs.size(); ++j)
-          if (Node<T>* in = E<T>::edge(*order[i], j); in && in->is_leaf && in->requires_grad) set_aside_.add(in);
+          if (const auto& in = E<T>::edge_handle(*order[i], j); in && in->is_leaf && in->requires_grad)
+            set_aside_.add(in);
   }
   bool runs(std::size_t k) const { return runs_[k] != 0; }
   bool requested(const Node<T>& node) const { return slot.count(&node) != 0; }
