@@ -47,16 +47,6 @@ void expect_bitwise_equal(const std::vector<Array<double>>& a, const std::vector
   for (std::size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(a[i] == b[i]) << "gradient " << i << " differs";
 }
 
-template <class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "";
-}
-
 }  // namespace
 
 TEST(Checkpoint, SameGradientsBitForBitAndTheSameDropoutMask) {
@@ -195,20 +185,20 @@ TEST(Checkpoint, AParameterChangedBeforeTheBackwardIsRefused) {
 TEST(Checkpoint, Errors) {
   const Block block;
   const T64 x = input({4, 3}, 1);
-  const std::string undefined = message_of([&] {
+  const std::string undefined = error_of([&] {
     utils::checkpoint<double>([](const std::vector<T64>& in) { return in; }, {x, T64()});
   });
   EXPECT_NE(undefined.find("input 1 of 2 is undefined"), std::string::npos) << undefined;
   const std::string nothing =
-      message_of([&] { utils::checkpoint<double>([](const std::vector<T64>&) { return std::vector<T64>{}; }, {x}); });
+      error_of([&] { utils::checkpoint<double>([](const std::vector<T64>&) { return std::vector<T64>{}; }, {x}); });
   EXPECT_NE(nothing.find("returned no tensor"), std::string::npos) << nothing;
-  const std::string undefined_out = message_of([&] { utils::checkpoint<double>([](const T64&) { return T64(); }, x); });
+  const std::string undefined_out = error_of([&] { utils::checkpoint<double>([](const T64&) { return T64(); }, x); });
   EXPECT_NE(undefined_out.find("output 0 of 1"), std::string::npos) << undefined_out;
-  const std::string empty = message_of([&] { utils::checkpoint<double>(utils::CheckpointFunction1<double>(), x); });
+  const std::string empty = error_of([&] { utils::checkpoint<double>(utils::CheckpointFunction1<double>(), x); });
   EXPECT_NE(empty.find("the function is empty"), std::string::npos) << empty;
   // A function whose outputs change between the forward and the recompute.
   int calls = 0;
   T64 y = utils::checkpoint<double>([&](const T64& in) { return ++calls == 1 ? in * 2.0 : sum(in); }, x);
-  const std::string changed = message_of([&] { sum(y).backward(); });
+  const std::string changed = error_of([&] { sum(y).backward(); });
   EXPECT_NE(changed.find("has shape"), std::string::npos) << changed;
 }
