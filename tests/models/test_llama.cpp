@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <xgrad/backend/allocator.hpp>
 #include <xgrad/core/gradcheck.hpp>
 #include <xgrad/core/grad_mode.hpp>
 #include <xgrad/models/hf_llama.hpp>
@@ -206,4 +207,30 @@ TEST(Llama, GradcheckOfEveryParameter) {
       },
       model.named_parameters());
   EXPECT_TRUE(result.passed) << result.summary();
+}
+
+// The decode path rotates q and k in place (rotary_embedding_): an attention layer's step with the
+// KV cache allocates its projections, head splits and attention output, and nothing for RoPE.
+// Counted as the arrays empty_array hands out on this thread (the array cache's hits and misses).
+TEST(Llama, TheDecodePathRotatesQueriesAndKeysInPlace) {
+  if (!array_cache_enabled()) GTEST_SKIP() << "the array cache (which counts the arrays) is off";
+  Generator generator(5);
+  models::LlamaForCausalLM<float> model(tiny_config(), &generator);
+  model.eval();
+  NoGradGuard no_grad;
+  models::LlamaAttention<float>& attention = *model.model->layers->ptr<models::LlamaDecoderLayer<float>>(0)->self_attn;
+  const Tensor<float> x(full_array<float>(Shape{1, 1, 8}, 0.5f, "test"));  // one position, hidden 8
+  nn::KVCache<float> cache;
+  cache.reserve(4);
+  attention.forward(x, model.model->rope_tables(0, 1), &cache);  // the cache's buffers
+  const models::RopeTables<float> rope = model.model->rope_tables(1, 1);
+  const ArrayCacheStats before = array_cache_stats();
+  const Tensor<float> y = attention.forward(x, rope, &cache);
+  const ArrayCacheStats after = array_cache_stats();
+  // q, k and v: the projection, the (N, T, H, d) reshape and the transpose to (N, H, T, d) each (9);
+  // the queries back to (N, T, H, d), the attention's output and o_proj's (3). RoPE's copies of q
+  // and k would be 2 more.
+  EXPECT_LE((after.hits + after.misses) - (before.hits + before.misses), 12u);
+  EXPECT_EQ(cache.length(), 2);
+  EXPECT_EQ(y.shape(), (Shape{1, 1, 8}));
 }

@@ -11,7 +11,9 @@
 //
 // attention(x): q = q_proj(x) (N, H, T, d), k = k_proj(x) and v = v_proj(x) (N, Hkv, T, d), RoPE on
 // q and k at positions 0..T-1, causal scaled_dot_product_attention with enable_gqa (query head j
-// reads KV head j / (H / Hkv)), heads side by side (N, T, H d).
+// reads KV head j / (H / Hkv)), heads side by side (N, T, H d). Where no gradient will be taken
+// (generation, inference under NoGradGuard) RoPE rotates q and k in place (rotary_embedding_, the
+// same bits), so the decode path makes no copy of them.
 //
 // models/hf_llama.hpp loads and saves the Hugging Face folders.
 #pragma once
