@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 #include <string>
 
 #include <xgrad/core/checkpoint.hpp>
@@ -203,9 +204,12 @@ IndexArray LlamaForCausalLM<T>::generate(const IndexArray& input_ids, std::int64
   const bool was_training = this->is_training();
   this->eval();
   const std::size_t n = input_ids.shape(0), t0 = input_ids.shape(1);
-  const std::vector<std::int64_t>& eos =
-      config_.generation_config ? config_.generation_config->eos_token_id : config_.eos_token_id;
-  const std::int64_t pad = config_.pad_token_id.value_or(eos.empty() ? 0 : eos.front());
+  // As transformers' generate: the ids of generation_config.json when the folder has one, else
+  // config.json's; a finished sequence is padded with pad_token_id, else its first EOS.
+  const auto& generation = config_.generation_config;
+  const std::vector<std::int64_t>& eos = generation ? generation->eos_token_id : config_.eos_token_id;
+  const std::optional<std::int64_t> pad_token_id = generation ? generation->pad_token_id : config_.pad_token_id;
+  const std::int64_t pad = pad_token_id.value_or(eos.empty() ? 0 : eos.front());
   std::vector<std::vector<std::int64_t>> seqs(n);
   for (std::size_t i = 0; i < n; ++i) seqs[i].assign(&input_ids(i, 0), &input_ids(i, 0) + t0);
   std::vector<bool> done(n, false);
