@@ -11,10 +11,13 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include <xgrad/backend/allocator.hpp>
 #include <xgrad/core/gradcheck.hpp>
 #include <xgrad/core/grad_mode.hpp>
 #include <xgrad/models/hf_llama.hpp>
@@ -206,4 +209,95 @@ TEST(Llama, GradcheckOfEveryParameter) {
       },
       model.named_parameters());
   EXPECT_TRUE(result.passed) << result.summary();
+}
+
+// The decode path rotates q and k in place (rotary_embedding_): an attention layer's step with the
+// KV cache allocates its projections, head splits and attention output, and nothing for RoPE.
+// Counted as the arrays empty_array hands out on this thread (the array cache's hits and misses).
+TEST(Llama, TheDecodePathRotatesQueriesAndKeysInPlace) {
+  if (!array_cache_enabled()) GTEST_SKIP() << "the array cache (which counts the arrays) is off";
+  Generator generator(5);
+  models::LlamaForCausalLM<float> model(tiny_config(), &generator);
+  model.eval();
+  NoGradGuard no_grad;
+  models::LlamaAttention<float>& attention = *model.model->layers->ptr<models::LlamaDecoderLayer<float>>(0)->self_attn;
+  const Tensor<float> x(full_array<float>(Shape{1, 1, 8}, 0.5f, "test"));  // one position, hidden 8
+  nn::KVCache<float> cache;
+  cache.reserve(4);
+  attention.forward(x, model.model->rope_tables(0, 1), &cache);  // the cache's buffers
+  const models::RopeTables<float> rope = model.model->rope_tables(1, 1);
+  const ArrayCacheStats before = array_cache_stats();
+  const Tensor<float> y = attention.forward(x, rope, &cache);
+  const ArrayCacheStats after = array_cache_stats();
+  // q, k and v: the projection, the (N, T, H, d) reshape and the transpose to (N, H, T, d) each (9);
+  // the queries back to (N, T, H, d), the attention's output and o_proj's (3). RoPE's copies of q
+  // and k would be 2 more.
+  EXPECT_LE((after.hits + after.misses) - (before.hits + before.misses), 12u);
+  EXPECT_EQ(cache.length(), 2);
+  EXPECT_EQ(y.shape(), (Shape{1, 1, 8}));
+}
+
+namespace {
+
+// The fixture's model generating max_new tokens greedily from two prompts of 6 tokens, loaded from
+// a copy of its folder with config.json edited by `edit_config` and generation_config.json replaced
+// by `generation` (none when null).
+IndexArray generate_two(const std::function<void(json&)>& edit_config, const json& generation, std::int64_t max_new) {
+  TempDir copy;
+  json config = json::parse(read_bytes(kFixture + "/config.json"));
+  edit_config(config);
+  write_bytes(copy.file("config.json"), config.dump(2));
+  if (!generation.is_null()) write_bytes(copy.file("generation_config.json"), generation.dump(2));
+  fs::copy_file(kFixture + "/model.safetensors", copy.file("model.safetensors"));
+  auto model = models::load_hf_llama<float>(copy.path());
+  IndexArray prompts = empty_array<std::int64_t>(Shape{2, 6});
+  const json& first = expected()["greedy_prompt"];
+  const json& second = expected()["input_ids"][1];
+  for (std::size_t j = 0; j < 6; ++j) prompts(0, j) = first[j], prompts(1, j) = second[j];
+  SamplingOptions greedy_options;
+  greedy_options.greedy = true;
+  return model->generate(prompts, max_new, greedy_options);
+}
+
+// Row i's tokens after the 6 of its prompt.
+std::vector<std::int64_t> new_tokens(const IndexArray& out, std::size_t i) {
+  return std::vector<std::int64_t>(&out(i, 6), &out(i, 0) + out.shape(1));
+}
+
+// `tokens` up to and with the first of `eos`, then `pad` up to `length`.
+std::vector<std::int64_t> stopped(std::vector<std::int64_t> tokens, const std::vector<std::int64_t>& eos,
+                                  std::int64_t pad, std::size_t length) {
+  tokens.resize(length, pad);
+  const auto end = std::find_first_of(tokens.begin(), tokens.end(), eos.begin(), eos.end());
+  if (end != tokens.end()) std::fill(end + 1, tokens.end(), pad);
+  return tokens;
+}
+
+}  // namespace
+
+// eos_token_id as a list or an id, from generation_config.json when there is one (then its
+// pad_token_id too), else from config.json, as transformers' generate: each sequence stops at the
+// first of them and is padded after it; the loop ends once every sequence has stopped.
+TEST(Llama, GenerationStopsAtAnyEosIdAndPadsWithGenerationConfigsPad) {
+  const auto no_edit = [](json&) {};
+  const IndexArray free = generate_two([](json& c) { c["eos_token_id"] = nullptr; }, json(), 30);  // no EOS
+  ASSERT_EQ(free.shape(1), 36u);
+  const std::vector<std::int64_t> first = new_tokens(free, 0), second = new_tokens(free, 1);
+  EXPECT_EQ(first, expected()["greedy_float32"].get<std::vector<std::int64_t>>());
+  const std::vector<std::int64_t> eos = {300, first[4], second[9]};
+  const auto stop = [&](const std::vector<std::int64_t>& t) {
+    return std::find_first_of(t.begin(), t.end(), eos.begin(), eos.end()) - t.begin();
+  };
+  ASSERT_NE(stop(first), stop(second));  // one sequence stops first and is padded
+  const json generation = {{"bos_token_id", 1}, {"eos_token_id", eos}, {"pad_token_id", 7}};
+  const IndexArray out = generate_two(no_edit, generation, 30);
+  const std::size_t length = out.shape(1) - 6;
+  EXPECT_EQ(new_tokens(out, 0), stopped(first, eos, 7, length));
+  EXPECT_EQ(new_tokens(out, 1), stopped(second, eos, 7, length));
+  EXPECT_EQ(length, static_cast<std::size_t>(std::max(stop(first), stop(second)) + 1));  // ends once both stopped
+
+  // No generation_config.json: config.json's id (an int), padded with it (no pad_token_id).
+  const IndexArray by_config = generate_two([&](json& c) { c["eos_token_id"] = first[2]; }, json(), 30);
+  EXPECT_EQ(new_tokens(by_config, 0), stopped(first, {first[2]}, first[2], by_config.shape(1) - 6));
+  EXPECT_EQ(new_tokens(by_config, 1), stopped(second, {first[2]}, first[2], by_config.shape(1) - 6));
 }

@@ -6,18 +6,24 @@
 // window refused by name. Half-precision folders (hf-qwen2-tiny/bf16 in transformers 5.x's keys,
 // hf-mistral-tiny/f16 in 4.x's) load converted and save back byte for byte; a wrong dtype, a
 // misshaped or missing tensor, an unimplemented option each refused naming the file and the key;
-// a failed save leaves the folder as it was.
+// a failed save leaves the folder as it was. A tied folder that also stores lm_head.weight, with
+// the rotary inv_freq buffers of older transformers, is saved back with those keys, byte for byte.
 #include "llama_fixture.hpp"
 #include "serialize_util.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include <xgrad/models/hf_llama.hpp>
+#include <xgrad/serialize/hf_folder.hpp>
 #include <xgrad/serialize/safetensors.hpp>
 
 using namespace xgrad;
@@ -44,17 +50,47 @@ void expect_mentions(const std::string& message, const std::vector<std::string>&
   for (const std::string& part : parts) EXPECT_NE(message.find(part), std::string::npos) << part << " in: " << message;
 }
 
-// Loads `name`, saves it and checks that the folder comes back as it was: the weights byte for
+// Loads the folder `from`, saves it and checks that it comes back as it was: the weights byte for
 // byte, config.json and generation_config.json key for key.
 template <class T>
-void expect_saved_as_loaded(const std::string& name) {
-  auto model = models::load_hf_llama<T>(dir(name));
+void expect_saved_as_loaded(const std::string& from) {
+  auto model = models::load_hf_llama<T>(from);
   TempDir out;
   models::save_hf_llama(*model, out.path());
-  EXPECT_TRUE(read_bytes(out.file("model.safetensors")) == read_bytes(dir(name) + "/model.safetensors")) << name;
+  EXPECT_TRUE(read_bytes(out.file("model.safetensors")) == read_bytes(from + "/model.safetensors")) << from;
   for (const char* file : {"config.json", "generation_config.json"})
-    EXPECT_EQ(json::parse(read_bytes(out.file(file))), json::parse(read_bytes(dir(name) + "/" + file)))
-        << name << "/" << file;
+    EXPECT_EQ(json::parse(read_bytes(out.file(file))), json::parse(read_bytes(from + "/" + file)))
+        << from << "/" << file;
+}
+
+// A copy of the tied fixture `name` whose model.safetensors also has what some transformers versions
+// write beside the weights: lm_head.weight (the embedding's values) and, as before 4.31, each
+// layer's rotary_emb.inv_freq buffer (1 / theta^(2i / d) in double, rounded to the folder's dtype:
+// not necessarily the bits xgrad computes in float). Every tensor in the folder's dtype, by name.
+void copy_with_head_and_rotary_buffers(const std::string& name, const TempDir& out) {
+  copy_folder(name, out);
+  const models::LlamaConfig config = models::load_llama_config(out.path());
+  NamedArrays<double> tensors = load_safetensors<double>(out.file("model.safetensors"));
+  for (const auto& [key, value] : NamedArrays<double>(tensors))
+    if (key == "model.embed_tokens.weight") tensors.emplace_back("lm_head.weight", value);
+  const auto half = static_cast<std::size_t>(config.head_dim / 2);
+  Array<double> inv_freq = empty_array<double>({half});
+  for (std::size_t i = 0; i < half; ++i)
+    inv_freq[i] = 1.0 / std::pow(config.rope_theta, static_cast<double>(2 * i) / static_cast<double>(config.head_dim));
+  for (std::int64_t layer = 0; layer < config.num_hidden_layers; ++layer)
+    tensors.emplace_back("model.layers." + std::to_string(layer) + ".self_attn.rotary_emb.inv_freq", inv_freq);
+  std::sort(tensors.begin(), tensors.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  const std::string dtype = read_hf_weights(dir(name)).tensors.at("model.norm.weight").entry.dtype;
+  SafetensorsDtypes dtypes;
+  for (const auto& [key, value] : tensors) dtypes[key] = dtype;
+  write_bytes(out.file("model.safetensors"), safetensors_bytes(tensors, {{"format", "pt"}}, dtypes));
+}
+
+// Each tensor's dtype and shape in dir's weights, by name.
+std::map<std::string, std::pair<std::string, Shape>> tensor_listing(const std::string& dir) {
+  std::map<std::string, std::pair<std::string, Shape>> listing;
+  for (const auto& [key, where] : read_hf_weights(dir).tensors) listing[key] = {where.entry.dtype, where.entry.shape};
+  return listing;
 }
 
 }  // namespace
@@ -122,11 +158,56 @@ TEST(LlamaFamily, HalfPrecisionFoldersLoadConverted) {
 // The folder's dtypes, keys and spelling come back: BF16 with 5.x's dtype and rope_parameters, F16
 // with 4.x's torch_dtype and rope_theta, F32.
 TEST(LlamaFamily, SavingWritesTheFoldersDtypesBackByteForByte) {
-  expect_saved_as_loaded<float>(std::string(kQwen2) + "/bf16");
-  expect_saved_as_loaded<double>(std::string(kQwen2) + "/bf16");
-  expect_saved_as_loaded<float>(std::string(kMistral) + "/f16");
-  expect_saved_as_loaded<float>(kQwen2);
-  expect_saved_as_loaded<double>(kMistral);
+  expect_saved_as_loaded<float>(dir(std::string(kQwen2) + "/bf16"));
+  expect_saved_as_loaded<double>(dir(std::string(kQwen2) + "/bf16"));
+  expect_saved_as_loaded<float>(dir(std::string(kMistral) + "/f16"));
+  expect_saved_as_loaded<float>(dir(kQwen2));
+  expect_saved_as_loaded<double>(dir(kMistral));
+}
+
+// A tied folder that also stores lm_head.weight, and one with the rotary buffers of older
+// transformers: both load (the head equal to the embedding, the buffers not read) and are saved
+// back with the same keys, byte for byte, in F32 and BF16.
+TEST(LlamaFamily, SavingWritesATiedHeadAndTheRotaryBuffersBack) {
+  for (const std::string& name : {std::string(kQwen2), std::string(kQwen2) + "/bf16"}) {
+    TempDir copy;
+    copy_with_head_and_rotary_buffers(name, copy);
+    EXPECT_EQ(tensor_listing(copy.path()).count("lm_head.weight"), 1u);
+    EXPECT_EQ(tensor_listing(copy.path()).count("model.layers.1.self_attn.rotary_emb.inv_freq"), 1u);
+    expect_saved_as_loaded<float>(copy.path());
+    expect_saved_as_loaded<double>(copy.path());
+    auto model = models::load_hf_llama<float>(copy.path());  // the same model as without them
+    EXPECT_LT(max_logit_error(*model, expected(name), "logits_float32"), 1e-5) << name;
+  }
+}
+
+// A model built from the folder's config.json with its weights' dtypes (finetune_llm --random-init)
+// writes the folder's keys too: the head from the embedding, the buffers from the config.
+TEST(LlamaFamily, AModelBuiltWithTheFoldersDtypesWritesItsKeys) {
+  TempDir copy;
+  copy_with_head_and_rotary_buffers(std::string(kQwen2) + "/bf16", copy);
+  models::LlamaConfig config = models::load_llama_config(copy.path());
+  for (const auto& [key, where] : read_hf_weights(copy.path()).tensors) config.weight_dtypes[key] = where.entry.dtype;
+  models::LlamaForCausalLM<float> model(config);
+  TempDir out;
+  models::save_hf_llama(model, out.path());
+  EXPECT_EQ(tensor_listing(out.path()), tensor_listing(copy.path()));
+  const auto tensors = load_safetensors<float>(out.file("model.safetensors"));
+  const std::map<std::string, Array<float>> saved(tensors.begin(), tensors.end());
+  ASSERT_EQ(saved.count("lm_head.weight") + saved.count("model.layers.0.self_attn.rotary_emb.inv_freq"), 2u);
+  EXPECT_TRUE(saved.at("lm_head.weight") == saved.at("model.embed_tokens.weight"));
+  const Array<float>& inv_freq = saved.at("model.layers.0.self_attn.rotary_emb.inv_freq");
+  EXPECT_NEAR(inv_freq[1], 1.0 / std::pow(1e6, 2.0 / 8.0), 1e-2 / std::pow(1e6, 2.0 / 8.0));  // BF16's rounding
+}
+
+TEST(LlamaFamily, AMisshapedRotaryBufferIsRefusedByName) {
+  TempDir copy;
+  copy_folder(kQwen2, copy);
+  auto tensors = load_safetensors<float>(copy.file("model.safetensors"));
+  tensors.emplace_back("model.layers.0.self_attn.rotary_emb.inv_freq", full_array<float>(Shape{8}, 1.0f, "test"));
+  save_safetensors(tensors, copy.file("model.safetensors"));
+  expect_mentions(error_of([&] { models::load_hf_llama<float>(copy.path()); }),
+                  {"model.safetensors", "model.layers.0.self_attn.rotary_emb.inv_freq", "(4)", "(8)"});
 }
 
 TEST(LlamaFamily, AWrongDtypeIsRefusedNamingTheFileAndTheTensor) {

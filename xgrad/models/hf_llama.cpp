@@ -23,8 +23,52 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// The buffers older transformers saved beside the weights; recomputed from the config.
+// The buffers older transformers saved beside the weights; the model computes its own from the
+// config, and save_hf_llama writes the folder's back.
 bool is_rotary_buffer(const std::string& name) { return ends_with(name, "rotary_emb.inv_freq"); }
+
+// The folder's rotary buffers, each checked to be (rotary_dim / 2) of a loadable dtype, read as
+// double (exact for every dtype the folder may have).
+std::map<std::string, std::vector<double>> read_rotary_buffers(const HFWeights& weights, const LlamaConfig& config) {
+  const Shape shape{static_cast<std::size_t>(config.rotary_dim() / 2)};
+  for (const auto& [name, where] : weights.tensors)
+    if (is_rotary_buffer(name)) expect_hf_tensor(weights, name, shape, "(rotary inv_freq: head_dim / 2)", kLoad);
+  std::map<std::string, std::vector<double>> buffers;
+  for (auto& [name, value] : load_hf_tensors<double>(weights, is_rotary_buffer, kLoad))
+    buffers[name].assign(value.begin(), value.end());
+  return buffers;
+}
+
+// The value save_hf_llama writes for the folder's rotary buffer `name`: the one loaded, or (a model
+// built from the config and the folder's dtypes) the config's own, as transformers computed it.
+template <class T>
+Array<T> rotary_buffer(const LlamaConfig& config, const std::string& name) {
+  const auto loaded = config.rotary_buffers.find(name);
+  if (loaded == config.rotary_buffers.end())
+    return rope_inv_freq<T>(config.head_dim, config.rope_theta, config.rope_scaling, config.partial_rotary_factor)
+        .value();
+  Array<T> value = empty_array<T>({loaded->second.size()}, kSave);
+  std::copy(loaded->second.begin(), loaded->second.end(), value.begin());
+  return value;
+}
+
+// The tensors save_hf_llama writes: the model's, and the folder's others (its dtypes name them) so
+// that the file has the folder's keys again: a tied model's lm_head.weight (the embedding) and the
+// rotary buffers.
+template <class T>
+NamedArrays<T> tensors_to_save(const LlamaConfig& config, const nn::StateDict<T>& state) {
+  NamedArrays<T> tensors(state.begin(), state.end());
+  for (const auto& [name, dtype] : config.weight_dtypes) {
+    if (state.contains(name)) continue;
+    if (config.tie_word_embeddings && name == "lm_head.weight")
+      tensors.emplace_back(name, state.at("model.embed_tokens.weight"));
+    else if (is_rotary_buffer(name))
+      tensors.emplace_back(name, rotary_buffer<T>(config, name));
+  }
+  std::sort(tensors.begin(), tensors.end(),  // safetensors' Python writer orders the tensors by name
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  return tensors;
+}
 
 // Checks every tensor of the folder against the model's parameters: each there with its shape,
 // nothing else but the rotary buffers and, for a tied model, lm_head.weight.
@@ -50,6 +94,7 @@ std::shared_ptr<LlamaForCausalLM<T>> load_hf_llama(const std::string& dir) {
   LlamaConfig config = load_llama_config(dir);
   const HFWeights weights = read_hf_weights(dir, kLoad);
   for (const auto& [name, where] : weights.tensors) config.weight_dtypes[name] = where.entry.dtype;
+  config.rotary_buffers = read_rotary_buffers(weights, config);
   std::shared_ptr<LlamaForCausalLM<T>> model;
   {  // every parameter is read from the folder below: no random draws first (transformers' no_init_weights)
     nn::init::NoInitWeights no_init;
@@ -91,15 +136,12 @@ void save_hf_llama(const LlamaForCausalLM<T>& model, const nn::StateDict<T>& sta
   LlamaConfig config = model.config();
   if (config.weight_dtypes.empty()) config.torch_dtype = "float32";  // built in code: F32 below
   const std::string config_text = config.to_json().dump(2) + "\n";
-  NamedArrays<T> tensors;
+  const NamedArrays<T> tensors = tensors_to_save(config, state);
   SafetensorsDtypes dtypes;
-  for (const auto& [name, value] : state) {
-    tensors.emplace_back(name, value);
+  for (const auto& [name, value] : tensors) {
     const auto dtype = config.weight_dtypes.find(name);
     dtypes[name] = dtype != config.weight_dtypes.end() ? dtype->second : "F32";
   }
-  std::sort(tensors.begin(), tensors.end(),  // safetensors' Python writer orders the tensors by name
-            [](const auto& a, const auto& b) { return a.first < b.first; });
   const auto text = [](const std::string& t) {
     return [&t](std::ostream& out) { out.write(t.data(), static_cast<std::streamsize>(t.size())); };
   };

@@ -10,12 +10,15 @@
 // (serialize/hf_folder.hpp). The tensor names are the model's state_dict keys (they are
 // transformers'); F32, F16, BF16 and F64 tensors are converted to T on load. Every tensor the
 // config implies must be there with its shape; a tensor that is not one of the model's is refused
-// by name, except the rotary `inv_freq` buffers older transformers saved (recomputed from the
-// config) and, for a tied model, an `lm_head.weight` equal to the embedding bit for bit.
+// by name, except the rotary `inv_freq` buffers older transformers saved ((head_dim / 2) each,
+// kept in LlamaConfig::rotary_buffers; the model computes its own from the config) and, for a
+// tied model, an `lm_head.weight` equal to the embedding bit for bit.
 //
 // save_hf_llama writes config.json (the loaded folder's keys and values, Config::to_json),
 // generation_config.json (the loaded one, when there was one) and model.safetensors, all three
-// or none (a failed save leaves the folder as it was). Each tensor is written in the dtype the
+// or none (a failed save leaves the folder as it was). model.safetensors has the folder's keys:
+// the model's tensors, and those the folder had beside them (a tied model's lm_head.weight, written
+// as the embedding; the rotary buffers as loaded). Each tensor is written in the dtype the
 // loaded folder had it in (LlamaConfig::weight_dtypes: BF16 and F16 rounded to nearest even, as
 // torch's .to()), so that a folder loaded and saved unchanged is written back byte for byte, and
 // config.json keeps its torch_dtype (or 5.x dtype); a model built in code is written as F32 and

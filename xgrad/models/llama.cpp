@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 #include <string>
 
 #include <xgrad/core/checkpoint.hpp>
 #include <xgrad/core/grad_mode.hpp>
+#include <xgrad/core/trace.hpp>
 #include <xgrad/nn/init.hpp>
 #include <xgrad/ops/ops.hpp>
 
@@ -30,6 +32,16 @@ template <class T>
 Tensor<T> merge_heads(const Tensor<T>& x) {
   const std::int64_t n = x.size(0), heads = x.size(1), t = x.size(2), d = x.size(3);
   return reshape(transpose(x, 1, 2), {n, t, heads * d});
+}
+
+// RoPE on q or k (N, heads, T, d), a fresh tensor of this layer's: rotated in place where no
+// gradient will be taken of it (generation, inference under NoGradGuard), so the decode path
+// makes no copy; as a new node where one will (training) or while a trace records (an ONNX
+// export). The same bits either way.
+template <class T>
+Tensor<T> rotary(const Tensor<T>& x, const RopeTables<T>& rope) {
+  if ((is_grad_enabled() && x.requires_grad()) || trace::active()) return rotary_embedding(x, rope.cos, rope.sin);
+  return rotary_embedding_(x, rope.cos, rope.sin);
 }
 
 // The config's own consistency (LlamaConfig::check), and what this model does not implement.
@@ -58,8 +70,8 @@ LlamaAttention<T>::LlamaAttention(const LlamaConfig& c)
 
 template <class T>
 Tensor<T> LlamaAttention<T>::forward(const Tensor<T>& x, const RopeTables<T>& rope, nn::KVCache<T>* cache) {
-  const Tensor<T> q = rotary_embedding(split_heads(q_proj->forward(x), heads_, head_dim_), rope.cos, rope.sin);
-  const Tensor<T> k = rotary_embedding(split_heads(k_proj->forward(x), kv_heads_, head_dim_), rope.cos, rope.sin);
+  const Tensor<T> q = rotary(split_heads(q_proj->forward(x), heads_, head_dim_), rope);
+  const Tensor<T> k = rotary(split_heads(k_proj->forward(x), kv_heads_, head_dim_), rope);
   const Tensor<T> v = split_heads(v_proj->forward(x), kv_heads_, head_dim_);
   if (cache != nullptr) return o_proj->forward(nn::scaled_dot_product_attention_cached(q, k, v, *cache, this));
   const Tensor<T> o = scaled_dot_product_attention(q, k, v, AttnMask<T>(), 0.0, /*is_causal=*/true, std::nullopt,
@@ -192,9 +204,12 @@ IndexArray LlamaForCausalLM<T>::generate(const IndexArray& input_ids, std::int64
   const bool was_training = this->is_training();
   this->eval();
   const std::size_t n = input_ids.shape(0), t0 = input_ids.shape(1);
-  const std::vector<std::int64_t>& eos =
-      config_.generation_config ? config_.generation_config->eos_token_id : config_.eos_token_id;
-  const std::int64_t pad = config_.pad_token_id.value_or(eos.empty() ? 0 : eos.front());
+  // As transformers' generate: the ids of generation_config.json when the folder has one, else
+  // config.json's; a finished sequence is padded with pad_token_id, else its first EOS.
+  const auto& generation = config_.generation_config;
+  const std::vector<std::int64_t>& eos = generation ? generation->eos_token_id : config_.eos_token_id;
+  const std::optional<std::int64_t> pad_token_id = generation ? generation->pad_token_id : config_.pad_token_id;
+  const std::int64_t pad = pad_token_id.value_or(eos.empty() ? 0 : eos.front());
   std::vector<std::vector<std::int64_t>> seqs(n);
   for (std::size_t i = 0; i < n; ++i) seqs[i].assign(&input_ids(i, 0), &input_ids(i, 0) + t0);
   std::vector<bool> done(n, false);

@@ -11,7 +11,9 @@
 //
 // attention(x): q = q_proj(x) (N, H, T, d), k = k_proj(x) and v = v_proj(x) (N, Hkv, T, d), RoPE on
 // q and k at positions 0..T-1, causal scaled_dot_product_attention with enable_gqa (query head j
-// reads KV head j / (H / Hkv)), heads side by side (N, T, H d).
+// reads KV head j / (H / Hkv)), heads side by side (N, T, H d). Where no gradient will be taken
+// (generation, inference under NoGradGuard) RoPE rotates q and k in place (rotary_embedding_, the
+// same bits), so the decode path makes no copy of them.
 //
 // models/hf_llama.hpp loads and saves the Hugging Face folders.
 #pragma once
@@ -116,8 +118,9 @@ class LlamaForCausalLM : public nn::Module<T> {
   Tensor<T> forward_cached(const IndexArray& input_ids, std::vector<nn::KVCache<T>>& caches);
   // Appends up to max_new_tokens tokens to input_ids (N, t), each drawn by sample_next_token from
   // the last position's logits, with the cache; stops early once every sequence has produced one
-  // of eos_token_ids (a finished sequence is padded with pad_token_id, else its EOS, as
-  // transformers' generate). Runs in eval mode without a graph.
+  // of the eos_token_id ids (a finished sequence is padded with pad_token_id, else the first EOS),
+  // both from generation_config.json when the folder had one, else from config.json, as
+  // transformers' generate. Runs in eval mode without a graph.
   IndexArray generate(const IndexArray& input_ids, std::int64_t max_new_tokens, const SamplingOptions& options,
                       Generator* generator = nullptr);
 

@@ -92,6 +92,11 @@ struct LlamaConfig {
   // The folder's dtype of each tensor ("F32", "BF16", "F16", "F64"), by state_dict key, as
   // load_hf_llama found them: save_hf_llama writes each tensor back in its dtype (empty: F32).
   std::map<std::string, std::string> weight_dtypes;
+  // The rotary `inv_freq` buffers older transformers (before 4.31) saved beside the weights
+  // ("model.layers.0.self_attn.rotary_emb.inv_freq", (rotary_dim() / 2) each), as load_hf_llama
+  // read them: the model computes its own from rope_theta and does not read these; save_hf_llama
+  // writes them back unchanged.
+  std::map<std::string, std::vector<double>> rotary_buffers;
 
   // Which projections have biases, by model_type (qwen2: q/k/v always, o_proj never).
   bool qkv_bias() const { return model_type == "qwen2" || (model_type == "llama" && attention_bias); }
@@ -114,7 +119,7 @@ struct LlamaConfig {
   nlohmann::json to_json() const;
 };
 
-// The model fields (not `source`, `generation_config` or `weight_dtypes`).
+// The model fields (not `source`, `generation_config`, `weight_dtypes` or `rotary_buffers`).
 bool operator==(const LlamaConfig& a, const LlamaConfig& b);
 inline bool operator!=(const LlamaConfig& a, const LlamaConfig& b) { return !(a == b); }
 
