@@ -13,6 +13,7 @@
 #include <xgrad/ops/broadcast.hpp>
 #include <xgrad/ops/op_scope.hpp>
 #include <xgrad/ops/ops.hpp>
+#include <xgrad/ops/silu_mul.hpp>
 #include <xgrad/ops/sum_to.hpp>
 #include <xgrad/backend/parallel.hpp>
 #include <xgrad/backend/parallel_loops.hpp>
@@ -82,6 +83,17 @@ T sigmoid(T x) {
   const T e = std::exp(x);
   return e / (1 + e);
 }
+
+// silu(x) = x s, s = sigmoid(x); its gradient g dy/dx = g s (1 + x (1 - s)), written once for
+// silu's and silu_mul's kernels (on scalars) and their formulas (on Tensors, create_graph).
+template <class T>
+T silu_value(T x) {
+  return x * sigmoid(x);
+}
+const auto silu_grad = [](auto g, auto x) {
+  const auto s = sigmoid(x);
+  return g * (s * (1 + x * (1 - s)));
+};
 
 // Both operands' gradients of a broadcasting binary op, under create_graph: da(dy), db(dy), each
 // summed back to its operand's shape.
@@ -311,14 +323,76 @@ Tensor<T> sigmoid(const Tensor<T>& a) {
 template <class T>
 Tensor<T> silu(const Tensor<T>& a) {
   const OpScope op(OpKind::silu);
-  // y = x s with s = sigmoid(x): dy/dx = s (1 + x (1 - s))
   return pointwise<T>(
-      op, a, kX, [](T x) { return x * sigmoid(x); },
-      [](auto g, auto x, auto) {
-        const auto s = sigmoid(x);
-        return g * (s * (1 + x * (1 - s)));
-      });
+      op, a, kX, [](T x) { return silu_value(x); }, [](auto g, auto x, auto) { return silu_grad(g, x); });
 }
+
+// ---- silu_mul: silu(gate) * up in one pass (silu_mul.hpp) ------------------------------------------
+
+namespace {
+
+// gate, up, y: (n), contiguous;  y = silu(gate) * up. Blocks over the pool (parallel_blocks).
+template <class T>
+void silu_mul_forward(const T* gate, const T* up, T* y, std::size_t n) {
+  detail::parallel_blocks(n, [&](std::size_t i0, std::size_t i1) {
+    for (std::size_t i = i0; i < i1; ++i) y[i] = silu_value(gate[i]) * up[i];
+  });
+}
+
+// dy, gate, up: (n);  y = silu(gate) * up  (the unfused ops' backward, mul's then silu's):
+//   d_gate = silu'(gate) (dy up)      d_up = dy silu(gate)
+// A null d_gate or d_up is not computed; d_up may be dy (in place). Blocks as the forward.
+template <class T>
+void silu_mul_backward(const T* dy, const T* gate, const T* up, T* d_gate, T* d_up, std::size_t n) {
+  detail::parallel_blocks(n, [&](std::size_t i0, std::size_t i1) {
+    for (std::size_t i = i0; i < i1; ++i) {
+      const T g = dy[i];
+      if (d_gate != nullptr) d_gate[i] = silu_grad(g * up[i], gate[i]);
+      if (d_up != nullptr) d_up[i] = g * silu_value(gate[i]);
+    }
+  });
+}
+
+// Both gradients as differentiable ops (create_graph), the same formulas as the kernel's.
+template <class T>
+std::vector<Tensor<T>> silu_mul_formula(const BackwardArgs<T>& args) {
+  std::vector<Tensor<T>> g(2);
+  if (args.needs(0)) g[0] = silu_grad(mul(args.grad(), args.input(1)), args.input(0));
+  if (args.needs(1)) g[1] = mul(args.grad(), silu(args.input(0)));
+  return g;
+}
+
+template <class T>
+void silu_mul_backward_node(Node<T>& out) {
+  const Array<T>& gate = out.input_value(0);
+  const Array<T>& up = out.input_value(1);
+  const bool need_gate = out.input_needs_grad(0), need_up = out.input_needs_grad(1);
+  Array<T> dy = std::move(out.grad);  // becomes d_up in place
+  Array<T> d_gate = need_gate ? empty_array<T>(gate.shape(), "silu_mul (backward)") : detail::no_array<T>();
+  silu_mul_backward<T>(dy.data(), gate.data(), up.data(), need_gate ? d_gate.data() : nullptr,
+                       need_up ? dy.data() : nullptr, dy.size());
+  if (need_gate) out.input(0).accumulate_grad(std::move(d_gate));
+  if (need_up) out.input(1).accumulate_grad(std::move(dy));
+}
+
+}  // namespace
+
+// gate, up: (*), the same shape -> (*). One pass over the pool's blocks each way. Saves gate and up,
+// as silu then mul would, but not silu(gate): one activation fewer.
+template <class T>
+Tensor<T> silu_mul(const Tensor<T>& gate, const Tensor<T>& up) {
+  const Shape shape = shape_of(gate.value());
+  XGRAD_CHECK(shape == shape_of(up.value()),
+              "silu_mul: gate and up must have the same shape (no broadcasting), got gate ", shape, " and up ",
+              shape_of(up.value()));
+  if (trace::active()) return mul(silu(gate), up);  // what an exporter knows
+  XGRAD_PROFILE_OP("silu_mul");
+  Array<T> y = empty_array<T>(shape, "silu_mul");
+  silu_mul_forward<T>(gate.value().data(), up.value().data(), y.data(), y.size());
+  return make_result<T>("silu_mul", std::move(y), {gate, up}, silu_mul_backward_node<T>, silu_mul_formula<T>);
+}
+template Tensor<float> silu_mul<float>(const Tensor<float>&, const Tensor<float>&);
+template Tensor<double> silu_mul<double>(const Tensor<double>&, const Tensor<double>&);
 
 template <class T>
 Tensor<T> relu(const Tensor<T>& a) {
