@@ -85,15 +85,10 @@ T sigmoid(T x) {
 }
 
 // silu(x) = x s, s = sigmoid(x); its gradient g dy/dx = g s (1 + x (1 - s)), written once for
-// silu's and silu_mul's kernels (on scalars) and their formulas (on Tensors, create_graph).
-template <class T>
-T silu_value(T x) {
-  return x * sigmoid(x);
-}
-const auto silu_grad = [](auto g, auto x) {
-  const auto s = sigmoid(x);
-  return g * (s * (1 + x * (1 - s)));
-};
+// silu's and silu_mul's kernels (on scalars) and their formulas (on Tensors, create_graph). Both
+// take s, so that silu_mul's backward, which needs both, exponentiates once.
+const auto silu_of = [](auto x, auto s) { return x * s; };
+const auto silu_grad = [](auto g, auto x, auto s) { return g * (s * (1 + x * (1 - s))); };
 
 // Both operands' gradients of a broadcasting binary op, under create_graph: da(dy), db(dy), each
 // summed back to its operand's shape.
@@ -324,7 +319,8 @@ template <class T>
 Tensor<T> silu(const Tensor<T>& a) {
   const OpScope op(OpKind::silu);
   return pointwise<T>(
-      op, a, kX, [](T x) { return silu_value(x); }, [](auto g, auto x, auto) { return silu_grad(g, x); });
+      op, a, kX, [](T x) { return silu_of(x, sigmoid(x)); },
+      [](auto g, auto x, auto) { return silu_grad(g, x, sigmoid(x)); });
 }
 
 // ---- silu_mul: silu(gate) * up in one pass (silu_mul.hpp) ------------------------------------------
@@ -335,7 +331,7 @@ namespace {
 template <class T>
 void silu_mul_forward(const T* gate, const T* up, T* y, std::size_t n) {
   detail::parallel_blocks(n, [&](std::size_t i0, std::size_t i1) {
-    for (std::size_t i = i0; i < i1; ++i) y[i] = silu_value(gate[i]) * up[i];
+    for (std::size_t i = i0; i < i1; ++i) y[i] = silu_of(gate[i], sigmoid(gate[i])) * up[i];
   });
 }
 
@@ -346,9 +342,9 @@ template <class T>
 void silu_mul_backward(const T* dy, const T* gate, const T* up, T* d_gate, T* d_up, std::size_t n) {
   detail::parallel_blocks(n, [&](std::size_t i0, std::size_t i1) {
     for (std::size_t i = i0; i < i1; ++i) {
-      const T g = dy[i];
-      if (d_gate != nullptr) d_gate[i] = silu_grad(g * up[i], gate[i]);
-      if (d_up != nullptr) d_up[i] = g * silu_value(gate[i]);
+      const T g = dy[i], x = gate[i], s = sigmoid(x);
+      if (d_gate != nullptr) d_gate[i] = silu_grad(g * up[i], x, s);
+      if (d_up != nullptr) d_up[i] = g * silu_of(x, s);
     }
   });
 }
@@ -357,7 +353,7 @@ void silu_mul_backward(const T* dy, const T* gate, const T* up, T* d_gate, T* d_
 template <class T>
 std::vector<Tensor<T>> silu_mul_formula(const BackwardArgs<T>& args) {
   std::vector<Tensor<T>> g(2);
-  if (args.needs(0)) g[0] = silu_grad(mul(args.grad(), args.input(1)), args.input(0));
+  if (args.needs(0)) g[0] = silu_grad(mul(args.grad(), args.input(1)), args.input(0), sigmoid(args.input(0)));
   if (args.needs(1)) g[1] = mul(args.grad(), silu(args.input(0)));
   return g;
 }
