@@ -90,6 +90,43 @@ T sigmoid(T x) {
 const auto silu_of = [](auto x, auto s) { return x * s; };
 const auto silu_grad = [](auto g, auto x, auto s) { return g * (s * (1 + x * (1 - s))); };
 
+// sigmoid over contiguous data in xsimd batches (xsimd's exp agrees with the C library's to about
+// 1 ulp): e = exp(-|x|), which never overflows, then s = 1 / (1 + e) for x >= 0 and e / (1 + e)
+// below. The last n % W elements go through one zero-padded batch, so an element's bits do not
+// depend on where it sits: silu and silu_mul, whatever their blocks, get the same s.
+template <class T>
+void sigmoid_simd(const T* x, T* s, std::size_t n) {
+  using B = detail::simd_batch<T>;
+  constexpr std::size_t W = B::size;
+  const auto f = [](const B& v) {
+    const B one(T(1)), e = xsimd::exp(-xsimd::abs(v));
+    return xsimd::select(v >= B(T(0)), one / (one + e), e / (one + e));
+  };
+  std::size_t i = 0;
+  for (; i + W <= n; i += W) f(B::load_unaligned(x + i)).store_unaligned(s + i);
+  if (i < n) {  // the tail, zero-padded to one batch
+    alignas(64) T xs[W] = {}, ys[W];
+    std::copy(x + i, x + n, xs);
+    f(B::load_aligned(xs)).store_aligned(ys);
+    std::copy(ys, ys + (n - i), s + i);
+  }
+}
+
+// f(i, s) for each i in [0, n) with s = sigmoid(x[i]) (sigmoid_simd): blocks over the pool
+// (parallel_blocks), each in chunks of 256 whose s lie on the stack.
+template <class T, class F>
+void with_sigmoid(const T* x, std::size_t n, const F& f) {
+  detail::parallel_blocks(n, [&](std::size_t i0, std::size_t i1) {
+    constexpr std::size_t kChunk = 256;
+    alignas(64) T s[kChunk];
+    for (std::size_t c = i0; c < i1; c += kChunk) {
+      const std::size_t len = std::min(kChunk, i1 - c);
+      sigmoid_simd(x + c, s, len);
+      for (std::size_t j = 0; j < len; ++j) f(c + j, s[j]);
+    }
+  });
+}
+
 // Both operands' gradients of a broadcasting binary op, under create_graph: da(dy), db(dy), each
 // summed back to its operand's shape.
 template <class T, class Da, class Db>
@@ -315,24 +352,37 @@ Tensor<T> sigmoid(const Tensor<T>& a) {
       op, a, kY, [](T x) { return sigmoid(x); }, [](auto g, auto, auto y) { return g * (y * (1 - y)); });
 }
 
+// x: (*) -> y: (*). Forward and backward one pass each over the pool's blocks, sigmoid in SIMD
+// batches (with_sigmoid), as silu_mul's. Saves x.
 template <class T>
 Tensor<T> silu(const Tensor<T>& a) {
   const OpScope op(OpKind::silu);
-  return pointwise<T>(
-      op, a, kX, [](T x) { return silu_of(x, sigmoid(x)); },
-      [](auto g, auto x, auto) { return silu_grad(g, x, sigmoid(x)); });
+  const T* px = a.value().data();
+  Array<T> y = empty_array<T>(a.value().shape(), op.name());
+  T* py = y.data();
+  with_sigmoid(px, y.size(), [&](std::size_t i, T s) { py[i] = silu_of(px[i], s); });
+  return op.result<T>(
+      std::move(y), {a},
+      [](Node<T>& out) {
+        const T* x = out.input_value(0).data();
+        Array<T> gx = std::move(out.grad);  // in place
+        T* g = gx.data();
+        with_sigmoid(x, gx.size(), [&](std::size_t i, T s) { g[i] = silu_grad(g[i], x[i], s); });
+        out.input(0).accumulate_grad(std::move(gx));
+      },
+      [](const BackwardArgs<T>& args) {
+        return std::vector<Tensor<T>>{silu_grad(args.grad(), args.input(0), sigmoid(args.input(0)))};
+      });
 }
 
 // ---- silu_mul: silu(gate) * up in one pass (silu_mul.hpp) ------------------------------------------
 
 namespace {
 
-// gate, up, y: (n), contiguous;  y = silu(gate) * up. Blocks over the pool (parallel_blocks).
+// gate, up, y: (n), contiguous;  y = silu(gate) * up. Blocks over the pool (with_sigmoid).
 template <class T>
 void silu_mul_forward(const T* gate, const T* up, T* y, std::size_t n) {
-  detail::parallel_blocks(n, [&](std::size_t i0, std::size_t i1) {
-    for (std::size_t i = i0; i < i1; ++i) y[i] = silu_of(gate[i], sigmoid(gate[i])) * up[i];
-  });
+  with_sigmoid(gate, n, [&](std::size_t i, T s) { y[i] = silu_of(gate[i], s) * up[i]; });
 }
 
 // dy, gate, up: (n);  y = silu(gate) * up  (the unfused ops' backward, mul's then silu's):
@@ -340,12 +390,10 @@ void silu_mul_forward(const T* gate, const T* up, T* y, std::size_t n) {
 // A null d_gate or d_up is not computed; d_up may be dy (in place). Blocks as the forward.
 template <class T>
 void silu_mul_backward(const T* dy, const T* gate, const T* up, T* d_gate, T* d_up, std::size_t n) {
-  detail::parallel_blocks(n, [&](std::size_t i0, std::size_t i1) {
-    for (std::size_t i = i0; i < i1; ++i) {
-      const T g = dy[i], x = gate[i], s = sigmoid(x);
-      if (d_gate != nullptr) d_gate[i] = silu_grad(g * up[i], x, s);
-      if (d_up != nullptr) d_up[i] = g * silu_of(x, s);
-    }
+  with_sigmoid(gate, n, [&](std::size_t i, T s) {
+    const T g = dy[i];
+    if (d_gate != nullptr) d_gate[i] = silu_grad(g * up[i], gate[i], s);
+    if (d_up != nullptr) d_up[i] = g * silu_of(gate[i], s);
   });
 }
 
