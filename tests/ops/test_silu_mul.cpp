@@ -2,8 +2,10 @@
 // gradients bit for bit, float and double, at 1, 2 and 3 threads, for sizes with SIMD tails and one
 // that splits over the pool, with values around 0 and large of either sign, for each set of operands
 // that need grad; the first-order gradients under create_graph, gradgradcheck through its formula,
-// PyTorch's values (tests/fixtures/silu_mul_*.json), the unfused recording under a trace, and the
-// refusal of a shape mismatch.
+// PyTorch's values (tests/fixtures/silu_mul_*.json), silu's SIMD sigmoid against the formula, the
+// unfused recording under a trace, and the refusal of a shape mismatch.
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -133,6 +135,29 @@ TEST(SiluMul, RecordsSiluThenMulUnderATrace) {
   EXPECT_EQ(recorder.ops()[0].type, "silu");
   EXPECT_EQ(recorder.ops()[1].type, "mul");
   EXPECT_EQ(max_abs_diff(want.value(), got.value()), 0.0);
+}
+
+// silu's sigmoid comes from SIMD batches (with silu_mul's): its float values and gradient are
+// within a few ulps of the formula in double, from -100 to 100 (1,001 values: a SIMD tail), and
+// silu(-inf) is NaN and silu(inf) inf, as x / (1 + exp(-x)) in PyTorch.
+TEST(SiluMul, SilusSimdSigmoidMatchesTheFormula) {
+  const std::size_t n = 1001;
+  Array<float> x = empty_array<float>({n}, "test");
+  for (std::size_t i = 0; i < n; ++i) x.data()[i] = -100.0f + 0.2f * static_cast<float>(i);
+  const Tensor<float> t(x, true);
+  const Tensor<float> y = silu(t);
+  y.backward(ones<float>({n}));
+  for (std::size_t i = 0; i < n; ++i) {
+    const double v = x.data()[i], s = 1 / (1 + std::exp(-v));
+    const double want_y = v * s, want_d = s * (1 + v * (1 - s));
+    EXPECT_NEAR(y.value().data()[i], want_y, 1e-6 * std::max(1.0, std::abs(want_y))) << "x = " << v;
+    EXPECT_NEAR(t.grad().data()[i], want_d, 1e-6 * std::max(1.0, std::abs(want_d))) << "x = " << v;
+  }
+  const float inf = std::numeric_limits<float>::infinity();
+  const Array<float> ends = silu(Tensor<float>(Array<float>{-inf, inf, 0.0f})).value();
+  EXPECT_TRUE(std::isnan(ends(0)));
+  EXPECT_EQ(ends(1), inf);
+  EXPECT_EQ(ends(2), 0.0f);
 }
 
 TEST(SiluMul, RefusesShapesThatDifferNamingBoth) {
