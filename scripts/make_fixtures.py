@@ -7,6 +7,7 @@ case seeds torch itself and runs on one thread. Format: tests/fixtures/README.md
 
 Cases:
   rms_norm_{float64,float32}  F.rms_norm by its formula: outputs, input and weight gradients
+  silu_mul_{float64,float32}  F.silu(gate) * up (the Llama MLP's activation): output, gradients
   nn_*_{float64,float32}  the nn modules: parameters, input, output, MSE loss to a
                           target, gradients of the input and of every parameter (by state_dict key)
   optim_{mlp,encoder}_*   parameters after each of 5 optimizer steps (float64)
@@ -122,6 +123,26 @@ def rms_norm_cases():
         config = {"op": "rms_norm", "formula": "x * rsqrt(mean(x^2 over normalized_shape) + eps) * weight",
                   "cases": cases, "backward": "of the output against grad_output"}
         write_case(f"rms_norm_{dtype_name}", dtype_name, config, out)
+
+
+def silu_mul_cases():
+    """silu_mul_{float64,float32}: F.silu(gate) * up and the gradients of gate and up for a random
+    upstream gradient; gate has 0 of both signs, values near 0 and large ones of either sign."""
+    torch.manual_seed(131)
+    gate = 4.0 * torch.randn(3, 37)
+    specials = [0.0, -0.0, 1e-6, -1e-6, 0.5, -0.5, 20.0, -20.0, 90.0, -90.0]
+    gate.view(-1)[:len(specials)] = torch.tensor(specials)
+    inputs32 = {"gate": gate, "up": torch.randn(3, 37), "grad_output": torch.randn(3, 37)}
+    for dtype_name, dtype in DTYPES.items():
+        tensors = {k: t.to(dtype) for k, t in inputs32.items()}
+        g = tensors["gate"].clone().requires_grad_(True)
+        u = tensors["up"].clone().requires_grad_(True)
+        y = F.silu(g) * u
+        y.backward(tensors["grad_output"])
+        out = dict(tensors, output=y, **{"grad.gate": g.grad, "grad.up": u.grad})
+        config = {"op": "silu_mul", "formula": "F.silu(gate) * up",
+                  "backward": "of the output against grad_output"}
+        write_case(f"silu_mul_{dtype_name}", dtype_name, config, out)
 
 
 # ---- nn cases --------------------------------------------------------------------------------
@@ -928,6 +949,7 @@ def main():
     loader_case()
     nn_cases()
     rms_norm_cases()
+    silu_mul_cases()
     optim_cases()
     schedule_cases()
     clip_cases()

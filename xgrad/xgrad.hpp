@@ -17,6 +17,7 @@
 #include <xgrad/core/profiler.hpp>
 #include <xgrad/core/tensor.hpp>
 #include <xgrad/ops/ops.hpp>
+#include <xgrad/ops/silu_mul.hpp>
 #include <xgrad/ops/sum_to.hpp>
 #include <xgrad/models/sampling.hpp>
 #include <xgrad/nn/nn.hpp>

@@ -2,6 +2,7 @@
 #include "registry.hpp"
 
 #include <xgrad/ops/ops.hpp>
+#include <xgrad/ops/silu_mul.hpp>
 
 // Finite-difference checks of its ops (see registry.hpp).
 XGRAD_GRADCHECKS(ops_elementwise) {
@@ -30,6 +31,12 @@ XGRAD_GRADCHECKS(ops_elementwise) {
       unary("tanh", "tanh(x)", [](const T64& a) { return xgrad::tanh(a); }),
       unary("sigmoid", "sigmoid(x)", [](const T64& a) { return xgrad::sigmoid(a); }),
       unary("silu", "silu(x)", [](const T64& a) { return xgrad::silu(a); }),
+      {"silu_mul", "silu_mul(gate (B, L, F), up (B, L, F))",
+       [](const Inputs& in, const SampleInput&) { return xgrad::silu_mul(in[0], in[1]); },
+       [](const Sizes& s) {
+         Maker make(s.seed);
+         return SampleInput{{make({s.B, s.L, s.F}), make({s.B, s.L, s.F})}};
+       }},
       unary(
           "relu", "relu(x), |x| > 0.1", [](const T64& a) { return xgrad::relu(a); }, Values::away_from_zero),
       unary("gelu", "gelu(x)", [](const T64& a) { return xgrad::gelu(a); }),

@@ -3,8 +3,8 @@
 // transformers' modeling_llama.py: see the README there): the logits of two inputs within 1e-5 in
 // float and 1e-10 in double, the 30 greedy tokens with the KV cache, the cached forward equal to the
 // full one, without the cache on both attention paths, save and reload bit for bit (the weights
-// file byte for byte), a tied model, refusals naming the tensor, and a
-// double-precision gradcheck of a tiny random model's parameters.
+// file byte for byte), a tied model, refusals naming the tensor, a
+// double-precision gradcheck of a tiny random model's parameters, and the MLP's fused silu_mul.
 #include "llama_fixture.hpp"
 #include "serialize_util.hpp"
 
@@ -20,6 +20,7 @@
 #include <xgrad/backend/allocator.hpp>
 #include <xgrad/core/gradcheck.hpp>
 #include <xgrad/core/grad_mode.hpp>
+#include <xgrad/core/profiler.hpp>
 #include <xgrad/models/hf_llama.hpp>
 #include <xgrad/models/llama.hpp>
 #include <xgrad/serialize/safetensors.hpp>
@@ -300,4 +301,35 @@ TEST(Llama, GenerationStopsAtAnyEosIdAndPadsWithGenerationConfigsPad) {
   const IndexArray by_config = generate_two([&](json& c) { c["eos_token_id"] = first[2]; }, json(), 30);
   EXPECT_EQ(new_tokens(by_config, 0), stopped(first, {first[2]}, first[2], by_config.shape(1) - 6));
   EXPECT_EQ(new_tokens(by_config, 1), stopped(second, {first[2]}, first[2], by_config.shape(1) - 6));
+}
+
+// The MLP runs silu(gate) * up as the one op silu_mul (no silu of its own in a profile), with the
+// bits of the unfused down(silu(gate(x)) * up(x)): output, input and every parameter's gradient.
+TEST(Llama, MlpFusesSiluAndTheProductWithTheUnfusedBits) {
+  models::LlamaMLP<float> mlp(tiny_config());
+  const auto run = [&](bool fused) {
+    mlp.zero_grad();
+    const Tensor<float> x = random_leaf<float>({2, 5, 8}, 1);
+    const Tensor<float> y =
+        fused ? mlp.forward(x) : mlp.down_proj->forward(silu(mlp.gate_proj->forward(x)) * mlp.up_proj->forward(x));
+    Generator g(2);
+    y.backward(randn<float>(y.shape(), g, false));
+    std::vector<Array<float>> out{y.value(), x.grad()};
+    for (const auto& p : mlp.parameters()) out.push_back(p.grad());
+    return out;
+  };
+  const auto want = run(false);
+  profiler::Profile profile;
+  const auto got = run(true);
+  profile.stop();
+  ASSERT_EQ(want.size(), got.size());
+  for (std::size_t i = 0; i < want.size(); ++i) EXPECT_EQ(max_abs_diff(want[i], got[i]), 0.0) << "array " << i;
+  const auto count = [&](const std::string& name) {
+    return std::count_if(profile.events().begin(), profile.events().end(),
+                         [&](const profiler::Event& e) { return e.name == name; });
+  };
+  EXPECT_EQ(count("silu_mul"), 1);
+  EXPECT_EQ(count("SiluMulBackward"), 1);
+  EXPECT_EQ(count("silu"), 0);
+  EXPECT_EQ(count("SiluBackward"), 0);
 }

@@ -10,6 +10,7 @@
 #include <xgrad/core/trace.hpp>
 #include <xgrad/nn/init.hpp>
 #include <xgrad/ops/ops.hpp>
+#include <xgrad/ops/silu_mul.hpp>
 
 namespace xgrad::models {
 
@@ -90,7 +91,7 @@ LlamaMLP<T>::LlamaMLP(const LlamaConfig& c) : nn::Module<T>("LlamaMLP") {
 
 template <class T>
 Tensor<T> LlamaMLP<T>::forward(const Tensor<T>& x) {
-  return down_proj->forward(silu(gate_proj->forward(x)) * up_proj->forward(x));
+  return down_proj->forward(silu_mul(gate_proj->forward(x), up_proj->forward(x)));
 }
 
 template <class T>

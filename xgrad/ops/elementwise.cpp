@@ -13,6 +13,7 @@
 #include <xgrad/ops/broadcast.hpp>
 #include <xgrad/ops/op_scope.hpp>
 #include <xgrad/ops/ops.hpp>
+#include <xgrad/ops/silu_mul.hpp>
 #include <xgrad/ops/sum_to.hpp>
 #include <xgrad/backend/parallel.hpp>
 #include <xgrad/backend/parallel_loops.hpp>
@@ -81,6 +82,49 @@ T sigmoid(T x) {
   if (x >= 0) return 1 / (1 + std::exp(-x));
   const T e = std::exp(x);
   return e / (1 + e);
+}
+
+// silu(x) = x s, s = sigmoid(x); its gradient g dy/dx = g s (1 + x (1 - s)), written once for
+// silu's and silu_mul's kernels (on scalars) and their formulas (on Tensors, create_graph). Both
+// take s, so that silu_mul's backward, which needs both, exponentiates once.
+const auto silu_of = [](auto x, auto s) { return x * s; };
+const auto silu_grad = [](auto g, auto x, auto s) { return g * (s * (1 + x * (1 - s))); };
+
+// sigmoid over contiguous data in xsimd batches (xsimd's exp agrees with the C library's to about
+// 1 ulp): e = exp(-|x|), which never overflows, then s = 1 / (1 + e) for x >= 0 and e / (1 + e)
+// below. The last n % W elements go through one zero-padded batch, so an element's bits do not
+// depend on where it sits: silu and silu_mul, whatever their blocks, get the same s.
+template <class T>
+void sigmoid_simd(const T* x, T* s, std::size_t n) {
+  using B = detail::simd_batch<T>;
+  constexpr std::size_t W = B::size;
+  const auto f = [](const B& v) {
+    const B one(T(1)), e = xsimd::exp(-xsimd::abs(v));
+    return xsimd::select(v >= B(T(0)), one / (one + e), e / (one + e));
+  };
+  std::size_t i = 0;
+  for (; i + W <= n; i += W) f(B::load_unaligned(x + i)).store_unaligned(s + i);
+  if (i < n) {  // the tail, zero-padded to one batch
+    alignas(64) T xs[W] = {}, ys[W];
+    std::copy(x + i, x + n, xs);
+    f(B::load_aligned(xs)).store_aligned(ys);
+    std::copy(ys, ys + (n - i), s + i);
+  }
+}
+
+// f(i, s) for each i in [0, n) with s = sigmoid(x[i]) (sigmoid_simd): blocks over the pool
+// (parallel_blocks), each in chunks of 256 whose s lie on the stack.
+template <class T, class F>
+void with_sigmoid(const T* x, std::size_t n, const F& f) {
+  detail::parallel_blocks(n, [&](std::size_t i0, std::size_t i1) {
+    constexpr std::size_t kChunk = 256;
+    alignas(64) T s[kChunk];
+    for (std::size_t c = i0; c < i1; c += kChunk) {
+      const std::size_t len = std::min(kChunk, i1 - c);
+      sigmoid_simd(x + c, s, len);
+      for (std::size_t j = 0; j < len; ++j) f(c + j, s[j]);
+    }
+  });
 }
 
 // Both operands' gradients of a broadcasting binary op, under create_graph: da(dy), db(dy), each
@@ -308,17 +352,91 @@ Tensor<T> sigmoid(const Tensor<T>& a) {
       op, a, kY, [](T x) { return sigmoid(x); }, [](auto g, auto, auto y) { return g * (y * (1 - y)); });
 }
 
+// x: (*) -> y: (*). Forward and backward one pass each over the pool's blocks, sigmoid in SIMD
+// batches (with_sigmoid), as silu_mul's. Saves x.
 template <class T>
 Tensor<T> silu(const Tensor<T>& a) {
   const OpScope op(OpKind::silu);
-  // y = x s with s = sigmoid(x): dy/dx = s (1 + x (1 - s))
-  return pointwise<T>(
-      op, a, kX, [](T x) { return x * sigmoid(x); },
-      [](auto g, auto x, auto) {
-        const auto s = sigmoid(x);
-        return g * (s * (1 + x * (1 - s)));
+  const T* px = a.value().data();
+  Array<T> y = empty_array<T>(a.value().shape(), op.name());
+  T* py = y.data();
+  with_sigmoid(px, y.size(), [&](std::size_t i, T s) { py[i] = silu_of(px[i], s); });
+  return op.result<T>(
+      std::move(y), {a},
+      [](Node<T>& out) {
+        const T* x = out.input_value(0).data();
+        Array<T> gx = std::move(out.grad);  // in place
+        T* g = gx.data();
+        with_sigmoid(x, gx.size(), [&](std::size_t i, T s) { g[i] = silu_grad(g[i], x[i], s); });
+        out.input(0).accumulate_grad(std::move(gx));
+      },
+      [](const BackwardArgs<T>& args) {
+        return std::vector<Tensor<T>>{silu_grad(args.grad(), args.input(0), sigmoid(args.input(0)))};
       });
 }
+
+// ---- silu_mul: silu(gate) * up in one pass (silu_mul.hpp) ------------------------------------------
+
+namespace {
+
+// gate, up, y: (n), contiguous;  y = silu(gate) * up. Blocks over the pool (with_sigmoid).
+template <class T>
+void silu_mul_forward(const T* gate, const T* up, T* y, std::size_t n) {
+  with_sigmoid(gate, n, [&](std::size_t i, T s) { y[i] = silu_of(gate[i], s) * up[i]; });
+}
+
+// dy, gate, up: (n);  y = silu(gate) * up  (the unfused ops' backward, mul's then silu's):
+//   d_gate = silu'(gate) (dy up)      d_up = dy silu(gate)
+// A null d_gate or d_up is not computed; d_up may be dy (in place). Blocks as the forward.
+template <class T>
+void silu_mul_backward(const T* dy, const T* gate, const T* up, T* d_gate, T* d_up, std::size_t n) {
+  with_sigmoid(gate, n, [&](std::size_t i, T s) {
+    const T g = dy[i];
+    if (d_gate != nullptr) d_gate[i] = silu_grad(g * up[i], gate[i], s);
+    if (d_up != nullptr) d_up[i] = g * silu_of(gate[i], s);
+  });
+}
+
+// Both gradients as differentiable ops (create_graph), the same formulas as the kernel's.
+template <class T>
+std::vector<Tensor<T>> silu_mul_formula(const BackwardArgs<T>& args) {
+  std::vector<Tensor<T>> g(2);
+  if (args.needs(0)) g[0] = silu_grad(mul(args.grad(), args.input(1)), args.input(0), sigmoid(args.input(0)));
+  if (args.needs(1)) g[1] = mul(args.grad(), silu(args.input(0)));
+  return g;
+}
+
+template <class T>
+void silu_mul_backward_node(Node<T>& out) {
+  const Array<T>& gate = out.input_value(0);
+  const Array<T>& up = out.input_value(1);
+  const bool need_gate = out.input_needs_grad(0), need_up = out.input_needs_grad(1);
+  Array<T> dy = std::move(out.grad);  // becomes d_up in place
+  Array<T> d_gate = need_gate ? empty_array<T>(gate.shape(), "silu_mul (backward)") : detail::no_array<T>();
+  silu_mul_backward<T>(dy.data(), gate.data(), up.data(), need_gate ? d_gate.data() : nullptr,
+                       need_up ? dy.data() : nullptr, dy.size());
+  if (need_gate) out.input(0).accumulate_grad(std::move(d_gate));
+  if (need_up) out.input(1).accumulate_grad(std::move(dy));
+}
+
+}  // namespace
+
+// gate, up: (*), the same shape -> (*). One pass over the pool's blocks each way. Saves gate and up,
+// as silu then mul would, but not silu(gate): one activation fewer.
+template <class T>
+Tensor<T> silu_mul(const Tensor<T>& gate, const Tensor<T>& up) {
+  const Shape shape = shape_of(gate.value());
+  XGRAD_CHECK(shape == shape_of(up.value()),
+              "silu_mul: gate and up must have the same shape (no broadcasting), got gate ", shape, " and up ",
+              shape_of(up.value()));
+  if (trace::active()) return mul(silu(gate), up);  // what an exporter knows
+  XGRAD_PROFILE_OP("silu_mul");
+  Array<T> y = empty_array<T>(shape, "silu_mul");
+  silu_mul_forward<T>(gate.value().data(), up.value().data(), y.data(), y.size());
+  return make_result<T>("silu_mul", std::move(y), {gate, up}, silu_mul_backward_node<T>, silu_mul_formula<T>);
+}
+template Tensor<float> silu_mul<float>(const Tensor<float>&, const Tensor<float>&);
+template Tensor<double> silu_mul<double>(const Tensor<double>&, const Tensor<double>&);
 
 template <class T>
 Tensor<T> relu(const Tensor<T>& a) {
