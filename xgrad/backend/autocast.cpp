@@ -46,20 +46,18 @@ struct FrozenCasts {
   std::mutex mutex;
   std::unordered_map<const void*, CachedCast> entries;
   std::size_t bytes = 0;
-  std::atomic<std::size_t> size{0};  // entries.size(), read without the lock by ~Node's fast path
-
-  void erase(std::unordered_map<const void*, CachedCast>::iterator it) {
-    bytes -= bytes_of(it->second.bits);
-    entries.erase(it);
-    size.store(entries.size(), std::memory_order_relaxed);
-  }
 };
+// entries.size(), written under the lock and read without it by ~Node's fast path: constant
+// initialized, so that a node dying before any cast (or after this file's statics) finds 0 and
+// neither allocates nor touches the cache.
+std::atomic<std::size_t> frozen_count{0};
 // Never destroyed: a tensor in a static object may die after this file's statics, and its ~Node
 // still looks here (the pointer stays reachable, so it is no leak to LeakSanitizer).
 FrozenCasts& frozen_casts() {
   static FrozenCasts* casts = new FrozenCasts;
   return *casts;
 }
+void count_frozen(const FrozenCasts& frozen) { frozen_count.store(frozen.entries.size(), std::memory_order_relaxed); }
 
 }  // namespace
 
@@ -74,7 +72,7 @@ void clear_autocast_cache() {
   const std::lock_guard<std::mutex> lock(frozen.mutex);
   frozen.entries.clear();
   frozen.bytes = 0;
-  frozen.size.store(0, std::memory_order_relaxed);
+  count_frozen(frozen);
 }
 
 std::size_t autocast_frozen_cache_bytes() {
@@ -128,16 +126,19 @@ Bf16Matrix autocast_frozen_bf16(const std::shared_ptr<const void>& owner, std::u
   frozen.bytes += bytes_of(bits);
   frozen.bytes -= bytes_of(entry.bits);  // a new version replaces the old cast (or an empty entry)
   entry = CachedCast{owner, version, src, bits};
-  frozen.size.store(frozen.entries.size(), std::memory_order_relaxed);
+  count_frozen(frozen);
   return bits;
 }
 
 void autocast_forget(const void* node) noexcept {
+  if (frozen_count.load(std::memory_order_relaxed) == 0) return;  // the common case: nothing frozen cached
   FrozenCasts& frozen = frozen_casts();
-  if (frozen.size.load(std::memory_order_relaxed) == 0) return;  // the common case: nothing frozen cached
   const std::lock_guard<std::mutex> lock(frozen.mutex);
   const auto it = frozen.entries.find(node);
-  if (it != frozen.entries.end()) frozen.erase(it);
+  if (it == frozen.entries.end()) return;
+  frozen.bytes -= bytes_of(it->second.bits);
+  frozen.entries.erase(it);
+  count_frozen(frozen);
 }
 
 std::size_t autocast_cache_size() { return cached_casts.size(); }
