@@ -10,6 +10,7 @@
 //   bench_llama --shape smollm2-135m --L 1024 --layers 4 --generate 0 --profile llama.json   (the last step)
 //   bench_llama --shape smollm2-135m --L 1024 --gradient-checkpointing   # each layer recomputed
 //   bench_llama --shape smollm2-135m --L 1024 --lora 16 --lora-targets all-linear   # LoRA, the rest frozen
+//   bench_llama --shape smollm2-135m --L 256 --layers 4 --lora 16 --bf16   # forward and loss under AutocastGuard
 //
 // Shapes (config.json's of the published models): smollm2-135m (30 layers, hidden 576, 9 heads, 3
 // KV heads, intermediate 1536, vocab 49152, tied, rope_theta 100000), llama-3.2-1b (16 layers,
@@ -41,7 +42,7 @@ struct Options {
   std::string profile;  // --profile: the Chrome trace of the last step
   std::int64_t L = 1024, generate = 32;
   int threads = 2, steps = 2, layers = 0;
-  bool no_optimizer = false, gradient_checkpointing = false;
+  bool no_optimizer = false, gradient_checkpointing = false, bf16 = false;
   int lora = 0;  // rank; 0: every weight trains
   std::vector<std::string> lora_targets = {"all-linear"};
 };
@@ -88,6 +89,9 @@ Options parse(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--lora-targets", o.lora_targets, "module names (q_proj v_proj ...) or all-linear")
       ->capture_default_str();
+  app.add_flag("--bf16", o.bf16,
+               "each step's forward and loss under xgrad::AutocastGuard (bf16 gemms, fp32 accumulation), "
+               "as bench_train_step --bf16; the backward follows the forward");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -142,7 +146,11 @@ int main(int argc, char** argv) {
     if (!o.profile.empty() && r + 1 == o.steps) profile = std::make_unique<xgrad::profiler::Profile>();
     t0 = std::chrono::steady_clock::now();
     optimizer.zero_grad(true);
-    xgrad::Tensor<float> l = xgrad::cross_entropy(xgrad::reshape(model.forward(x), {-1, config.vocab_size}), y);
+    xgrad::Tensor<float> l;
+    {
+      const xgrad::AutocastGuard autocast(o.bf16);  // the backward follows the forward's choice
+      l = xgrad::cross_entropy(xgrad::reshape(model.forward(x), {-1, config.vocab_size}), y);
+    }
     l.backward();
     if (!o.no_optimizer) optimizer.step();
     times.push_back(seconds_since(t0));
@@ -165,11 +173,11 @@ int main(int argc, char** argv) {
   for (double t : times) list += (list.empty() ? "" : ",") + std::to_string(t);
   std::printf(
       "{\"shape\":\"%s\",\"layers\":%lld,\"params\":%zu,\"lora\":%d,\"trainable\":%zu,\"L\":%lld,"
-      "\"threads\":%d,\"optimizer\":%s,\"gradient_checkpointing\":%s,\"build_s\":%.3f,"
+      "\"threads\":%d,\"precision\":\"%s\",\"optimizer\":%s,\"gradient_checkpointing\":%s,\"build_s\":%.3f,"
       "\"step_times_s\":[%s],\"median_step_s\":%.6g,\"loss\":%.4f,\"generated\":%lld,\"tokens_per_s\":%.3f,"
       "\"rss_built_mib\":%.1f,\"peak_rss_training_mib\":%.1f,\"peak_rss_mib\":%.1f}\n",
       o.shape.c_str(), static_cast<long long>(config.num_hidden_layers), n_params, o.lora, n_trainable,
-      static_cast<long long>(o.L), o.threads, o.no_optimizer ? "false" : "true",
+      static_cast<long long>(o.L), o.threads, o.bf16 ? "bf16" : "fp32", o.no_optimizer ? "false" : "true",
       o.gradient_checkpointing ? "true" : "false", build_s, list.c_str(), times.empty() ? 0.0 : steady_median(times),
       loss, static_cast<long long>(o.generate), generate_s > 0 ? double(o.generate) / generate_s : 0.0, rss_built,
       rss_trained, peak_rss_mib());

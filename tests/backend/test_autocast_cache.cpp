@@ -123,7 +123,8 @@ TEST(AutocastCache, AVersionBumpMakesTheNextForwardCastAgain) {
 // Per step, each weight is cast once however many times it is used, x and the upstream gradients
 // once per use; with the cache off, the weight once per use too. A Linear applied three times:
 // 3 casts of activations + 3 of gradients + 1 of W per step (9 without the cache). A frozen weight
-// (requires_grad false) is not cached, as in torch.
+// (requires_grad false), which torch casts at every use, is cast once for the run (the frozen-weight
+// cache, test_autocast_frozen_cache.cpp).
 TEST(AutocastCache, OneCastPerWeightPerStep) {
   if (!packed(64, 64, 64)) GTEST_SKIP() << "linear casts per gemm here: " << autocast_gemm_path();
   manual_seed(4);
@@ -150,8 +151,9 @@ TEST(AutocastCache, OneCastPerWeightPerStep) {
     AutocastGuard guard;  // one guard around both steps: still once per version of W
     EXPECT_EQ(steps(true, 2), 2u * 7u);
   }
-  lin.weight.requires_grad_(false);  // 3 casts of W; the first linear's backward then casts no gradient
-  EXPECT_EQ(steps(true, 1), 3u + 3u + 2u);
+  lin.weight.requires_grad_(false);                // the first linear's backward then casts no gradient
+  EXPECT_EQ(steps(false, 1), 3u + 3u + 2u);        // 3 casts of W without the cache
+  EXPECT_EQ(steps(true, 2), 1u + 2u * (3u + 2u));  // 1 for both steps with it
 }
 
 TEST(AutocastCache, TheOutermostGuardEmptiesIt) {

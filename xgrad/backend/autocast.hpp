@@ -29,6 +29,16 @@
 // guard, with set_autocast_enabled alone, nothing is cached). It serves linear's operands where
 // they are cast once for its three gemms (oneDNN's bf16 matmul); matmul, attention and the
 // portable path round their operands per gemm.
+//
+// The frozen-weight cache (beyond torch, which casts a frozen weight at every use): linear's weight
+// when it is a leaf that does not require grad (a frozen weight: LoRA's base model, a model being
+// evaluated or generating) is cast once per version and the copy kept across guards, steps and
+// threads for as long as the tensor lives: its node's destructor drops it, and a version change
+// (merge_lora, load_state_dict, nn::init, any mutable_value()) makes the next use cast again. The
+// bytes it holds (half the float32 size of each frozen weight cast so far) are
+// autocast_frozen_cache_bytes(). clear_autocast_cache() empties it too (every thread's entries);
+// set_autocast_cache_enabled(false) (or AutocastGuard(true, false)) bypasses it on this thread,
+// keeping what it holds; the guard's end leaves it.
 #pragma once
 
 #include <cstddef>
@@ -47,8 +57,11 @@ void set_autocast_enabled(bool enabled);
 // autocast reuses the casts of weights (the cast cache, above; on by default).
 bool is_autocast_cache_enabled();
 void set_autocast_cache_enabled(bool enabled);
-// torch.clear_autocast_cache(): drops this thread's cached casts (the outermost guard's end does).
+// torch.clear_autocast_cache(): drops this thread's cached casts (the outermost guard's end does)
+// and every cast of the frozen-weight cache (above), which only this or the weights' deaths empty.
 void clear_autocast_cache();
+// The bytes of bf16 copies the frozen-weight cache holds now (all threads').
+std::size_t autocast_frozen_cache_bytes();
 
 // torch.autocast(device_type="cpu", dtype=torch.bfloat16, enabled=..., cache_enabled=...): sets
 // this thread's state for its lifetime and restores the previous one; nests (AutocastGuard(false)
@@ -86,8 +99,17 @@ struct Bf16Matrix;  // bf16.hpp
 // version, src and shape returns the same bits. Otherwise, and when the cache is off, a new cast.
 Bf16Matrix autocast_cached_bf16(const std::shared_ptr<const void>& owner, std::uint64_t version, const float* src,
                                 std::size_t rows, std::size_t cols);
-// The number of casts this thread's cache holds (for tests).
+// The frozen-weight cache (above): owner (a leaf that does not require grad, held weakly) at
+// version cast once and kept until owner dies, its version changes or clear_autocast_cache();
+// inside a guard or not. A new cast when the cache is off on this thread.
+Bf16Matrix autocast_frozen_bf16(const std::shared_ptr<const void>& owner, std::uint64_t version, const float* src,
+                                std::size_t rows, std::size_t cols);
+// Drops node's frozen cast, if any: ~Node<float> calls it (a lock-free check when none is held).
+void autocast_forget(const void* node) noexcept;
+
+// The number of casts this thread's cache holds, and the frozen-weight cache (for tests).
 std::size_t autocast_cache_size();
+std::size_t autocast_frozen_cache_size();
 
 }  // namespace detail
 }  // namespace xgrad

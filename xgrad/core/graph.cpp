@@ -4,8 +4,10 @@
 // the in-place check's message, and accumulate_grad, the one place where gradients meet.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <utility>
 
+#include <xgrad/backend/autocast.hpp>
 #include <xgrad/backend/parallel_loops.hpp>
 #include <xgrad/core/engine_access.hpp>
 #include <xgrad/core/grad_mode.hpp>
@@ -19,6 +21,8 @@ namespace xgrad {
 
 template <class T>
 Node<T>::~Node() {
+  // autocast's frozen-weight cache keeps a float leaf's bf16 copy while the leaf lives, no longer.
+  if constexpr (std::is_same_v<T, float>) detail::autocast_forget(this);
   detail::recycle(value, /*reset=*/false);
   detail::recycle(grad, /*reset=*/false);
   // Take apart the nodes below that this one holds the last reference to, iteratively instead of

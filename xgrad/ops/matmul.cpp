@@ -212,10 +212,13 @@ void linear_gemm(bool bf16, bool packed, bool trans_a, bool trans_b, std::size_t
 }
 
 // t's value as a dense (rows, cols) bf16 matrix: a leaf that requires grad (a weight) through
-// autocast's cast cache, once per version of it (autocast.hpp), anything else cast now.
-detail::Bf16Matrix cast_bf16(const Tensor<float>& t, std::size_t rows, std::size_t cols) {
+// autocast's cast cache, once per version of it (autocast.hpp); linear's weight when it is a leaf
+// that does not require grad (frozen) through the frozen-weight cache, once per version for as long
+// as it lives; anything else cast now (a leaf input without grad is data, not cached).
+detail::Bf16Matrix cast_bf16(const Tensor<float>& t, std::size_t rows, std::size_t cols, bool weight) {
   const float* src = t.value().data();
   if (t.is_leaf() && t.requires_grad()) return detail::autocast_cached_bf16(t.node(), t.version(), src, rows, cols);
+  if (weight && t.is_leaf()) return detail::autocast_frozen_bf16(t.node(), t.version(), src, rows, cols);
   return detail::to_bf16(src, rows, cols, cols);
 }
 
@@ -271,12 +274,13 @@ LinearGemms linear_forward(const Tensor<T>& x, const Tensor<T>& weight, const Te
   // Under autocast, when the product takes packed operands (the three gemms here have the same
   // size), x and W are rounded to bf16 once, here, and kept for the backward (x: (rows, in),
   // W: (out, in)), which would otherwise round both again. Either way the same bits. A weight
-  // comes from the cast cache: cast once per version, not once per call.
+  // comes from the cast cache: cast once per version, not once per call (a frozen one, once per
+  // version for the run).
   s.packed = s.bf16 && gemm_bf16_takes_packed(s.rows, s.outf, s.in);
   if constexpr (std::is_same_v<T, float>) {
     if (s.packed) {
-      s.xb = cast_bf16(x, s.rows, s.in);
-      s.wb = cast_bf16(weight, s.outf, s.in);
+      s.xb = cast_bf16(x, s.rows, s.in, /*weight=*/false);
+      s.wb = cast_bf16(weight, s.outf, s.in, /*weight=*/true);
     }
   }
   const std::size_t rows = s.rows, in = s.in, outf = s.outf;
