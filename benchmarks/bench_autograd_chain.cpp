@@ -128,9 +128,10 @@ int main(int argc, char** argv) {
     wall.push_back(t.wall_us);
   }
   using xgrad::bench::median;
-  std::printf("chain of %d ops, %d rounds, us/op median (min): cpu forward %.4f (%.4f) backward %.4f (%.4f) "
-              "total %.4f (%.4f)  wall total %.4f (%.4f)  graph bytes/op %.0f\n",
-              ops, rounds, median(fw), minimum(fw), median(bw), minimum(bw), median(both), minimum(both), median(wall),
-              minimum(wall), graph_bytes_per_op(x, ops));
+  std::printf(
+      "chain of %d ops, %d rounds, us/op median (min): cpu forward %.4f (%.4f) backward %.4f (%.4f) "
+      "total %.4f (%.4f)  wall total %.4f (%.4f)  graph bytes/op %.0f\n",
+      ops, rounds, median(fw), minimum(fw), median(bw), minimum(bw), median(both), minimum(both), median(wall),
+      minimum(wall), graph_bytes_per_op(x, ops));
   return 0;
 }
