@@ -15,6 +15,7 @@
 #include <xgrad/core/trace.hpp>
 #include <xgrad/ops/linear_gelu.hpp>
 
+#include "bitwise.hpp"
 #include "test_util.hpp"
 
 using namespace xgrad;
@@ -49,13 +50,7 @@ Arrays<T> run(const Case& c, bool bias, const std::string& approximate, bool fus
 
 template <class T>
 void expect_bitwise(const Arrays<T>& want, const Arrays<T>& got, const std::string& what) {
-  ASSERT_EQ(want.size(), got.size()) << what;
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    ASSERT_EQ(shape_of(want[i]), shape_of(got[i])) << what << ", array " << i;
-    if (want[i].size() == 0) continue;  // memcmp takes no null buffer, even for 0 bytes
-    EXPECT_EQ(std::memcmp(want[i].data(), got[i].data(), want[i].size() * sizeof(T)), 0)
-        << what << ", array " << i << " (0: output, then dx, dW, db): max |diff| " << max_abs_diff(want[i], got[i]);
-  }
+  xgrad::testing::expect_bitwise(want, got, what, "0: output, then dx, dW, db");
 }
 
 template <class T>

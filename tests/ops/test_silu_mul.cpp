@@ -14,6 +14,7 @@
 #include <xgrad/ops/silu_mul.hpp>
 
 #include "fixture.hpp"
+#include "bitwise.hpp"
 #include "test_util.hpp"
 
 using namespace xgrad;
@@ -57,12 +58,7 @@ Arrays<T> run(const Shape& shape, bool gate_grad, bool up_grad, bool fused) {
 
 template <class T>
 void expect_bitwise(const Arrays<T>& want, const Arrays<T>& got, const std::string& what) {
-  ASSERT_EQ(want.size(), got.size()) << what;
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    ASSERT_EQ(shape_of(want[i]), shape_of(got[i])) << what << ", array " << i;
-    EXPECT_EQ(std::memcmp(want[i].data(), got[i].data(), want[i].size() * sizeof(T)), 0)
-        << what << ", array " << i << " (0: output, then d_gate, d_up): max |diff| " << max_abs_diff(want[i], got[i]);
-  }
+  xgrad::testing::expect_bitwise(want, got, what, "0: output, then d_gate, d_up");
 }
 
 template <class T>
