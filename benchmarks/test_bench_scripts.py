@@ -1,6 +1,6 @@
 """Checks of the benchmark scripts that need neither torch nor a build (ctest: bench_scripts):
 the thread sweep arithmetic of bench_common.py, the PyTorch description taken from the torch that
-ran, and llama_compare.py's FLOP count, and
+ran, llama_compare.py's FLOP count, lora_step.py's ratios, and
 compare.py's tables rendered from a recorded run (--from-json) of a 16-core machine with
 a PyTorch version named nowhere in the scripts.
 
@@ -20,6 +20,7 @@ sys.path.insert(0, HERE)
 import bench_common  # noqa: E402
 import compare  # noqa: E402
 import llama_compare  # noqa: E402
+import lora_step  # noqa: E402
 
 
 class ThreadSweep(unittest.TestCase):
@@ -138,6 +139,26 @@ class LlamaStepFlops(unittest.TestCase):
         # the attention 4*T^2*576 = 2.416 G; the tied head 2*T*576*49152 = 57.98 G; backward twice.
         per_layer = 1_811_939_328 + 5_435_817_984 + 2_415_919_104
         self.assertEqual(llama_compare.step_flops("smollm2-135m", 30, 1024), 3 * (30 * per_layer + 57_982_058_496))
+
+
+class LoraStepTable(unittest.TestCase):
+    def test_ratios_to_the_full_step_of_the_same_binary(self):
+        def run(b, c, steps, peak):
+            return {"bin": b, "config": c, "step_times_s": steps, "peak_rss_mib": peak}
+        records = [run("new", "full", [9.0, 4.0, 4.2], 4400.0), run("new", "lora", [8.0, 2.8, 3.0], 4000.0),
+                   run("new", "full", [9.0, 3.8, 4.0], 4410.0), run("new", "lora", [8.0, 2.6, 2.9], 4050.0),
+                   run("old", "lora", [8.0, 3.5], 4100.0)]
+        rows = {(r[0], r[1]): r for r in lora_step.summarize(records)}
+        # The first step of each run is left out: medians of 4.0, 4.2, 3.8, 4.0 and 2.8, 3.0, 2.6, 2.9.
+        self.assertAlmostEqual(rows[("new", "full")][2], 4.0)
+        self.assertAlmostEqual(rows[("new", "lora")][2], 2.85)
+        self.assertAlmostEqual(rows[("new", "lora")][4], 2.85 / 4.0)
+        self.assertAlmostEqual(rows[("new", "lora")][6], 4050.0 / 4410.0)  # the largest peaks
+        self.assertIsNone(rows[("old", "lora")][4])  # no full run of that binary
+        text = lora_step.table(lora_step.summarize(records))
+        self.assertIn("| new | lora | 2.85 s | 2.80, 3.00, 2.60, 2.90 | 0.71x | 4050 MiB | 0.92x |", text)
+        self.assertEqual(lora_step.flags("lora+ckpt", 16, ["q_proj", "v_proj"]),
+                         ["--lora", "16", "--lora-targets", "q_proj", "v_proj", "--gradient-checkpointing"])
 
 
 if __name__ == "__main__":

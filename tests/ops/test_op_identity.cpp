@@ -88,6 +88,7 @@ const std::set<std::string> kProfiledWithoutKind = {
     "add_layer_norm",   // ops/layer_norm.cpp
     "add_rms_norm",     // ops/rms_norm.cpp
     "linear_gelu",      // ops/linear_gelu.cpp
+    "lora_linear",      // ops/lora_linear.cpp
     "silu_mul",         // ops/elementwise.cpp
     "argmax",           // ops/sorting.cpp
     "multinomial",      // ops/multinomial.cpp

@@ -32,8 +32,7 @@ template <class T>
 Tensor<T> Linear<T>::forward(const Tensor<T>& input) {
   XGRAD_CHECK(input.dim() >= 1 && input.size(-1) == options_.in_features(),
               "Linear: expected input of shape (*, ", options_.in_features(), "), got ", input.shape());
-  const Tensor<T> y = linear(input, weight, bias);
-  return adapter_ ? adapter_->adapt(input, y) : y;
+  return adapter_ ? adapter_->forward_linear(input, weight, bias) : linear(input, weight, bias);
 }
 
 template class Linear<float>;

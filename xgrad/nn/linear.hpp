@@ -21,13 +21,15 @@ struct LinearOptions {
   XGRAD_ARG(bool, bias) = true;
 };
 
-// What a layer adds to a Linear's output (nn/lora.hpp's LoRA): forward returns adapt(x, base(x)).
+// What a layer adds to a Linear (nn/lora.hpp's LoRA): the layer's forward returns
+// adapter.forward_linear(x, weight, bias), its own output with the adapter's part added.
 template <class T = float>
 class LinearAdapter : public Module<T> {
  public:
   using Module<T>::Module;
-  // input (*, in_features), base = the layer's own output (*, out_features) -> the output.
-  virtual Tensor<T> adapt(const Tensor<T>& input, const Tensor<T>& base) = 0;
+  // input (*, in_features), the layer's weight (out_features, in_features) and bias (out_features)
+  // or undefined -> the output (*, out_features).
+  virtual Tensor<T> forward_linear(const Tensor<T>& input, const Tensor<T>& weight, const Tensor<T>& bias) = 0;
 };
 
 template <class T = float>

@@ -5,6 +5,7 @@
 #include <set>
 
 #include <xgrad/core/grad_mode.hpp>
+#include <xgrad/ops/lora_linear.hpp>
 
 namespace xgrad::nn {
 
@@ -55,12 +56,15 @@ LoraLayer<T>::LoraLayer(Linear<T>& base, const LoraConfig& config)
 }
 
 template <class T>
-Tensor<T> LoraLayer<T>::adapt(const Tensor<T>& input, const Tensor<T>& base) {
-  if (merged_) return base;
-  const Tensor<T> x = lora_dropout ? lora_dropout->forward(input) : input;
+Tensor<T> LoraLayer<T>::forward_linear(const Tensor<T>& input, const Tensor<T>& weight, const Tensor<T>& bias) {
+  if (merged_) return linear(input, weight, bias);
+  if (!lora_dropout || !lora_dropout->is_training())
+    return detail::lora_linear(input, weight, bias, lora_A->weight, lora_B->weight, scaling_);
+  const Tensor<T> base = linear(input, weight, bias);
+  const Tensor<T> u = linear(lora_dropout->forward(input), lora_A->weight);
   // Scaling B (out, r) rather than the product (*, out) keeps one activation of the layer's
   // output size fewer per step.
-  return base + linear(linear(x, lora_A->weight), lora_B->weight * T(scaling_));
+  return base + linear(u, lora_B->weight * T(scaling_));
 }
 
 template <class T>

@@ -52,8 +52,9 @@ class LoraLayer : public LinearAdapter<T> {
   // inject_lora does.
   LoraLayer(Linear<T>& base, const LoraConfig& config);
 
-  // base + lora_B(lora_A(dropout(x))) * scaling; base alone once merged.
-  Tensor<T> adapt(const Tensor<T>& input, const Tensor<T>& base) override;
+  // linear(x, W, b) + lora_B(lora_A(dropout(x))) * scaling; linear(x, W, b) alone once merged.
+  // Without dropout (lora_dropout 0, or eval mode) as one op (detail::lora_linear: the same values).
+  Tensor<T> forward_linear(const Tensor<T>& input, const Tensor<T>& weight, const Tensor<T>& bias) override;
 
   // scaling * B A (out_features, in_features) (PEFT's get_delta_weight).
   Array<T> delta_weight() const;
