@@ -355,19 +355,54 @@ void check_materialized_fits(const Dims& n, std::size_t element_size, bool dropp
               "needs O(B L) bytes");
 }
 
+// Whether the op takes the tiled path (attention_tiled.cpp): never with need_weights; always when
+// set_attention_path says Tiled; under Auto from a size of the scores (smaller when causal).
+template <class T>
+bool takes_tiled_path(const Dims& n, const detail::AttentionArgs<T>& args) {
+  const AttentionPath path = attention_path.load();
+  const std::size_t tiled_from = args.mask.is_causal ? kTiledFromScoresCausal : kTiledFromScores;
+  return !args.need_weights &&
+         (path == AttentionPath::Tiled || (path == AttentionPath::Auto && n.L * n.S >= tiled_from));
+}
+
+// The dropout multipliers (B, L, S), the decisions of AttentionDropout, over the pool by rows.
+template <class T>
+Array<T> dropout_multipliers(const Dims& n, const detail::AttentionDropout& dropout) {
+  Array<T> D = empty_array<T>({n.B, n.L, n.S}, kOp);
+  T* pd = D.data();
+  const std::size_t rows = n.B * n.L, grain = std::max<std::size_t>(1, 4096 / std::max<std::size_t>(1, n.S));
+  detail::parallel_for(rows, grain, [&](std::size_t r0, std::size_t r1) {
+    for (std::size_t r = r0; r < r1; ++r) dropout.multipliers(r / n.L, r % n.L, 0, n.S, pd + r * n.S);
+  });
+  return D;
+}
+
+// The materialized path's backward: each input's gradient, when it needs one, written whole by
+// attention_backward from the probabilities P (B, L, S) and the multipliers D (null without dropout).
+template <class T>
+void materialized_backward(Node<T>& node, const NodeLayout& l, const T* P, const T* D, T alpha, bool weights,
+                           bool bf16) {
+  const std::size_t count = node.inputs.size();
+  std::vector<Array<T>> g(count);  // each input's gradient, when it needs one
+  std::vector<char> need(count);   // (a default Array is 0-d, one element: not "none")
+  for (std::size_t i = 0; i < count; ++i)
+    if ((need[i] = node.input_needs_grad(i))) g[i] = empty_array<T>(node.input_shape(i), kOp);
+  auto grad = [&](const Place& p) { return need[p.input] ? p.at(g[p.input].data()) : Mat<T*>{}; };
+  const T* dy = node.grad.data();
+  attention_backward<T>(Qkv<T*>{grad(l.q), grad(l.k), grad(l.v)}, l.o.at(dy), weights ? l.w.at(dy) : Mat<const T*>{}, P,
+                        read_qkv<T>(l, [&](std::size_t i) { return node.input_value(i).data(); }), D, l.n, alpha, bf16);
+  for (std::size_t i = 0; i < count; ++i)
+    if (need[i]) node.input(i).accumulate_grad(std::move(g[i]));
+}
+
 // The op: one node over `inputs`, its value laid out as l.value, O and W where l.o and l.w say. The
 // gradient of each input is written whole by the blocks it holds (q, k and v tile its columns).
 // Without need_weights the tiled path may take it (attention_tiled.cpp; same value and gradients).
 template <class T>
 Tensor<T> attention_node(std::vector<Tensor<T>> inputs, const NodeLayout& l, const detail::AttentionArgs<T>& args) {
   const Dims& n = l.n;
-  const bool weights = args.need_weights;
+  const bool weights = args.need_weights, dropping = args.dropout_p > 0.0, tiled = takes_tiled_path(n, args);
   const T alpha = T(args.scale ? *args.scale : 1.0 / std::sqrt(static_cast<double>(n.E)));
-  const AttentionPath path = attention_path.load();
-  const std::size_t tiled_from = args.mask.is_causal ? kTiledFromScoresCausal : kTiledFromScores;
-  const bool tiled =
-      !weights && (path == AttentionPath::Tiled || (path == AttentionPath::Auto && n.L * n.S >= tiled_from));
-  const bool dropping = args.dropout_p > 0.0;
   if (!tiled) check_materialized_fits(n, sizeof(T), dropping, weights);
 
   const auto dropout = detail::AttentionDropout::draw(args.dropout_p, args.generator);
@@ -380,41 +415,19 @@ Tensor<T> attention_node(std::vector<Tensor<T>> inputs, const NodeLayout& l, con
   if (tiled)
     return detail::tiled_attention_node<T>(std::move(inputs), l, args.mask, dropout, alpha, std::move(formula));
 
-  Array<T> D;  // dropout multipliers (B, L, S), the decisions of AttentionDropout; unused when p = 0
-  if (dropping) {
-    D = empty_array<T>({n.B, n.L, n.S}, kOp);
-    T* pd = D.data();
-    const std::size_t rows = n.B * n.L, grain = std::max<std::size_t>(1, 4096 / std::max<std::size_t>(1, n.S));
-    detail::parallel_for(rows, grain, [&](std::size_t r0, std::size_t r1) {
-      for (std::size_t r = r0; r < r1; ++r) dropout.multipliers(r / n.L, r % n.L, 0, n.S, pd + r * n.S);
-    });
-  }
-
+  Array<T> D = dropping ? dropout_multipliers<T>(n, dropout) : Array<T>();  // unused when p = 0
   Array<T> out = empty_array<T>(l.value, kOp);
   Array<T> P = empty_array<T>({n.B, n.L, n.S}, kOp);
   const bool bf16 = detail::autocast_gemm<T>();  // here, not on the pool threads; recorded for the backward
   attention_forward<T>(l.o.at(out.data()), weights ? l.w.at(out.data()) : Mat<T*>{}, P.data(),
                        read_qkv<T>(l, [&](std::size_t i) { return inputs[i].value().data(); }),
                        dropping ? D.data() : nullptr, MaskView<T>(args.mask, n.L, n.S), n, alpha, bf16);
-
-  const std::size_t count = inputs.size();
   return make_result<T>(
       kOp, std::move(out), std::move(inputs),
       // P and D go back to the array cache when the engine frees this closure.
       [P = detail::RecycledArray<T>(std::move(P)), D = detail::RecycledArray<T>(std::move(D)), alpha, l, weights,
-       dropping, bf16, count](Node<T>& node) {
-        std::vector<Array<T>> g(count);  // each input's gradient, when it needs one
-        std::vector<char> need(count);   // (a default Array is 0-d, one element: not "none")
-        for (std::size_t i = 0; i < count; ++i)
-          if ((need[i] = node.input_needs_grad(i))) g[i] = empty_array<T>(node.input_shape(i), kOp);
-        auto grad = [&](const Place& p) { return need[p.input] ? p.at(g[p.input].data()) : Mat<T*>{}; };
-        const T* dy = node.grad.data();
-        attention_backward<T>(Qkv<T*>{grad(l.q), grad(l.k), grad(l.v)}, l.o.at(dy),
-                              weights ? l.w.at(dy) : Mat<const T*>{}, P.get().data(),
-                              read_qkv<T>(l, [&](std::size_t i) { return node.input_value(i).data(); }),
-                              dropping ? D.get().data() : nullptr, l.n, alpha, bf16);
-        for (std::size_t i = 0; i < count; ++i)
-          if (need[i]) node.input(i).accumulate_grad(std::move(g[i]));
+       dropping, bf16](Node<T>& node) {
+        materialized_backward<T>(node, l, P.get().data(), dropping ? D.get().data() : nullptr, alpha, weights, bf16);
       },
       std::move(formula));
 }
@@ -549,42 +562,49 @@ std::pair<Tensor<T>, Tensor<T>> detail::attention(const Tensor<T>& q, const Tens
   return split_value(y, layout.n.Ev, layout.n.S, args.need_weights);
 }
 
+namespace {
+
+constexpr const char* kHeadsOp = "attention_heads";
+
+// Checks that every projection is (N, len, C) (batch_first) or (len, N, C) with one N and that their
+// last dims sum to 3 E, E a positive multiple of H; returns that sum.
 template <class T>
-std::pair<Tensor<T>, Tensor<T>> detail::attention_heads(const std::vector<Tensor<T>>& projections,
-                                                        std::size_t num_heads, bool batch_first,
-                                                        const AttentionArgs<T>& args) {
-  XGRAD_PROFILE_OP("attention_heads");
-  constexpr const char* op = "attention_heads";
-  XGRAD_CHECK(!projections.empty() && projections.size() <= 3, op, ": expected 1 to 3 projections, got ",
+std::size_t projection_columns(const std::vector<Tensor<T>>& projections, std::size_t H, std::size_t nd) {
+  XGRAD_CHECK(!projections.empty() && projections.size() <= 3, kHeadsOp, ": expected 1 to 3 projections, got ",
               projections.size());
-  const std::size_t H = num_heads, nd = batch_first ? 0 : 1;  // nd: the batch dim
   std::size_t columns = 0;
   for (const Tensor<T>& p : projections) {
-    XGRAD_CHECK(p.dim() == 3 && p.size(nd) == projections[0].size(nd), op,
+    XGRAD_CHECK(p.dim() == 3 && p.size(nd) == projections[0].size(nd), kHeadsOp,
                 ": every projection must be (N, len, C) (batch_first) or (len, N, C) with one N, got ", p.shape(),
                 " and ", projections[0].shape());
     columns += p.size(-1);
   }
-  XGRAD_CHECK(H > 0 && columns % (3 * H) == 0 && columns > 0, op,
+  XGRAD_CHECK(H > 0 && columns % (3 * H) == 0 && columns > 0, kHeadsOp,
               ": the projections' last dims must sum to 3 E with E ", "a positive multiple of num_heads=", H, ", got ",
               columns);
-  check_dropout(args.dropout_p);
+  return columns;
+}
+
+// The node's layout over the projections: block x (q, k, v) is columns [x E, (x+1) E) of the
+// concatenated projections, each within one of them; the value (N, L, R) or (L, N, R), row (n, i)
+// holding O's heads side by side, then W's (R = E + H S with need_weights).
+template <class T>
+NodeLayout heads_layout(const std::vector<Tensor<T>>& projections, std::size_t H, bool batch_first, bool weights) {
+  const std::size_t nd = batch_first ? 0 : 1;  // the batch dim
+  const std::size_t columns = projection_columns(projections, H, nd);
   const std::size_t E = columns / 3, d = E / H, N = projections[0].size(nd);
-  // Block x (q, k, v) is columns [x E, (x+1) E) of the concatenated projections: find its input.
   Place blocks[3];
   std::size_t len[3];
   for (std::size_t x = 0, input = 0, start = 0; x < 3; ++x) {
     while (x * E >= start + projections[input].size(-1)) start += projections[input++].size(-1);
     const std::size_t C = projections[input].size(-1), col = x * E - start;
-    XGRAD_CHECK(col + E <= C, op, ": q, k and v must each lie within one projection, got last dims summing to ",
+    XGRAD_CHECK(col + E <= C, kHeadsOp, ": q, k and v must each lie within one projection, got last dims summing to ",
                 columns);
     len[x] = projections[input].size(1 - nd);
     blocks[x] = batch_first ? Place{input, col, H, len[x] * C, d, C} : Place{input, col, H, C, d, N * C};
   }
   const std::size_t L = len[0], S = len[1];
-  XGRAD_CHECK(len[2] == S, op, ": k and v must have the same length, got ", S, " and ", len[2]);
-  // The value (N, L, R) or (L, N, R): row (n, i) holds O's heads side by side, then W's.
-  const bool weights = args.need_weights;
+  XGRAD_CHECK(len[2] == S, kHeadsOp, ": k and v must have the same length, got ", S, " and ", len[2]);
   const std::size_t R = E + (weights ? H * S : 0);
   NodeLayout l{Dims{N * H, L, S, d, d},
                batch_first ? Shape{N, L, R} : Shape{L, N, R},
@@ -597,9 +617,23 @@ std::pair<Tensor<T>, Tensor<T>> detail::attention_heads(const std::vector<Tensor
                batch_first};
   l.o = batch_first ? Place{0, 0, H, L * R, d, R} : Place{0, 0, H, R, d, N * R};
   l.w = batch_first ? Place{0, E, H, L * R, S, R} : Place{0, E, H, R, S, N * R};
+  return l;
+}
+
+}  // namespace
+
+template <class T>
+std::pair<Tensor<T>, Tensor<T>> detail::attention_heads(const std::vector<Tensor<T>>& projections,
+                                                        std::size_t num_heads, bool batch_first,
+                                                        const AttentionArgs<T>& args) {
+  XGRAD_PROFILE_OP("attention_heads");
+  const bool weights = args.need_weights;
+  const NodeLayout l = heads_layout(projections, num_heads, batch_first, weights);
+  check_dropout(args.dropout_p);
   const Tensor<T> y = attention_node<T>(projections, l, args);
   if (!weights) return {y, Tensor<T>()};
   // W: (.., .., H, S) -> (N, H, L, S), one copy (the weights path only).
+  const std::size_t H = num_heads, E = H * l.n.E, L = l.n.L, S = l.n.S, N = l.n.B / H;
   const Tensor<T> w = narrow(y, -1, static_cast<std::int64_t>(E), static_cast<std::int64_t>(H * S));
   const auto i64 = [](std::size_t x) { return static_cast<std::int64_t>(x); };
   return {narrow(y, -1, 0, static_cast<std::int64_t>(E)),
