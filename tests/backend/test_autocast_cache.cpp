@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <cstring>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -16,17 +15,13 @@
 #include <xgrad/backend/gemm.hpp>
 #include <xgrad/xgrad.hpp>
 
+#include "bitwise.hpp"
+
 namespace xgrad {
 namespace {
 
-bool same_bits(const Array<float>& a, const Array<float>& b) {
-  return a.shape() == b.shape() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-Tensor<float> rand_float(const Shape& shape, std::uint64_t seed) {
-  Generator g(seed);
-  return randn<float>(shape, g);
-}
+using testing::random_data;
+using testing::same_bits;
 
 // Whether linear casts its operands once for its three gemms (the path the cache serves): oneDNN's
 // bf16 matmul on this CPU, for an (m, n, k) product this large.
@@ -64,7 +59,7 @@ Outcome two_forwards(nn::Module<float>& module, const F& forward, const Tensor<f
 TEST(AutocastCache, LinearCachedEqualsUncachedBitForBit) {
   manual_seed(1);
   nn::Linear<float> lin(64, 96);
-  const Tensor<float> x = rand_float({2, 48, 64}, 2), target = rand_float({2, 48, 96}, 3);
+  const Tensor<float> x = random_data<float>({2, 48, 64}, 2), target = random_data<float>({2, 48, 96}, 3);
   const std::uint64_t before = detail::to_bf16_calls();
   const Outcome cached = two_forwards(
       lin, [&] { return lin.forward(x); }, target, true);
@@ -83,7 +78,7 @@ TEST(AutocastCache, TransformerEncoderLayerCachedEqualsUncachedBitForBit) {
   manual_seed(2);
   nn::TransformerEncoderLayer<float> layer(
       nn::TransformerEncoderLayerOptions(64, 4).dim_feedforward(128).dropout(0.0).activation("gelu").batch_first(true));
-  const Tensor<float> x = rand_float({4, 16, 64}, 4), target = rand_float({4, 16, 64}, 5);
+  const Tensor<float> x = random_data<float>({4, 16, 64}, 4), target = random_data<float>({4, 16, 64}, 5);
   const auto forward = [&] { return layer.forward(x); };
   const std::uint64_t before = detail::to_bf16_calls();
   const Outcome cached = two_forwards(layer, forward, target, true);
@@ -104,7 +99,7 @@ TEST(AutocastCache, AVersionBumpMakesTheNextForwardCastAgain) {
   manual_seed(3);
   nn::Linear<float> lin(64, 64);
   optim::SGD<float> opt(lin.parameters(), optim::SGDOptions(0.5));
-  const Tensor<float> x = rand_float({128, 64}, 6), target = rand_float({128, 64}, 7);
+  const Tensor<float> x = random_data<float>({128, 64}, 6), target = random_data<float>({128, 64}, 7);
   // lin's output now, cast without the cache.
   const auto uncached = [&] {
     AutocastGuard no_cache(true, false);
@@ -130,7 +125,7 @@ TEST(AutocastCache, OneCastPerWeightPerStep) {
   manual_seed(4);
   nn::Linear<float> lin(64, 64);
   optim::SGD<float> opt(lin.parameters(), optim::SGDOptions(0.1));
-  const Tensor<float> x = rand_float({64, 64}, 8), target = rand_float({64, 64}, 9);
+  const Tensor<float> x = random_data<float>({64, 64}, 8), target = random_data<float>({64, 64}, 9);
   const auto steps = [&](bool cache, int n) {
     const std::uint64_t before = detail::to_bf16_calls();
     for (int i = 0; i < n; ++i) {
@@ -157,8 +152,8 @@ TEST(AutocastCache, OneCastPerWeightPerStep) {
 }
 
 TEST(AutocastCache, TheOutermostGuardEmptiesIt) {
-  const Tensor<float> x = rand_float({128, 64}, 10);
-  Tensor<float> w = rand_float({64, 64}, 11);
+  const Tensor<float> x = random_data<float>({128, 64}, 10);
+  Tensor<float> w = random_data<float>({64, 64}, 11);
   w.requires_grad_(true);
   const std::size_t expected = packed(128, 64, 64) ? 1 : 0;
   EXPECT_EQ(detail::autocast_cache_size(), 0u);
@@ -172,7 +167,7 @@ TEST(AutocastCache, TheOutermostGuardEmptiesIt) {
       {
         AutocastGuard no_cache(true, false);
         EXPECT_FALSE(is_autocast_cache_enabled());
-        linear(x, rand_float({64, 64}, 12).requires_grad_(true));  // not cached
+        linear(x, random_data<float>({64, 64}, 12).requires_grad_(true));  // not cached
       }
       EXPECT_TRUE(is_autocast_cache_enabled());
     }
@@ -202,11 +197,11 @@ TEST(AutocastCache, TheOutermostGuardEmptiesIt) {
 // The cache keeps bf16 copies, never a tensor: a weight dropped inside the guard is freed at once.
 TEST(AutocastCache, HoldsNoTensor) {
   if (!packed(128, 64, 64)) GTEST_SKIP() << "nothing is cached here: " << autocast_gemm_path();
-  const Tensor<float> x = rand_float({128, 64}, 13);
+  const Tensor<float> x = random_data<float>({128, 64}, 13);
   AutocastGuard guard;
   std::weak_ptr<Node<float>> node;
   {
-    Tensor<float> w = rand_float({64, 64}, 14);
+    Tensor<float> w = random_data<float>({64, 64}, 14);
     w.requires_grad_(true);
     node = w.node();
     Tensor<float> y = linear(x, w);
@@ -214,7 +209,7 @@ TEST(AutocastCache, HoldsNoTensor) {
   }
   EXPECT_TRUE(node.expired());
   // A new weight is cast for itself, even where the old one lived.
-  Tensor<float> w2 = rand_float({64, 64}, 15);
+  Tensor<float> w2 = random_data<float>({64, 64}, 15);
   w2.requires_grad_(true);
   Array<float> want;
   {
@@ -227,8 +222,8 @@ TEST(AutocastCache, HoldsNoTensor) {
 // Each thread has its own cache, emptied by its own outermost guard: threads with their own copies
 // of x and W (a tensor is used by one thread at a time) get the same result as this one.
 TEST(AutocastCache, IsPerThread) {
-  const Tensor<float> x = rand_float({128, 64}, 16);
-  Tensor<float> w = rand_float({64, 64}, 17);
+  const Tensor<float> x = random_data<float>({128, 64}, 16);
+  Tensor<float> w = random_data<float>({64, 64}, 17);
   w.requires_grad_(true);
   const std::size_t expected = packed(128, 64, 64) ? 1 : 0;
   AutocastGuard guard;

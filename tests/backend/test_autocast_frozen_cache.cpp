@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <cstring>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -16,17 +15,13 @@
 #include <xgrad/backend/gemm.hpp>
 #include <xgrad/xgrad.hpp>
 
+#include "bitwise.hpp"
+
 namespace xgrad {
 namespace {
 
-bool same_bits(const Array<float>& a, const Array<float>& b) {
-  return a.shape() == b.shape() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-Tensor<float> rand_float(const Shape& shape, std::uint64_t seed) {
-  Generator g(seed);
-  return randn<float>(shape, g);
-}
+using testing::random_data;
+using testing::same_bits;
 
 // Linear casts its weight once for its three gemms (the path the caches serve) for these sizes on
 // this CPU; elsewhere it rounds per gemm and nothing is cached.
@@ -60,7 +55,7 @@ struct StepsRun {
 StepsRun lora_steps(bool cache) {
   auto model = lora_model();
   optim::AdamW<float> opt(model->parameters(), optim::AdamWOptions(1e-2));
-  const Tensor<float> x = rand_float({128, 64}, 22), target = rand_float({128, 64}, 23);
+  const Tensor<float> x = random_data<float>({128, 64}, 22), target = random_data<float>({128, 64}, 23);
   StepsRun run;
   const std::uint64_t before = detail::to_bf16_calls();
   for (int step = 0; step < 3; ++step) {
@@ -104,7 +99,7 @@ TEST(AutocastFrozenCache, OneCastPerFrozenWeightOverSteps) {
   auto lin = std::make_unique<nn::Linear<float>>(64, 128);
   lin->weight.requires_grad_(false);
   optim::SGD<float> opt(std::vector<Tensor<float>>{lin->bias}, optim::SGDOptions(0.1));  // the bias trains
-  const Tensor<float> x = rand_float({128, 64}, 25), target = rand_float({128, 128}, 26);
+  const Tensor<float> x = random_data<float>({128, 64}, 25), target = random_data<float>({128, 128}, 26);
   const auto steps = [&](bool cache) {
     const std::uint64_t before = detail::to_bf16_calls();
     for (int i = 0; i < 4; ++i) {
@@ -150,7 +145,7 @@ TEST(AutocastFrozenCache, EveryWayAWeightChangesMakesTheNextForwardCastAgain) {
   manual_seed(27);
   nn::Linear<float> lin(64, 128);
   lin.weight.requires_grad_(false);
-  const Tensor<float> x = rand_float({128, 64}, 28);
+  const Tensor<float> x = random_data<float>({128, 64}, 28);
   expect_fresh(lin, x, "the first cast");
   for (float& w : lin.weight.mutable_value()) w *= -2.0f;
   expect_fresh(lin, x, "a write through mutable_value");
@@ -176,7 +171,7 @@ TEST(AutocastFrozenCache, EveryWayAWeightChangesMakesTheNextForwardCastAgain) {
 
 TEST(AutocastFrozenCache, MergeAndUnmergeLoraMakeTheNextForwardCastAgain) {
   auto model = lora_model();
-  const Tensor<float> x = rand_float({128, 64}, 29);
+  const Tensor<float> x = random_data<float>({128, 64}, 29);
   const auto forward = [&](bool cache) {
     AutocastGuard guard(true, cache);
     return model->forward(x).value();
@@ -193,18 +188,18 @@ TEST(AutocastFrozenCache, MergeAndUnmergeLoraMakeTheNextForwardCastAgain) {
 // inside a guard or outside; a new weight (perhaps where the old one lived) is cast for itself.
 TEST(AutocastFrozenCache, ACastGoesWithItsTensor) {
   if (!packed()) GTEST_SKIP() << "nothing is cached here: " << autocast_gemm_path();
-  const Tensor<float> x = rand_float({128, 64}, 30);
+  const Tensor<float> x = random_data<float>({128, 64}, 30);
   std::weak_ptr<Node<float>> node;
   {
     AutocastGuard guard;
-    const Tensor<float> w = rand_float({128, 64}, 31);
+    const Tensor<float> w = random_data<float>({128, 64}, 31);
     node = w.node();
     linear(x, w);
     EXPECT_EQ(detail::autocast_frozen_cache_size(), 1u) << "a frozen leaf weight is cached";
   }
   EXPECT_EQ(detail::autocast_frozen_cache_size(), 0u);
   EXPECT_TRUE(node.expired());
-  const Tensor<float> w2 = rand_float({128, 64}, 32);
+  const Tensor<float> w2 = random_data<float>({128, 64}, 32);
   Array<float> want;
   {
     AutocastGuard no_cache(true, false);
@@ -221,8 +216,8 @@ TEST(AutocastFrozenCache, ACastGoesWithItsTensor) {
 // and a weight that dies on another thread takes its cast with it.
 TEST(AutocastFrozenCache, ClearDisableThreads) {
   if (!packed()) GTEST_SKIP() << "nothing is cached here: " << autocast_gemm_path();
-  const Tensor<float> x = rand_float({128, 64}, 33);
-  Tensor<float> w = rand_float({128, 64}, 34);
+  const Tensor<float> x = random_data<float>({128, 64}, 33);
+  Tensor<float> w = random_data<float>({128, 64}, 34);
   {
     AutocastGuard guard;
     linear(x, w);

@@ -12,6 +12,12 @@
 
 namespace xgrad::testing {
 
+// Whether a and b have one shape and the same bytes.
+template <class T>
+bool same_bits(const Array<T>& a, const Array<T>& b) {
+  return shape_of(a) == shape_of(b) && (a.size() == 0 || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
+}
+
 template <class T>
 void expect_bitwise(const std::vector<Array<T>>& want, const std::vector<Array<T>>& got, const std::string& what,
                     const std::string& legend) {

@@ -46,11 +46,17 @@ inline int jobs_at_two_threads(const std::function<void()>& f) {
   return jobs.load();
 }
 
+// Standard normal values drawn from Generator(seed), as data (no grad).
+template <class T>
+Tensor<T> random_data(const Shape& shape, std::uint64_t seed) {
+  Generator g(seed);
+  return randn<T>(shape, g, false);
+}
+
 // A leaf that requires grad, of standard normal values drawn from Generator(seed).
 template <class T>
 Tensor<T> random_leaf(const Shape& shape, std::uint64_t seed) {
-  Generator g(seed);
-  Tensor<T> t = randn<T>(shape, g, false);
+  Tensor<T> t = random_data<T>(shape, seed);
   t.requires_grad_(true);
   return t;
 }
