@@ -93,8 +93,9 @@ std::int64_t KVCache<T>::prepare(const char* who, const Owner& owner, std::size_
   if (in_use_) {
     XGRAD_CHECK(owner.layer == owner_.layer, who, ": this cache holds the keys and values of ", describe(owner_),
                 ", not of ", describe(owner), " (use one cache per layer, or clear() it first)");
-    XGRAD_CHECK(batch_first == batch_first_, who, ": layout mismatch: the cache holds the keys of a batch_first=",
-                batch_first_ ? "true" : "false", " layer, this layer has batch_first=", batch_first ? "true" : "false",
+    XGRAD_CHECK(batch_first == batch_first_, who,
+                ": layout mismatch: the cache holds the keys of a batch_first=", batch_first_ ? "true" : "false",
+                " layer, this layer has batch_first=", batch_first ? "true" : "false",
                 " (use one cache per layer, or clear() it)");
     XGRAD_CHECK(batch == batch_, who, ": x_new holds ", batch, " sequences but the cache holds ", batch_,
                 " (x_new must be ", batch_first ? "(N, t, E)" : "(t, N, E)", " for this layer; clear() the cache ",
@@ -158,6 +159,29 @@ Tensor<T> to_batch_first(const char* who, const Tensor<T>& x, const TransformerE
   return o.batch_first() ? x : transpose(x, 0, 1);
 }
 
+// The cached attention of t new queries of N sequences (H heads of d, each row q_row_stride apart
+// from q) over `cache` (Hkv heads, start positions before the new ones).
+template <class T>
+detail::CachedAttention<T> over_cache(const char* who, KVCache<T>& cache, std::size_t N, std::size_t H, std::size_t Hkv,
+                                      std::size_t d, std::size_t start, std::size_t t, const T* q,
+                                      std::size_t q_row_stride) {
+  detail::CachedAttention<T> a;
+  a.who = who;
+  a.batch = N;
+  a.heads = H;
+  a.kv_heads = Hkv;
+  a.head_dim = d;
+  a.start = start;
+  a.new_positions = t;
+  a.q = q;
+  a.q_row_stride = q_row_stride;
+  a.k = cache.key(0, 0, 0);
+  a.v = cache.value(0, 0, 0);
+  a.capacity = static_cast<std::size_t>(cache.capacity());
+  a.values_may_be_nonfinite = cache.may_hold_nonfinite_values();
+  return a;
+}
+
 // MultiheadAttention's self-attention of the new positions h (N, t, E) over the cached ones and
 // themselves, causal (query i, at position start + i, sees keys 0..start + i):
 //   q, k, v = h W_q^T + b_q, h W_k^T + b_k, h W_v^T + b_v    (k, v appended to the cache)
@@ -182,21 +206,7 @@ Tensor<T> cached_self_attention(const char* who, const typename KVCache<T>::Owne
         for (std::size_t c = 0; c < d; ++c) finite = finite && std::isfinite(row[2 * E + c]);
       }
   if (!finite) cache.note_nonfinite_values();
-  detail::CachedAttention<T> a;
-  a.who = who;
-  a.batch = N;
-  a.heads = H;
-  a.kv_heads = H;
-  a.head_dim = d;
-  a.start = start;
-  a.new_positions = t;
-  a.q = p;
-  a.q_row_stride = 3 * E;
-  a.k = cache.key(0, 0, 0);
-  a.v = cache.value(0, 0, 0);
-  a.capacity = static_cast<std::size_t>(cache.capacity());
-  a.values_may_be_nonfinite = cache.may_hold_nonfinite_values();
-  Array<T> attn = detail::attention_cached(a);
+  Array<T> attn = detail::attention_cached(over_cache(who, cache, N, H, H, d, start, t, p, 3 * E));
   cache.commit(t);
   return linear(Tensor<T>(std::move(attn)), mha.out_proj->weight, mha.out_proj->bias);
 }
@@ -293,21 +303,7 @@ Tensor<T> scaled_dot_product_attention_cached(const Tensor<T>& q_new, const Tens
   if (!finite) cache.note_nonfinite_values();
   // q_new (N, Hq, t, d) -> (N, t, Hq d): the kernel reads each query row's heads side by side
   const Tensor<T> q = transpose(q_new, 1, 2);
-  detail::CachedAttention<T> a;
-  a.who = who;
-  a.batch = N;
-  a.heads = Hq;
-  a.kv_heads = Hkv;
-  a.head_dim = d;
-  a.start = start;
-  a.new_positions = t;
-  a.q = q.value().data();
-  a.q_row_stride = Hq * d;
-  a.k = cache.key(0, 0, 0);
-  a.v = cache.value(0, 0, 0);
-  a.capacity = static_cast<std::size_t>(cache.capacity());
-  a.values_may_be_nonfinite = cache.may_hold_nonfinite_values();
-  Array<T> out = detail::attention_cached(a);
+  Array<T> out = detail::attention_cached(over_cache(who, cache, N, Hq, Hkv, d, start, t, q.value().data(), Hq * d));
   cache.commit(t);
   return Tensor<T>(std::move(out));
 }
