@@ -157,6 +157,11 @@ class LoraStepTable(unittest.TestCase):
         self.assertIsNone(rows[("old", "lora")][4])  # no full run of that binary
         text = lora_step.table(lora_step.summarize(records))
         self.assertIn("| new | lora | 2.85 s | 2.80, 3.00, 2.60, 2.90 | 0.71x | 4050 MiB | 0.92x |", text)
+        # Without a full run, the checkpointed full run is the reference.
+        ckpt = {(r[0], r[1]): r for r in lora_step.summarize(
+            [run("x", "full+ckpt", [9.0, 8.0], 2000.0), run("x", "lora+ckpt", [9.0, 6.0], 500.0)])}
+        self.assertAlmostEqual(ckpt[("x", "lora+ckpt")][4], 0.75)
+        self.assertAlmostEqual(ckpt[("x", "lora+ckpt")][6], 0.25)
         self.assertEqual(lora_step.flags("lora+ckpt", 16, ["q_proj", "v_proj"]),
                          ["--lora", "16", "--lora-targets", "q_proj", "v_proj", "--gradient-checkpointing"])
 
