@@ -15,8 +15,8 @@ Each configuration's time is the median of its steps after the first (the first 
 AdamW's moments and faults in fresh memory; the second of a full run is often slower than the later
 ones too, hence 5 steps) over all rounds; the table gives it against the full step's
 and the peak RSS against the full run's (full+ckpt's when full did not run, as for a model that
-fits only with checkpointing). Issue 42's targets: a LoRA step at most 0.7x the full
-step's (SmolLM2-135M's shape, context 1,024, 2 threads).
+fits only with checkpointing). The target LoRA was built for: a step at most 0.7x the full
+step's (SmolLM2-135M's shape, context 1,024, 2 threads); docs/lora.md has where it stands.
 
     /usr/bin/python3 benchmarks/lora_step.py                          # SmolLM2-135M, L 1024, 5 steps, 2 rounds
     /usr/bin/python3 benchmarks/lora_step.py --configs full,lora --rounds 3

@@ -130,8 +130,8 @@ void lora_linear_backward(Node<T>& out, const LoraSaved<T>& s, T scale) {
 
 // x: (*, in), W: (out, in), b: (out), A: (r, in), B: (out, r) -> y: (*, out);
 // u = x A^T (rows, r), sB = B * s, y = x W^T + b + u sB^T.
-// Forward: u by linear's blocks; then linear's blocks of y, each block's u sB^T added by a gemm
-// (beta = 1) right after its base gemm.
+// Forward: u and v = u sB^T by linear's blocks; then linear's blocks of y, each block's v added
+// right after its base gemm.
 // Backward: lora_linear_backward's gemms.
 template <class T>
 Tensor<T> lora_linear(const Tensor<T>& x, const Tensor<T>& weight, const Tensor<T>& bias, const Tensor<T>& lora_A,
@@ -155,15 +155,19 @@ Tensor<T> lora_linear(const Tensor<T>& x, const Tensor<T>& weight, const Tensor<
   Array<T> u = empty_array<T>(Shape{s.rows, s.r}, kName);
   linear_forward<T>(x, lora_A, Tensor<T>(), u.data(), nullptr);
   Array<T> sB = times(lora_B.value(), scale, kName);
+  // v = u sB^T as linear(u, B * s) computes it (the same gemm calls, so the same bits under either
+  // gemm backend: OpenBLAS's results depend on how a product is cut), freed on return.
+  Array<T> v = empty_array<T>(sy, kName);
+  linear_forward<T>(Tensor<T>(u), Tensor<T>(sB), Tensor<T>(), v.data(), nullptr);
   Array<T> y = empty_array<T>(sy, kName);
-  const T* pu = u.data();
-  const T* psb = sB.data();
+  const T* pv = v.data();
   T* py = y.data();
-  const std::size_t outf = s.outf, r = s.r;
+  const std::size_t outf = s.outf;
   linear_forward<T>(x, weight, bias, py, [&](std::size_t r0, std::size_t r1, std::size_t c0, std::size_t c1) {
-    if (r1 > r0 && c1 > c0)
-      gemm<T>(false, true, r1 - r0, c1 - c0, r, T(1), pu + r0 * r, r, psb + c0 * r, r, T(1), py + r0 * outf + c0, outf);
+    for (std::size_t i = r0; i < r1; ++i)  // y += v on the block just computed, while it is in cache
+      for (std::size_t j = c0; j < c1; ++j) py[i * outf + j] += pv[i * outf + j];
   });
+  recycle(v);
   s.u = std::make_shared<const RecycledArray<T>>(std::move(u));
   s.sB = std::make_shared<const RecycledArray<T>>(std::move(sB));
   std::vector<Tensor<T>> inputs{x, weight};
