@@ -1,8 +1,6 @@
 // A Linear with a LoRA adapter as one op (lora_linear.hpp).
 #include <xgrad/ops/lora_linear.hpp>
 
-#include <memory>
-
 #include <xgrad/backend/autocast.hpp>
 #include <xgrad/backend/gemm.hpp>
 #include <xgrad/backend/strided.hpp>
@@ -26,7 +24,7 @@ struct LoraSaved {
   std::size_t rows = 0, in = 0, outf = 0, r = 0;
   bool bias = false;
   std::size_t a = 2, b = 3;  // the input indices of A and B
-  std::shared_ptr<const RecycledArray<T>> u, sB;
+  Tensor<T> u, sB;           // constants (no grad)
 };
 
 // a * s, elementwise (mul's values: one rounding each).
@@ -95,7 +93,7 @@ void lora_linear_backward(Node<T>& out, const LoraSaved<T>& s, T scale) {
   Array<T> du = no_array<T>();
   if (need_x || need_a) {  // (rows, out) (out, r)
     du = empty_array<T>(Shape{rows, r}, kBackward);
-    gemm<T>(false, false, rows, r, outf, T(1), g, outf, s.sB->get().data(), r, T(0), du.data(), r);
+    gemm<T>(false, false, rows, r, outf, T(1), g, outf, s.sB.value().data(), r, T(0), du.data(), r);
   }
   if (need_x) {  // (rows, out) (out, in) + (rows, r) (r, in)
     Array<T> dx = empty_array<T>(out.input_shape(0), kBackward);
@@ -121,7 +119,7 @@ void lora_linear_backward(Node<T>& out, const LoraSaved<T>& s, T scale) {
   }
   if (out.input_needs_grad(s.b)) {  // (out, rows) (rows, r), then times s as mul's backward
     Array<T> dsb = empty_array<T>(Shape{outf, r}, kBackward);
-    gemm<T>(true, false, outf, r, rows, T(1), g, outf, s.u->get().data(), r, T(0), dsb.data(), r);
+    gemm<T>(true, false, outf, r, rows, T(1), g, outf, s.u.value().data(), r, T(0), dsb.data(), r);
     out.input(s.b).accumulate_grad(times(dsb, scale, kBackward));
   }
 }
@@ -154,11 +152,12 @@ Tensor<T> lora_linear(const Tensor<T>& x, const Tensor<T>& weight, const Tensor<
 
   Array<T> u = empty_array<T>(Shape{s.rows, s.r}, kName);
   linear_forward<T>(x, lora_A, Tensor<T>(), u.data(), nullptr);
-  Array<T> sB = times(lora_B.value(), scale, kName);
+  s.u = Tensor<T>(std::move(u));
+  s.sB = Tensor<T>(times(lora_B.value(), scale, kName));
   // v = u sB^T as linear(u, B * s) computes it (the same gemm calls, so the same bits under either
   // gemm backend: OpenBLAS's results depend on how a product is cut), freed on return.
   Array<T> v = empty_array<T>(sy, kName);
-  linear_forward<T>(Tensor<T>(u), Tensor<T>(sB), Tensor<T>(), v.data(), nullptr);
+  linear_forward<T>(s.u, s.sB, Tensor<T>(), v.data(), nullptr);
   Array<T> y = empty_array<T>(sy, kName);
   const T* pv = v.data();
   T* py = y.data();
@@ -168,8 +167,6 @@ Tensor<T> lora_linear(const Tensor<T>& x, const Tensor<T>& weight, const Tensor<
       for (std::size_t j = c0; j < c1; ++j) py[i * outf + j] += pv[i * outf + j];
   });
   recycle(v);
-  s.u = std::make_shared<const RecycledArray<T>>(std::move(u));
-  s.sB = std::make_shared<const RecycledArray<T>>(std::move(sB));
   std::vector<Tensor<T>> inputs{x, weight};
   if (s.bias) inputs.push_back(bias);
   inputs.push_back(lora_A);
